@@ -1,0 +1,3 @@
+from mcp_interp.cli import main
+
+raise SystemExit(main())

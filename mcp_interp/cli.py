@@ -1,0 +1,115 @@
+"""Command line: ``mcp-interp serve | call | doctor`` (``python -m mcp_interp`` is the same).
+
+Nothing here prints to stdout while serving over stdio: stdout is the protocol channel, so
+logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from mcp_interp import __version__
+from mcp_interp.models import EMBEDDED_NAME, describe_model_names
+
+DEFAULT_MODEL = EMBEDDED_NAME
+
+
+def default_output_dir() -> Path:
+    """Where figures/reports are written: ``$MCP_INTERP_OUTPUT`` or the user data folder."""
+    override = os.environ.get("MCP_INTERP_OUTPUT")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("mcp-interp")) / "output"
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("MCP_INTERP_MODEL", DEFAULT_MODEL),
+        help=f"Model to load (env MCP_INTERP_MODEL; default {DEFAULT_MODEL}): {describe_model_names()}.",
+    )
+    parser.add_argument("--device", default=os.environ.get("MCP_INTERP_DEVICE", "cpu"), help="cpu (default), cuda, cuda:N")
+    parser.add_argument("--dtype", default=os.environ.get("MCP_INTERP_DTYPE", "float32"), help="float32 (default), bfloat16, float16")
+    parser.add_argument("--output-dir", type=Path, default=None, help="Folder for figures and reports (env MCP_INTERP_OUTPUT).")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcp-interp", description="MCP server for mechanistic interpretability.")
+    parser.add_argument("--version", action="version", version=f"mcp-interp {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("MCP_INTERP_LOG_LEVEL", "INFO"))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="Run the MCP server (stdio by default).")
+    _add_model_options(serve)
+    serve.add_argument("--transport", choices=["stdio"], default="stdio")
+
+    call = commands.add_parser("call", help="Run one tool in-process and print its structured result as JSON.")
+    _add_model_options(call)
+    call.add_argument("tool", help="Tool name, e.g. logit_diff")
+    call.add_argument("--args", default="{}", help="Tool arguments as a JSON object.")
+
+    doctor = commands.add_parser("doctor", help="Check that torch, TransformerLens and the model are available.")
+    _add_model_options(doctor)
+    return parser
+
+
+def _session(args: argparse.Namespace):  # noqa: ANN202 - imports torch lazily
+    from mcp_interp.session import Session
+
+    return Session(args.model, args.output_dir or default_output_dir(), device=args.device, dtype=args.dtype)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "call":
+        return _call(args)
+    from mcp_interp.doctor import run_doctor
+
+    return run_doctor(args.model)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from mcp_interp.server import build_server
+
+    build_server(_session(args)).run(transport=args.transport)
+    return 0
+
+
+def _call(args: argparse.Namespace) -> int:
+    import anyio
+    from mcp import Client
+
+    from mcp_interp.server import build_server
+
+    try:
+        arguments = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        print(f"--args is not valid JSON: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(arguments, dict):
+        print("--args must be a JSON object, e.g. '{\"texts\": [\"hello\"]}'", file=sys.stderr)
+        return 2
+    server = build_server(_session(args))
+
+    async def go() -> int:
+        async with Client(server) as client:
+            result = await client.call_tool(args.tool, arguments)
+        if result.is_error:
+            print("\n".join(getattr(block, "text", str(block)) for block in result.content), file=sys.stderr)
+            return 1
+        print(json.dumps(result.structured_content, indent=2, ensure_ascii=False))
+        return 0
+
+    return anyio.run(go)

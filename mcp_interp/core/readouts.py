@@ -1,0 +1,196 @@
+"""The measurements behind ``model_info``, ``tokenize``, ``logit_diff``, ``kl``, ``answer_rank``.
+
+Each function takes a ``LoadedModel`` and plain Python inputs and returns a measurement model
+from ``schemas`` (numbers, per-example values, notes). No MCP here: the server adds
+provenance and runs these in a worker thread under the model lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from mcp_interp.core import metrics
+from mcp_interp.core.tokens import (
+    Batch,
+    adds_bos,
+    encode,
+    resolve_answers,
+    token_ids,
+    token_strings,
+    validate_pairs,
+)
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas import (
+    AnswerRankExample,
+    AnswerRankMeasurement,
+    KLExample,
+    KLMeasurement,
+    LogitDiffExample,
+    LogitDiffMeasurement,
+    ModelInfoMeasurement,
+    Score,
+    TokenizedText,
+    TokenizeMeasurement,
+)
+
+
+def tokenization_rule(model: LoadedModel) -> str:
+    bos = "a BOS token is prepended" if adds_bos(model.tokenizer) else "no BOS token is prepended"
+    return (
+        "The model's own Hugging Face tokenizer with its default special tokens "
+        f"(add_special_tokens=True): {bos}. Prompts in one call are right-padded; each prompt's "
+        "answer position is its last real token. Answers are tokenized without special tokens "
+        "and must be exactly one token."
+    )
+
+
+def answer_logits(model: LoadedModel, batch: Batch) -> torch.Tensor:
+    """One forward pass; ``[batch, vocab]`` logits at each prompt's answer position."""
+    with torch.inference_mode():
+        logits = model.bridge(batch.input_ids, return_type="logits")
+    return metrics.at_answer_positions(logits, batch.answer_positions)
+
+
+def model_info(model: LoadedModel) -> ModelInfoMeasurement:
+    cfg = model.bridge.cfg
+    hf_config = model.bridge.original_model.config
+    n_kv = getattr(hf_config, "num_key_value_heads", None) or cfg.n_heads
+    return ModelInfoMeasurement(
+        name=model.name,
+        source=model.source,
+        architecture=(hf_config.architectures or [type(model.bridge.original_model).__name__])[0],
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        n_kv_heads=int(n_kv),
+        d_model=cfg.d_model,
+        d_head=cfg.d_head,
+        d_mlp=int(cfg.d_mlp or 0),
+        d_vocab=cfg.d_vocab,
+        n_ctx=cfg.n_ctx,
+        dtype=model.dtype,
+        device=model.device,
+        fingerprint=model.fingerprint,
+        load_seconds=round(model.load_seconds, 3),
+        prepends_bos=adds_bos(model.tokenizer),
+        tokenization_rule=tokenization_rule(model),
+        notes=(
+            ["This is the random-weight `tiny` model: its predictions mean nothing; use it to try "
+             "the protocol, not to draw conclusions."]
+            if model.source == "tiny"
+            else []
+        ),
+    )
+
+
+def tokenize(model: LoadedModel, texts: Sequence[str]) -> TokenizeMeasurement:
+    rows = []
+    for text in texts:
+        ids = token_ids(model.tokenizer, text)
+        rows.append(TokenizedText(text=text, ids=ids, tokens=token_strings(model.tokenizer, ids), n_tokens=len(ids)))
+    return TokenizeMeasurement(texts=rows, tokenization_rule=tokenization_rule(model))
+
+
+def _top1(model: LoadedModel, logits: torch.Tensor) -> list[tuple[int, str]]:
+    ids = [int(i) for i in logits.argmax(dim=-1)]
+    return [(i, model.tokenizer.decode([i])) for i in ids]
+
+
+def logit_diff(
+    model: LoadedModel, prompts: Sequence[str], correct: str | Sequence[str], incorrect: str | Sequence[str]
+) -> LogitDiffMeasurement:
+    batch = encode(model.tokenizer, prompts, model.device)
+    correct_ids = resolve_answers(model.tokenizer, correct, len(batch.texts), "correct")
+    incorrect_ids = resolve_answers(model.tokenizer, incorrect, len(batch.texts), "incorrect")
+    logits = answer_logits(model, batch)
+    score = metrics.logit_diff(logits, correct_ids, incorrect_ids)
+    top1 = _top1(model, logits)
+    examples = [
+        LogitDiffExample(
+            prompt=batch.texts[i],
+            correct=model.tokenizer.decode([correct_ids[i]]),
+            incorrect=model.tokenizer.decode([incorrect_ids[i]]),
+            correct_id=correct_ids[i],
+            incorrect_id=incorrect_ids[i],
+            logit_diff=score.per_example[i],
+            top1_token=top1[i][1],
+            top1_id=top1[i][0],
+            answer_position=int(batch.answer_positions[i]),
+        )
+        for i in range(len(batch.texts))
+    ]
+    notes = []
+    same = [i for i in range(len(examples)) if correct_ids[i] == incorrect_ids[i]]
+    if same:
+        notes.append(f"Examples {same}: correct and incorrect are the same token, so the difference is 0 by construction.")
+    negative = [i for i, v in enumerate(score.per_example) if v < 0]
+    if negative:
+        notes.append(
+            f"{len(negative)} of {len(examples)} examples have a negative logit difference "
+            f"(the model prefers the incorrect answer): {negative}."
+        )
+    not_top = [i for i in range(len(examples)) if top1[i][0] != correct_ids[i]]
+    if not_top:
+        listed = ", ".join(f"{i}: {top1[i][1]!r}" for i in not_top[:8])
+        notes.append(
+            f"The correct answer is not the model's top-1 in {len(not_top)} of {len(examples)} "
+            f"examples ({listed}{', ...' if len(not_top) > 8 else ''}); a positive logit difference "
+            "there only says correct beats incorrect, not that the model would say it."
+        )
+    return LogitDiffMeasurement(logit_diff=Score.of(score), examples=examples, notes=notes)
+
+
+def kl(model: LoadedModel, prompts: Sequence[str], compare_prompts: Sequence[str]) -> KLMeasurement:
+    diffs = validate_pairs(model.tokenizer, prompts, compare_prompts, ("prompts", "compare_prompts"))
+    batch_p = encode(model.tokenizer, prompts, model.device)
+    batch_q = encode(model.tokenizer, compare_prompts, model.device)
+    logits_p = answer_logits(model, batch_p)
+    logits_q = answer_logits(model, batch_q)
+    score = metrics.kl_divergence(logits_p, logits_q)
+    top_p, top_q = _top1(model, logits_p), _top1(model, logits_q)
+    examples = [
+        KLExample(
+            prompt=batch_p.texts[i],
+            compare_prompt=batch_q.texts[i],
+            kl=score.per_example[i],
+            differing_positions=diffs[i].positions,
+            top1_p=top_p[i][1],
+            top1_q=top_q[i][1],
+        )
+        for i in range(len(batch_p.texts))
+    ]
+    notes = []
+    identical = [d.index for d in diffs if not d.positions]
+    if identical:
+        notes.append(f"Pairs {identical} are token-for-token identical, so their KL is 0 by construction.")
+    return KLMeasurement(kl=Score.of(score), examples=examples, notes=notes)
+
+
+def answer_rank(model: LoadedModel, prompts: Sequence[str], correct: str | Sequence[str]) -> AnswerRankMeasurement:
+    batch = encode(model.tokenizer, prompts, model.device)
+    correct_ids = resolve_answers(model.tokenizer, correct, len(batch.texts), "correct")
+    logits = answer_logits(model, batch)
+    rank = metrics.answer_rank(logits, correct_ids)
+    log_prob = metrics.answer_logprob(logits, correct_ids)
+    top1 = _top1(model, logits)
+    examples = [
+        AnswerRankExample(
+            prompt=batch.texts[i],
+            correct=model.tokenizer.decode([correct_ids[i]]),
+            correct_id=correct_ids[i],
+            rank=int(rank.per_example[i]),
+            log_prob=log_prob.per_example[i],
+            prob=float(torch.tensor(log_prob.per_example[i], dtype=torch.float64).exp()),
+            top1_token=top1[i][1],
+            top1_id=top1[i][0],
+        )
+        for i in range(len(batch.texts))
+    ]
+    notes = []
+    if all(r == 0 for r in rank.per_example):
+        notes.append(
+            "Every rank is 0 (the correct answer is top-1 everywhere): rank is saturated and cannot "
+            "show a change that keeps the answer on top; read the logit difference or log-prob too."
+        )
+    return AnswerRankMeasurement(rank=Score.of(rank), log_prob=Score.of(log_prob), examples=examples, notes=notes)

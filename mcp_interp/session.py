@@ -1,0 +1,149 @@
+"""The one loaded model and everything that lives as long as it.
+
+The model loads in a background thread started by the server's lifespan, so ``initialize``
+and ``tools/list`` answer at once; a tool call that arrives while it loads waits (reporting
+progress) instead of failing. All model work goes through ``run``, which holds one lock in the
+worker thread, so two experiments never interleave hooks on the same model. The lock is a
+thread lock rather than an asyncio one so a Session can outlive an event loop (in-process
+clients in tests, ``mcp-interp call``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from importlib import metadata
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from mcp_interp.errors import InterpError, ModelLoadError
+from mcp_interp.models import LoadedModel, load_model
+from mcp_interp.schemas import ModelRef
+from mcp_interp.store import Store
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+WaitCallback = Callable[[float], Awaitable[None]]
+
+_VERSIONED = ("mcp-interp", "torch", "transformers", "transformer-lens", "mcp")
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for dist in _VERSIONED:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
+class Session:
+    def __init__(
+        self,
+        model_name: str,
+        output_dir: Path,
+        device: str = "cpu",
+        dtype: str = "float32",
+        loader: Callable[[str, str, str], LoadedModel] = load_model,
+    ) -> None:
+        self.model_name = model_name
+        self.device = device
+        self.dtype = dtype
+        self.store = Store(output_dir)
+        self._loader = loader
+        self._model: LoadedModel | None = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._model_lock = threading.Lock()
+        self._loading_since = 0.0
+        self._versions = library_versions()
+
+    # --- loading ---------------------------------------------------------------------------
+
+    def start_loading(self) -> None:
+        """Begin loading in the background (idempotent: later calls do nothing)."""
+        with self._start_lock:
+            if self._thread is not None:
+                return
+            self._loading_since = time.perf_counter()
+            self._thread = threading.Thread(target=self._load, name="mcp-interp-load", daemon=True)
+            self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            log.info("loading model %s on %s (%s)", self.model_name, self.device, self.dtype)
+            self._model = self._loader(self.model_name, self.device, self.dtype)
+            log.info("model %s ready in %.1f s", self.model_name, self._model.load_seconds)
+        except BaseException as exc:  # noqa: BLE001 - reported to every caller instead
+            log.error("model %s failed to load: %s", self.model_name, exc)
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    @property
+    def state(self) -> str:
+        if not self._ready.is_set():
+            return "loading" if self._thread else "not started"
+        return "failed" if self._error else "ready"
+
+    def wait_loaded(self, timeout: float | None = None) -> LoadedModel:
+        """Block until loaded (for scripts and tests); raise the load error if it failed."""
+        self.start_loading()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"model {self.model_name} still loading after {timeout} s")
+        return self._loaded()
+
+    async def model(self, on_wait: WaitCallback | None = None) -> LoadedModel:
+        """The loaded model; while it loads, call ``on_wait(seconds_so_far)`` about once a second."""
+        self.start_loading()
+        while not self._ready.is_set():
+            if on_wait is not None:
+                await on_wait(time.perf_counter() - self._loading_since)
+            with anyio.move_on_after(1.0):
+                while not self._ready.is_set():
+                    await anyio.sleep(0.05)
+        return self._loaded()
+
+    def _loaded(self) -> LoadedModel:
+        if self._error is not None:
+            if isinstance(self._error, InterpError):
+                raise ModelLoadError(str(self._error))
+            raise ModelLoadError(
+                f"The model {self.model_name!r} failed to load: {type(self._error).__name__}: {self._error}. "
+                "Run `mcp-interp doctor` for what is missing and how to fix it."
+            )
+        assert self._model is not None
+        return self._model
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` in a worker thread while holding the model lock."""
+        return await anyio.to_thread.run_sync(partial(self._locked, fn, *args, **kwargs))
+
+    def _locked(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        with self._model_lock:
+            return fn(*args, **kwargs)
+
+    def model_ref(self) -> ModelRef:
+        model = self._loaded()
+        return ModelRef(
+            name=model.name,
+            source=model.source,
+            fingerprint=model.fingerprint,
+            dtype=model.dtype,
+            device=model.device,
+            versions=self._versions,
+        )
