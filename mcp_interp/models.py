@@ -69,9 +69,7 @@ def parse_dtype(dtype: str) -> torch.dtype:
     try:
         return _DTYPES[dtype]
     except KeyError:
-        raise ModelLoadError(
-            f"Unknown dtype {dtype!r}. Use one of: {', '.join(_DTYPES)}."
-        ) from None
+        raise ModelLoadError(f"Unknown dtype {dtype!r}. Use one of: {', '.join(_DTYPES)}.") from None
 
 
 def cache_dir() -> Path:
@@ -151,7 +149,7 @@ def weights_fingerprint(module: torch.nn.Module) -> str:
     digest = hashlib.blake2b(digest_size=8)
     for param_name, param in module.named_parameters():
         digest.update(param_name.encode())
-        digest.update(param.detach().to("cpu").contiguous().view(torch.uint8).numpy())
+        digest.update(param.detach().to("cpu").contiguous().view(torch.uint8).numpy().data)
     return digest.hexdigest()
 
 
@@ -178,7 +176,7 @@ def build_tiny() -> tuple[Any, Any]:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        attn_implementation="eager",
+        attn_implementation="eager",  # type: ignore[call-arg]  # PretrainedConfig kwarg, untyped
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_SEED)
@@ -203,9 +201,7 @@ def _load_embedded(torch_dtype: torch.dtype) -> tuple[Any, Any]:
             )
         _convert_gguf(gguf, folder)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    model = AutoModelForCausalLM.from_pretrained(
-        str(folder), dtype=torch_dtype, attn_implementation="eager"
-    )
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype, attn_implementation="eager")
     return model, tokenizer
 
 
@@ -223,7 +219,7 @@ def _convert_gguf(gguf: Path, folder: Path) -> None:
     )
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # nn.Module's __setattr__ typing
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
     try:
@@ -245,18 +241,14 @@ def _load_local(path: Path, torch_dtype: torch.dtype) -> tuple[Any, Any]:
     try:
         if path.is_file():
             if path.suffix != ".gguf":
-                raise ModelLoadError(
-                    f"{path} is a file but not a .gguf; pass a .gguf file or an HF model folder."
-                )
+                raise ModelLoadError(f"{path} is a file but not a .gguf; pass a .gguf file or an HF model folder.")
             tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
             model = AutoModelForCausalLM.from_pretrained(
                 str(path.parent), gguf_file=path.name, dtype=torch_dtype, attn_implementation="eager"
             )
         else:
             tokenizer = AutoTokenizer.from_pretrained(str(path))
-            model = AutoModelForCausalLM.from_pretrained(
-                str(path), dtype=torch_dtype, attn_implementation="eager"
-            )
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, attn_implementation="eager")
     except ModelLoadError:
         raise
     except Exception as exc:
@@ -272,9 +264,7 @@ def _load_hub(name: str, torch_dtype: torch.dtype) -> tuple[Any, Any]:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(
-            name, dtype=torch_dtype, attn_implementation="eager"
-        )
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, attn_implementation="eager")
     except Exception as exc:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         raise ModelLoadError(

@@ -44,7 +44,7 @@ minimal pairs have equal token length). Every result has the mean and per-exampl
 provenance (`model`, `run_id`), and `notes`: read the notes before citing a number.
 """
 
-READ_ONLY = ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False, destructiveHint=False)
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False, destructive_hint=False)
 
 Prompts = Annotated[
     list[str],
@@ -52,8 +52,10 @@ Prompts = Annotated[
 ]
 Answers = Annotated[
     str | list[str],
-    Field(description="One single-token answer for every prompt, or a list with one per prompt. "
-          "Mind the leading space: ' Mary', not 'Mary', for GPT-2-style tokenizers."),
+    Field(
+        description="One single-token answer for every prompt, or a list with one per prompt. "
+        "Mind the leading space: ' Mary', not 'Mary', for GPT-2-style tokenizers."
+    ),
 ]
 
 
@@ -67,9 +69,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         "mcp-interp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan
     )
 
-    async def run(
-        ctx: Context, result_type: type[R], fn: Callable[..., Measurement], *args: Any
-    ) -> R:
+    async def run(ctx: Context, result_type: type[R], fn: Callable[..., Measurement], *args: Any) -> R:
         async def report_wait(seconds: float) -> None:
             await ctx.report_progress(
                 0, None, f"waiting for model {session.model_name} to finish loading ({seconds:.0f} s so far)"
@@ -139,4 +139,3 @@ def build_server(session: Session) -> MCPServer[Session]:
             raise ResourceError(str(exc)) from exc
 
     return server
-

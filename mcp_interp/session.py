@@ -86,7 +86,7 @@ class Session:
             log.info("loading model %s on %s (%s)", self.model_name, self.device, self.dtype)
             self._model = self._loader(self.model_name, self.device, self.dtype)
             log.info("model %s ready in %.1f s", self.model_name, self._model.load_seconds)
-        except BaseException as exc:  # noqa: BLE001 - reported to every caller instead
+        except BaseException as exc:
             log.error("model %s failed to load: %s", self.model_name, exc)
             self._error = exc
         finally:

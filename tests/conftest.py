@@ -7,12 +7,12 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
-from mcp_interp.models import LoadedModel, load_model  # noqa: E402
-from mcp_interp.session import Session  # noqa: E402
+from mcp_interp.models import LoadedModel, load_model
+from mcp_interp.session import Session
 
 
 @pytest.fixture

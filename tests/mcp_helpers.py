@@ -20,9 +20,7 @@ TINY_PROMPTS = [
 
 
 def stdio_params(model: str, env: dict[str, str]) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable, args=["-m", "mcp_interp", "serve", "--model", model], env=env
-    )
+    return StdioServerParameters(command=sys.executable, args=["-m", "mcp_interp", "serve", "--model", model], env=env)
 
 
 async def tools_by_name(client: Client) -> dict[str, Tool]:

@@ -57,8 +57,10 @@ def test_embedded_model_shape(embedded: LoadedModel) -> None:
 
 def test_ioi_positive_on_every_pair(embedded: LoadedModel) -> None:
     result = readouts.logit_diff(embedded, **ioi_arguments())
-    print(f"\nIOI mean logit difference on SmolLM2-135M: {result.logit_diff.value:+.3f} "
-          f"(per pair {[round(v, 2) for v in result.logit_diff.per_example]})")
+    print(
+        f"\nIOI mean logit difference on SmolLM2-135M: {result.logit_diff.value:+.3f} "
+        f"(per pair {[round(v, 2) for v in result.logit_diff.per_example]})"
+    )
     assert all(v > 0 for v in result.logit_diff.per_example), result.logit_diff.per_example
     assert result.logit_diff.per_example == pytest.approx(direct_logit_diffs(embedded), abs=1e-4)
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 async def test_every_tool_has_output_schema_and_read_only_annotations(tiny_session: Session) -> None:
     async with Client(build_server(tiny_session)) as client:
         tools = await tools_by_name(client)
-    assert EXPECTED_TOOLS <= set(tools)
+    assert set(tools) >= EXPECTED_TOOLS
     for tool in tools.values():
         assert tool.output_schema is not None, tool.name
         assert tool.annotations is not None and tool.annotations.read_only_hint is True
@@ -36,7 +36,10 @@ async def test_structured_results_validate_and_match_core(tiny_session: Session,
             "kl": {"prompts": TINY_PROMPTS[:1], "compare_prompts": [TINY_PROMPTS[0].replace(", John", ", Mary")]},
             "answer_rank": {"prompts": TINY_PROMPTS, "correct": "mary"},
         }
-        results = {name: assert_valid_structured(tools[name], await client.call_tool(name, args)) for name, args in calls.items()}
+        results = {
+            name: assert_valid_structured(tools[name], await client.call_tool(name, args))
+            for name, args in calls.items()
+        }
 
     info = results["model_info"]
     assert (info["n_layers"], info["n_heads"], info["n_kv_heads"], info["d_model"]) == (3, 4, 2, 64)
@@ -56,7 +59,9 @@ async def test_structured_results_validate_and_match_core(tiny_session: Session,
 
 async def test_bad_input_is_a_tool_error_and_server_keeps_serving(tiny_session: Session) -> None:
     async with Client(build_server(tiny_session)) as client:
-        multi = await client.call_tool("logit_diff", {"prompts": TINY_PROMPTS, "correct": "mary john", "incorrect": "tom"})
+        multi = await client.call_tool(
+            "logit_diff", {"prompts": TINY_PROMPTS, "correct": "mary john", "incorrect": "tom"}
+        )
         assert "2 tokens" in error_text(multi) and "exactly one token" in error_text(multi)
         unequal = await client.call_tool("kl", {"prompts": ["a b c"], "compare_prompts": ["a b"]})
         assert "same number of tokens" in error_text(unequal) and "pair 0" in error_text(unequal)
@@ -73,7 +78,7 @@ async def test_unknown_figure_ids_are_not_found(tiny_session: Session) -> None:
         templates = (await client.list_resource_templates()).resource_templates
         assert [t.uri_template for t in templates] == ["figure://{figure_id}"]
         for bad in ["0" * 32, "../../etc/passwd", "x" * 5000]:
-            with pytest.raises(Exception, match="(?i)not found|no figure|unknown"):
+            with pytest.raises(Exception, match=r"(?i)not found|no figure|unknown"):
                 await client.read_resource(f"figure://{bad}")
 
 
@@ -86,7 +91,7 @@ async def test_figure_resource_reads_back_stored_bytes(tiny_session: Session) ->
     assert base64.b64decode(result.contents[0].blob) == b"\x89PNG\r\n\x1a\nfake-but-bytes"
 
 
-async def test_loading_does_not_block_initialize_and_calls_wait_with_progress(tmp_path) -> None:  # noqa: ANN001
+async def test_loading_does_not_block_initialize_and_calls_wait_with_progress(tmp_path) -> None:
     delay = 2.0
 
     def slow_loader(name: str, device: str, dtype: str) -> LoadedModel:
@@ -110,7 +115,7 @@ async def test_loading_does_not_block_initialize_and_calls_wait_with_progress(tm
     assert progress and all(m and "waiting for model tiny" in m for m in progress)
 
 
-async def test_load_failure_is_a_tool_error_with_a_fix(tmp_path) -> None:  # noqa: ANN001
+async def test_load_failure_is_a_tool_error_with_a_fix(tmp_path) -> None:
     session = Session("definitely/not-a-model-here", tmp_path / "out")
     async with Client(build_server(session)) as client:
         result = await client.call_tool("model_info", {})

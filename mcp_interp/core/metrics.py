@@ -51,9 +51,7 @@ def answer_logits(logits: torch.Tensor, ids: torch.Tensor | list[int]) -> torch.
     return logits.gather(1, index).squeeze(1).to(torch.float64)
 
 
-def logit_diff(
-    logits: torch.Tensor, correct: torch.Tensor | list[int], incorrect: torch.Tensor | list[int]
-) -> Score:
+def logit_diff(logits: torch.Tensor, correct: torch.Tensor | list[int], incorrect: torch.Tensor | list[int]) -> Score:
     """logit(correct) − logit(incorrect) per prompt. Positive: the model prefers `correct`.
 
     Unbounded, in nats of log-odds between the two tokens (the normaliser cancels).

@@ -76,8 +76,10 @@ def model_info(model: LoadedModel) -> ModelInfoMeasurement:
         prepends_bos=adds_bos(model.tokenizer),
         tokenization_rule=tokenization_rule(model),
         notes=(
-            ["This is the random-weight `tiny` model: its predictions mean nothing; use it to try "
-             "the protocol, not to draw conclusions."]
+            [
+                "This is the random-weight `tiny` model: its predictions mean nothing; use it to try "
+                "the protocol, not to draw conclusions."
+            ]
             if model.source == "tiny"
             else []
         ),
@@ -123,7 +125,9 @@ def logit_diff(
     notes = []
     same = [i for i in range(len(examples)) if correct_ids[i] == incorrect_ids[i]]
     if same:
-        notes.append(f"Examples {same}: correct and incorrect are the same token, so the difference is 0 by construction.")
+        notes.append(
+            f"Examples {same}: correct and incorrect are the same token, so the difference is 0 by construction."
+        )
     negative = [i for i, v in enumerate(score.per_example) if v < 0]
     if negative:
         notes.append(

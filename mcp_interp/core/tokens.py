@@ -47,9 +47,7 @@ def encode(tokenizer: Any, texts: Sequence[str], device: str = "cpu") -> Batch:
     ids_per_text = [token_ids(tokenizer, text) for text in texts]
     for i, ids in enumerate(ids_per_text):
         if not ids:
-            raise InputError(
-                f"Prompt {i} ({texts[i]!r}) tokenizes to no tokens: every prompt needs at least one."
-            )
+            raise InputError(f"Prompt {i} ({texts[i]!r}) tokenizes to no tokens: every prompt needs at least one.")
     width = max(len(ids) for ids in ids_per_text)
     pad_id = pad_token_id(tokenizer)
     input_ids = torch.full((len(texts), width), pad_id, dtype=torch.long)
@@ -142,9 +140,7 @@ def resolve_answer(tokenizer: Any, answer: str) -> int:
     raise InputError(message)
 
 
-def resolve_answers(
-    tokenizer: Any, answers: str | Sequence[str], n_prompts: int, argument: str
-) -> list[int]:
+def resolve_answers(tokenizer: Any, answers: str | Sequence[str], n_prompts: int, argument: str) -> list[int]:
     """One answer id per prompt: a single string applies to all prompts, a list to each."""
     if isinstance(answers, str):
         return [resolve_answer(tokenizer, answers)] * n_prompts
@@ -165,7 +161,9 @@ class PairDiff:
     positions: list[int]
 
 
-def validate_pairs(tokenizer: Any, first: Sequence[str], second: Sequence[str], names: tuple[str, str]) -> list[PairDiff]:
+def validate_pairs(
+    tokenizer: Any, first: Sequence[str], second: Sequence[str], names: tuple[str, str]
+) -> list[PairDiff]:
     """Check that ``first[i]`` and ``second[i]`` tokenize to equal lengths; report differences.
 
     Equal length is what makes position-wise comparison (KL at the answer position, patching)

@@ -1,0 +1,99 @@
+"""The demo: what an MCP client sees from mcp-interp with the embedded SmolLM2 model.
+
+Spawns ``python -m mcp_interp serve`` as a stdio subprocess — exactly as Claude Code or Cursor
+would — and calls ``model_info``, ``tokenize``, ``logit_diff`` and ``answer_rank`` on the IOI
+pairs shipped in ``prompts/ioi.json``, printing the numbers a client receives.
+
+Usage: ``python tools/demo.py [--model smollm2-135m]`` (``./run demo`` sets everything up first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from mcp_interp.corpora import ioi_pairs
+
+
+def structured(result: Any) -> dict[str, Any]:
+    if result.is_error:
+        text = "\n".join(getattr(block, "text", "") for block in result.content)
+        raise SystemExit(f"tool error: {text}")
+    return result.structured_content
+
+
+async def demo(model: str) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_interp", "serve", "--model", model],
+        env={**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")},
+    )
+    pairs = ioi_pairs()
+    prompts = [p.clean for p in pairs]
+    started = time.perf_counter()
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        print(f"  … {message}", flush=True)
+
+    print(f"$ spawning `{sys.executable} -m mcp_interp serve --model {model}` over stdio")
+    async with Client(params, read_timeout_seconds=900) as client:
+        tools = (await client.list_tools()).tools
+        print(f"connected in {time.perf_counter() - started:.1f} s; tools: {', '.join(t.name for t in tools)}\n")
+
+        info = structured(await client.call_tool("model_info", {}, progress_callback=progress))
+        print(f"model_info (first answer {time.perf_counter() - started:.1f} s after spawn):")
+        print(
+            f"  {info['name']} [{info['source']}] {info['architecture']}: {info['n_layers']} layers, "
+            f"{info['n_heads']} heads ({info['n_kv_heads']} KV heads), d_model {info['d_model']}, "
+            f"vocab {info['d_vocab']}, {info['dtype']} on {info['device']}"
+        )
+        print(f"  fingerprint {info['fingerprint']}, loaded in {info['load_seconds']:.1f} s")
+        print(f"  tokenization: {info['tokenization_rule']}\n")
+
+        tok = structured(await client.call_tool("tokenize", {"texts": [prompts[0], pairs[0].correct, "Mary"]}))
+        print("tokenize:")
+        for row in tok["texts"]:
+            print(f"  {row['text']!r} -> {row['n_tokens']} tokens {row['tokens']} ids {row['ids']}")
+        print()
+
+        args = {"prompts": prompts, "correct": [p.correct for p in pairs], "incorrect": [p.incorrect for p in pairs]}
+        ld = structured(await client.call_tool("logit_diff", args))
+        print(f"logit_diff on {len(prompts)} IOI prompts (logit(correct) - logit(incorrect); > 0 = right):")
+        for ex in ld["examples"]:
+            print(f"  {ex['logit_diff']:+7.3f}  top-1 {ex['top1_token']!r:10} {ex['prompt']!r} -> {ex['correct']!r}")
+        print(f"  mean {ld['logit_diff']['value']:+.3f}   ({ld['elapsed_s'] * 1000:.0f} ms, run {ld['run_id'][:8]})")
+        for note in ld["notes"]:
+            print(f"  note: {note}")
+        print()
+
+        rank = structured(await client.call_tool("answer_rank", {"prompts": prompts, "correct": args["correct"]}))
+        print("answer_rank (0 = the correct name is the model's top-1):")
+        for ex in rank["examples"]:
+            print(f"  rank {ex['rank']:>3}  P = {ex['prob']:.3f}  log P = {ex['log_prob']:+.3f}  {ex['correct']!r}")
+        print(f"  mean rank {rank['rank']['value']:.2f}, mean log P {rank['log_prob']['value']:+.3f}")
+        for note in rank["notes"]:
+            print(f"  note: {note}")
+
+        bad = await client.call_tool(
+            "logit_diff", {"prompts": prompts[:1], "correct": " Mary Ann", "incorrect": " John"}
+        )
+        print("\na deliberately bad call (multi-token answer) returns a tool error the assistant can act on:")
+        print("  isError:", bad.is_error)
+        print("  " + "\n  ".join(getattr(block, "text", "") for block in bad.content))
+    print(f"\ndemo done in {time.perf_counter() - started:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=os.environ.get("MCP_INTERP_MODEL", "smollm2-135m"))
+    anyio.run(demo, parser.parse_args().model)
+
+
+if __name__ == "__main__":
+    main()
