@@ -122,6 +122,8 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> Loaded
         hf_model, tokenizer = _load_hub(name, torch_dtype)
         boot_name = name
     hf_model = hf_model.to(device=device, dtype=torch_dtype).eval()
+    # Before booting: the bridge wraps the HF modules in place, which renames parameters.
+    fingerprint = weights_fingerprint(hf_model)
     from transformer_lens.model_bridge import TransformerBridge
 
     bridge = TransformerBridge.boot_transformers(
@@ -136,7 +138,7 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> Loaded
         device=device,
         dtype=dtype,
         load_seconds=time.perf_counter() - started,
-        fingerprint=weights_fingerprint(hf_model),
+        fingerprint=fingerprint,
     )
 
 

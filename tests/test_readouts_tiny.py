@@ -3,6 +3,7 @@ one prompt at a time with no padding, and metrics computed by hand from its logi
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from mcp_interp.core import readouts
 from mcp_interp.core.tokens import encode, resolve_answer, validate_pairs
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
+from mcp_interp.models import LoadedModel, build_tiny
 
 # Deliberately different lengths, so the batch is right-padded.
 PROMPTS = [
@@ -21,11 +22,17 @@ PROMPTS = [
 ]
 
 
+@functools.cache
+def plain_hf_tiny() -> torch.nn.Module:
+    """The same seeded weights as a plain HF model that no bridge has wrapped."""
+    return build_tiny()[0]
+
+
 def reference_next_logits(model: LoadedModel, text: str) -> torch.Tensor:
-    """Next-token logits of one unpadded prompt from the HF model itself (not the bridge)."""
+    """Next-token logits of one unpadded prompt from the plain HF model (no bridge, no padding)."""
     ids = model.tokenizer(text, return_tensors="pt").input_ids
     with torch.no_grad():
-        return model.bridge.original_model(ids).logits[0, -1].to(torch.float64)
+        return plain_hf_tiny()(ids).logits[0, -1].to(torch.float64)
 
 
 def test_batch_is_right_padded_and_answer_position_is_last_real_token(tiny: LoadedModel) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,7 +92,7 @@ async def test_figure_resource_reads_back_stored_bytes(tiny_session: Session) ->
     assert base64.b64decode(result.contents[0].blob) == b"\x89PNG\r\n\x1a\nfake-but-bytes"
 
 
-async def test_loading_does_not_block_initialize_and_calls_wait_with_progress(tmp_path) -> None:
+async def test_loading_does_not_block_initialize_and_calls_wait_with_progress(tmp_path: Path) -> None:
     delay = 2.0
 
     def slow_loader(name: str, device: str, dtype: str) -> LoadedModel:
@@ -115,7 +116,7 @@ async def test_loading_does_not_block_initialize_and_calls_wait_with_progress(tm
     assert progress and all(m and "waiting for model tiny" in m for m in progress)
 
 
-async def test_load_failure_is_a_tool_error_with_a_fix(tmp_path) -> None:
+async def test_load_failure_is_a_tool_error_with_a_fix(tmp_path: Path) -> None:
     session = Session("definitely/not-a-model-here", tmp_path / "out")
     async with Client(build_server(session)) as client:
         result = await client.call_tool("model_info", {})

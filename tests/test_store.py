@@ -24,7 +24,9 @@ def test_put_get_roundtrip_and_uri(tmp_path: Path) -> None:
     "bad",
     ["../../etc/passwd", "..", "", "A" * 32, "0" * 31, "0" * 33, "0" * 32 + "/x", "%2e%2e", "x" * 10_000, "\x00" * 32],
 )
-def test_malformed_ids_are_not_found_without_touching_files(tmp_path: Path, bad: str, monkeypatch) -> None:  # noqa: ANN001
+def test_malformed_ids_are_not_found_without_touching_files(
+    tmp_path: Path, bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = Store(tmp_path)
     opened: list[str] = []
     real_read = Path.read_bytes

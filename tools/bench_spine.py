@@ -58,7 +58,8 @@ def ioi_args() -> dict[str, Any]:
 
 async def serve_and_measure(model: str, cache: str, repeats: int) -> dict[str, Any]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MCP_INTERP_CACHE": cache}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_interp", "serve", "--model", model], env=env)
+    command = ["-m", "mcp_interp", "serve", "--model", model]
+    params = StdioServerParameters(command=sys.executable, args=command, env=env)
     started = time.perf_counter()
     async with Client(params, read_timeout_seconds=900) as client:
         first = await client.call_tool("model_info", {})
