@@ -115,6 +115,7 @@ class LogitDiffExample(BaseModel):
 
 
 class LogitDiffMeasurement(Measurement):
+    intervention: str | None = Field(default=None, description="The intervention applied to the measured run, if any.")
     logit_diff: Score = Field(
         description="logit(correct) − logit(incorrect) at the answer position; positive means "
         "the model prefers the correct answer; unbounded; 0 = indifferent."
@@ -139,6 +140,7 @@ class KLExample(BaseModel):
 
 
 class KLMeasurement(Measurement):
+    intervention: str | None = Field(default=None, description="The intervention applied to the measured run, if any.")
     kl: Score = Field(
         description="KL(P‖Q) of the next-token distributions at the answer position, in nats; "
         "P = run on `prompts`, Q = run on `compare_prompts`; ≥ 0, 0 = identical."
@@ -165,6 +167,7 @@ class AnswerRankExample(BaseModel):
 
 
 class AnswerRankMeasurement(Measurement):
+    intervention: str | None = Field(default=None, description="The intervention applied to the measured run, if any.")
     rank: Score = Field(description="Rank of the correct answer: 0 = top-1; saturates at 0.")
     log_prob: Score = Field(description="log P(correct), ≤ 0; the negative is the loss.")
     examples: list[AnswerRankExample]
@@ -172,3 +175,125 @@ class AnswerRankMeasurement(Measurement):
 
 class AnswerRankResult(Provenance, AnswerRankMeasurement):
     pass
+
+
+# --- interventions (inputs) -----------------------------------------------------------------
+
+
+class HeadRef(BaseModel):
+    layer: int = Field(description="Layer index, 0-based.")
+    head: int = Field(description="Query-head index within the layer, 0-based.")
+
+
+HeadSpec = str | HeadRef
+PositionsSpec = Literal["all", "last"] | list[int]
+
+
+class AblationSpec(BaseModel):
+    heads: HeadSpec | list[HeadSpec] = Field(description="Heads to ablate together, e.g. ['L9H3', 'L10H0'].")
+    method: Literal["zero", "mean", "resample"] = Field(
+        default="zero",
+        description="zero: z = 0; mean: the head's batch mean (per position when prompts share a length); "
+        "resample: another prompt's z (seeded permutation without fixed points; equal-length prompts).",
+    )
+    positions: PositionsSpec = Field(
+        default="all", description="'all' real tokens, 'last' (the answer position), or token indices."
+    )
+    seed: int = Field(default=0, description="Seed of the resample permutation.")
+
+
+class Intervention(BaseModel):
+    """An intervention applied to the run being measured (Q for `kl`)."""
+
+    ablate: AblationSpec
+
+
+# --- ablate_head ----------------------------------------------------------------------------
+
+
+class MetricSet(BaseModel):
+    logit_diff: Score | None = Field(
+        default=None, description="logit(correct) − logit(incorrect); null when no answers were given."
+    )
+    log_prob: Score = Field(description="log P(answer), ≤ 0.")
+    rank: Score = Field(description="Rank of the answer; 0 = top-1; saturates at 0.")
+
+
+class AblateHeadMeasurement(Measurement):
+    heads: list[str]
+    method: Literal["zero", "mean", "resample"]
+    positions: PositionsSpec
+    mean_over: Literal["per_position", "all_real_positions"] | None = Field(
+        default=None, description="For method 'mean': whether the mean was taken per position or over all real tokens."
+    )
+    permutation: list[int] | None = Field(
+        default=None, description="For method 'resample': prompt i received prompt permutation[i]'s activation."
+    )
+    answer: str = Field(description="Which token log_prob and rank track: 'correct' or the clean run's top-1.")
+    answer_tokens: list[str]
+    before: MetricSet = Field(description="Clean run.")
+    after: MetricSet = Field(description="Ablated run.")
+    kl: Score = Field(description="KL(clean‖ablated) at the answer position, nats, ≥ 0.")
+
+
+class AblateHeadResult(Provenance, AblateHeadMeasurement):
+    pass
+
+
+# --- patch_heads ----------------------------------------------------------------------------
+
+
+class HeadScore(BaseModel):
+    head: str = Field(description="'L<layer>H<head>'.")
+    layer: int
+    head_index: int
+    score: float | None = Field(
+        description="Recovered fraction (denoise) or destroyed fraction (noise) of the clean−corrupt "
+        "logit-difference gap; 1 = this head alone carries the whole effect, 0 = none; null if undefined."
+    )
+    patched_logit_diff: float = Field(description="Mean logit difference of the patched run.")
+    per_example_score: list[float | None] | None = None
+    per_example_patched_logit_diff: list[float] | None = None
+
+
+class VerifiedHead(BaseModel):
+    head: str
+    attribution_score: float | None
+    exact_score: float | None
+
+
+class PatchHeadsMeasurement(Measurement):
+    method: Literal["exact", "attribution"]
+    approximate: bool = Field(description="True for attribution patching (a first-order estimate).")
+    direction: Literal["denoise", "noise"] = Field(
+        description="denoise: run corrupt, patch in clean z; noise: run clean, patch in corrupt z."
+    )
+    positions: PositionsSpec
+    clean_logit_diff: Score
+    corrupt_logit_diff: Score
+    differing_positions: list[list[int]] = Field(
+        description="Per pair, token positions where clean and corrupt differ."
+    )
+    scores: list[list[float | None]] = Field(
+        description="[n_layers][n_heads] score (see HeadScore.score); null for heads not evaluated."
+    )
+    patched_logit_diff: list[list[float | None]] = Field(
+        description="[n_layers][n_heads] mean patched logit difference."
+    )
+    heads: list[HeadScore] = Field(description="Evaluated heads sorted by |score|, largest first.")
+    verified: list[VerifiedHead] | None = Field(
+        default=None, description="With verify_top: the top heads re-run exactly, both numbers side by side."
+    )
+    figure_uri: str | None = Field(default=None, description="Heatmap of scores (layers × heads), figure://…")
+
+
+class PatchHeadsResult(Provenance, PatchHeadsMeasurement):
+    pass
+
+
+class FigureInfo(BaseModel):
+    uri: str
+    mime_type: str
+    bytes: int
+    width: int
+    height: int

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -33,6 +33,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 WaitCallback = Callable[[float], Awaitable[None]]
+StepCallback = Callable[[int, str], Awaitable[None]]
+_DONE = object()
 
 _VERSIONED = ("mcp-interp", "torch", "transformers", "transformer-lens", "mcp")
 
@@ -131,11 +133,45 @@ class Session:
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` in a worker thread while holding the model lock."""
-        return await anyio.to_thread.run_sync(partial(self._locked, fn, *args, **kwargs))
+        await self._acquire()
+        try:
+            return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
+        finally:
+            self._model_lock.release()
 
-    def _locked(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        with self._model_lock:
-            return fn(*args, **kwargs)
+    async def run_unlocked(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` in a worker thread without the model lock: for work that runs no forward pass
+        (tokenizing, reading the config), so it is never stuck behind a long scan."""
+        return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
+
+    async def run_steps(self, steps: Iterator[str], on_step: StepCallback | None = None) -> int:
+        """Drive a generator of work steps, one worker-thread hop per step, under the model lock.
+
+        Between steps the caller hears ``on_step(n_done, message)`` and cancellation takes
+        effect: a cancelled request stops at the next step boundary (the step in flight
+        finishes, since torch cannot be interrupted), the generator is closed and the lock
+        released, so the next call runs at once. Returns the number of steps run.
+        """
+        done = 0
+        await self._acquire()
+        try:
+            while True:
+                message = await anyio.to_thread.run_sync(next, steps, _DONE)
+                if message is _DONE:
+                    return done
+                done += 1
+                if on_step is not None:
+                    await on_step(done, str(message))
+        finally:
+            steps_close = getattr(steps, "close", None)
+            if steps_close is not None:
+                steps_close()
+            self._model_lock.release()
+
+    async def _acquire(self) -> None:
+        """Take the model lock without parking a worker thread on it (so cancellation is clean)."""
+        while not self._model_lock.acquire(blocking=False):
+            await anyio.sleep(0.005)
 
     def model_ref(self) -> ModelRef:
         model = self._loaded()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from mcp_interp.core import metrics
+from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
 from mcp_interp.core.tokens import (
     Batch,
     adds_bos,
@@ -21,10 +22,12 @@ from mcp_interp.core.tokens import (
     token_strings,
     validate_pairs,
 )
+from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas import (
     AnswerRankExample,
     AnswerRankMeasurement,
+    Intervention,
     KLExample,
     KLMeasurement,
     LogitDiffExample,
@@ -46,11 +49,16 @@ def tokenization_rule(model: LoadedModel) -> str:
     )
 
 
-def answer_logits(model: LoadedModel, batch: Batch) -> torch.Tensor:
-    """One forward pass; ``[batch, vocab]`` logits at each prompt's answer position."""
-    with torch.inference_mode():
+def answer_logits(model: LoadedModel, batch: Batch, ablation: Ablation | None = None) -> torch.Tensor:
+    """One forward pass (under ``ablation`` if given); ``[batch, vocab]`` logits at the answer positions."""
+    hooks = prepare_ablation(model.bridge, batch, ablation).hooks if ablation is not None else []
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
         logits = model.bridge(batch.input_ids, return_type="logits")
     return metrics.at_answer_positions(logits, batch.answer_positions)
+
+
+def _ablation(model: LoadedModel, intervention: Intervention | None) -> Ablation | None:
+    return ablation_from_spec(intervention, model.bridge.cfg.n_layers, model.bridge.cfg.n_heads)
 
 
 def model_info(model: LoadedModel) -> ModelInfoMeasurement:
@@ -100,12 +108,17 @@ def _top1(model: LoadedModel, logits: torch.Tensor) -> list[tuple[int, str]]:
 
 
 def logit_diff(
-    model: LoadedModel, prompts: Sequence[str], correct: str | Sequence[str], incorrect: str | Sequence[str]
+    model: LoadedModel,
+    prompts: Sequence[str],
+    correct: str | Sequence[str],
+    incorrect: str | Sequence[str],
+    intervention: Intervention | None = None,
 ) -> LogitDiffMeasurement:
     batch = encode(model.tokenizer, prompts, model.device)
     correct_ids = resolve_answers(model.tokenizer, correct, len(batch.texts), "correct")
     incorrect_ids = resolve_answers(model.tokenizer, incorrect, len(batch.texts), "incorrect")
-    logits = answer_logits(model, batch)
+    ablation = _ablation(model, intervention)
+    logits = answer_logits(model, batch, ablation)
     score = metrics.logit_diff(logits, correct_ids, incorrect_ids)
     top1 = _top1(model, logits)
     examples = [
@@ -142,15 +155,34 @@ def logit_diff(
             f"examples ({listed}{', ...' if len(not_top) > 8 else ''}); a positive logit difference "
             "there only says correct beats incorrect, not that the model would say it."
         )
-    return LogitDiffMeasurement(logit_diff=Score.of(score), examples=examples, notes=notes)
+    return LogitDiffMeasurement(
+        logit_diff=Score.of(score),
+        examples=examples,
+        notes=notes,
+        intervention=ablation.describe() if ablation else None,
+    )
 
 
-def kl(model: LoadedModel, prompts: Sequence[str], compare_prompts: Sequence[str]) -> KLMeasurement:
-    diffs = validate_pairs(model.tokenizer, prompts, compare_prompts, ("prompts", "compare_prompts"))
+def kl(
+    model: LoadedModel,
+    prompts: Sequence[str],
+    compare_prompts: Sequence[str] | None = None,
+    intervention: Intervention | None = None,
+) -> KLMeasurement:
+    """KL(P‖Q): P = clean run on ``prompts``; Q = run on ``compare_prompts`` (default: the same
+    prompts) under ``intervention`` (default: none). At least one of the two must be given."""
+    if compare_prompts is None and intervention is None:
+        raise InputError(
+            "`kl` needs something to compare against: pass `compare_prompts` (one per prompt, same token "
+            "length), an `intervention` (KL(clean‖intervened)), or both."
+        )
+    compare = list(prompts) if compare_prompts is None else compare_prompts
+    diffs = validate_pairs(model.tokenizer, prompts, compare, ("prompts", "compare_prompts"))
     batch_p = encode(model.tokenizer, prompts, model.device)
-    batch_q = encode(model.tokenizer, compare_prompts, model.device)
+    batch_q = encode(model.tokenizer, compare, model.device)
+    ablation = _ablation(model, intervention)
     logits_p = answer_logits(model, batch_p)
-    logits_q = answer_logits(model, batch_q)
+    logits_q = answer_logits(model, batch_q, ablation)
     score = metrics.kl_divergence(logits_p, logits_q)
     top_p, top_q = _top1(model, logits_p), _top1(model, logits_q)
     examples = [
@@ -166,15 +198,23 @@ def kl(model: LoadedModel, prompts: Sequence[str], compare_prompts: Sequence[str
     ]
     notes = []
     identical = [d.index for d in diffs if not d.positions]
-    if identical:
+    if identical and ablation is None:
         notes.append(f"Pairs {identical} are token-for-token identical, so their KL is 0 by construction.")
-    return KLMeasurement(kl=Score.of(score), examples=examples, notes=notes)
+    return KLMeasurement(
+        kl=Score.of(score), examples=examples, notes=notes, intervention=ablation.describe() if ablation else None
+    )
 
 
-def answer_rank(model: LoadedModel, prompts: Sequence[str], correct: str | Sequence[str]) -> AnswerRankMeasurement:
+def answer_rank(
+    model: LoadedModel,
+    prompts: Sequence[str],
+    correct: str | Sequence[str],
+    intervention: Intervention | None = None,
+) -> AnswerRankMeasurement:
     batch = encode(model.tokenizer, prompts, model.device)
     correct_ids = resolve_answers(model.tokenizer, correct, len(batch.texts), "correct")
-    logits = answer_logits(model, batch)
+    ablation = _ablation(model, intervention)
+    logits = answer_logits(model, batch, ablation)
     rank = metrics.answer_rank(logits, correct_ids)
     log_prob = metrics.answer_logprob(logits, correct_ids)
     top1 = _top1(model, logits)
@@ -197,4 +237,10 @@ def answer_rank(model: LoadedModel, prompts: Sequence[str], correct: str | Seque
             "Every rank is 0 (the correct answer is top-1 everywhere): rank is saturated and cannot "
             "show a change that keeps the answer on top; read the logit difference or log-prob too."
         )
-    return AnswerRankMeasurement(rank=Score.of(rank), log_prob=Score.of(log_prob), examples=examples, notes=notes)
+    return AnswerRankMeasurement(
+        rank=Score.of(rank),
+        log_prob=Score.of(log_prob),
+        examples=examples,
+        notes=notes,
+        intervention=ablation.describe() if ablation else None,
+    )
