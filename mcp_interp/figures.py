@@ -39,8 +39,7 @@ def layer_head_heatmap(
     with _LOCK:
         fig, ax = plt.subplots(figsize=(width / DPI, height / DPI), dpi=DPI)
         try:
-            cmap = matplotlib.colormaps["RdBu_r"].copy()
-            cmap.set_bad("#dddddd")
+            cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#dddddd")
             image = ax.imshow(values, cmap=cmap, vmin=center - span, vmax=center + span, aspect="auto")
             ax.set_xlabel("head")
             ax.set_ylabel("layer")

@@ -121,6 +121,25 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> Loaded
         source = "hub"
         hf_model, tokenizer = _load_hub(name, torch_dtype)
         boot_name = name
+    return boot(name, source, boot_name, hf_model, tokenizer, device, dtype, started)
+
+
+def boot(
+    name: str,
+    source: ModelSource,
+    boot_name: str,
+    hf_model: Any,
+    tokenizer: Any,
+    device: str = "cpu",
+    dtype: str = "float32",
+    started: float | None = None,
+) -> LoadedModel:
+    """Boot an HF causal LM (eager attention) as a TransformerBridge in its default mode.
+
+    Also the way tests wrap a hand-modified HF model (e.g. a known-answer construction).
+    """
+    torch_dtype = parse_dtype(dtype)
+    started = time.perf_counter() if started is None else started
     hf_model = hf_model.to(device=device, dtype=torch_dtype).eval()
     # Before booting: the bridge wraps the HF modules in place, which renames parameters.
     fingerprint = weights_fingerprint(hf_model)

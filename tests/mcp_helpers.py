@@ -11,7 +11,9 @@ from mcp.types import CallToolResult, Tool
 
 from mcp_interp.corpora import ioi_pairs
 
-EXPECTED_TOOLS = {"model_info", "tokenize", "logit_diff", "kl", "answer_rank"}
+EXPECTED_TOOLS = {
+    "model_info", "tokenize", "logit_diff", "kl", "answer_rank", "ablate_head", "patch_heads", "get_figure",
+}  # fmt: skip
 
 TINY_PROMPTS = [
     "When Mary and John went to the store, John gave a drink to",

@@ -1,0 +1,88 @@
+"""patch_heads / ablate_head / get_figure through a real MCP client (in-process, `tiny`)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from mcp import Client
+from mcp.types import ImageContent, ResourceLink
+
+from mcp_interp.figures import heatmap_size, png_size
+from mcp_interp.server import build_server
+from mcp_interp.session import Session
+from tests.mcp_helpers import assert_valid_structured, error_text, tools_by_name
+
+pytestmark = pytest.mark.anyio
+
+CLEAN = ["when mary and john went to the store , john gave a drink to"]
+CORRUPT = ["when mary and john went to the store , mary gave a drink to"]
+
+
+async def test_patch_heads_heatmap_resource_and_get_figure(tiny_session: Session) -> None:
+    progress: list[tuple[float, float | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total))
+
+    async with Client(build_server(tiny_session)) as client:
+        tools = await tools_by_name(client)
+        call = await client.call_tool(
+            "patch_heads",
+            {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": "mary", "incorrect": "john"},
+            progress_callback=on_progress,
+        )
+        result = assert_valid_structured(tools["patch_heads"], call)
+        links = [block for block in call.content if isinstance(block, ResourceLink)]
+        assert [str(link.uri) for link in links] == [result["figure_uri"]]
+        resource = await client.read_resource(result["figure_uri"])
+        png = base64.b64decode(resource.contents[0].blob)
+        figure = await client.call_tool("get_figure", {"uri": result["figure_uri"]})
+        info = assert_valid_structured(tools["get_figure"], figure)
+        bad = await client.call_tool("get_figure", {"uri": "figure://../../etc/passwd"})
+    assert png_size(png) == heatmap_size(3, 4)  # layers × heads of `tiny`
+    images = [block for block in figure.content if isinstance(block, ImageContent)]
+    assert len(images) == 1 and base64.b64decode(images[0].data) == png
+    assert (info["width"], info["height"]) == heatmap_size(3, 4)
+    assert "not found" in error_text(bad).lower() or "no figure" in error_text(bad).lower()
+    # One progress report per layer swept (3 layers), with the total known up front.
+    assert [p[0] for p in progress] == [1, 2, 3] and {p[1] for p in progress} == {3}
+    assert len(result["scores"]) == 3 and all(len(row) == 4 for row in result["scores"])
+    assert len(result["heads"]) == 12
+    assert result["heads"][0]["per_example_score"] is not None
+
+
+async def test_ablate_head_and_metric_intervention_over_mcp(tiny_session: Session) -> None:
+    async with Client(build_server(tiny_session)) as client:
+        tools = await tools_by_name(client)
+        ablated = assert_valid_structured(
+            tools["ablate_head"],
+            await client.call_tool(
+                "ablate_head",
+                {
+                    "prompts": CLEAN + CORRUPT,
+                    "heads": ["L1H2", {"layer": 0, "head": 1}],
+                    "method": "mean",
+                    "correct": "mary",
+                    "incorrect": "john",
+                },
+            ),
+        )
+        via = assert_valid_structured(
+            tools["logit_diff"],
+            await client.call_tool(
+                "logit_diff",
+                {
+                    "prompts": CLEAN + CORRUPT,
+                    "correct": "mary",
+                    "incorrect": "john",
+                    "intervention": {"ablate": {"heads": ["L1H2", "L0H1"], "method": "mean"}},
+                },
+            ),
+        )
+        bad_layer = await client.call_tool("ablate_head", {"prompts": CLEAN, "heads": "L9H0"})
+        bad_method = await client.call_tool("ablate_head", {"prompts": CLEAN, "heads": "L0H0", "method": "median"})
+    assert ablated["mean_over"] == "per_position"
+    assert via["logit_diff"]["per_example"] == pytest.approx(ablated["after"]["logit_diff"]["per_example"], abs=1e-9)
+    assert "layers 0..2" in error_text(bad_layer)
+    assert "method" in error_text(bad_method)
