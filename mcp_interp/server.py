@@ -247,9 +247,17 @@ def build_server(session: Session) -> MCPServer[Session]:
         progress per layer and stops at the next layer when cancelled."""
         model = await loaded_model(ctx)
         job = PatchHeadsJob(
-            model, clean_prompts, corrupt_prompts, correct, incorrect, direction, method, positions,
-            heads, verify_top,
-        )  # fmt: skip
+            model,
+            clean_prompts,
+            corrupt_prompts,
+            correct,
+            incorrect,
+            direction,
+            method,
+            positions,
+            heads,
+            verify_top,
+        )
         started = time.perf_counter()
         try:
             total = job.total_steps()
@@ -263,9 +271,11 @@ def build_server(session: Session) -> MCPServer[Session]:
         assert job.result is not None
         title = f"patch_heads {direction} ({method}) score: {model.name}"
         png = await anyio.to_thread.run_sync(
-            figures.layer_head_heatmap, job.result.scores, title, "recovered fraction" if direction == "denoise"
-            else "destroyed fraction"
-        )  # fmt: skip
+            figures.layer_head_heatmap,
+            job.result.scores,
+            title,
+            "recovered fraction" if direction == "denoise" else "destroyed fraction",
+        )
         uri, link = store_figure(png, title)
         job.result.figure_uri = uri
         result = with_provenance(PatchHeadsResult, job.result, started)

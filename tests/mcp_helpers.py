@@ -12,8 +12,15 @@ from mcp.types import CallToolResult, Tool
 from mcp_interp.corpora import ioi_pairs
 
 EXPECTED_TOOLS = {
-    "model_info", "tokenize", "logit_diff", "kl", "answer_rank", "ablate_head", "patch_heads", "get_figure",
-}  # fmt: skip
+    "model_info",
+    "tokenize",
+    "logit_diff",
+    "kl",
+    "answer_rank",
+    "ablate_head",
+    "patch_heads",
+    "get_figure",
+}
 
 TINY_PROMPTS = [
     "When Mary and John went to the store, John gave a drink to",

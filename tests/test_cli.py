@@ -19,8 +19,11 @@ def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_call_prints_structured_json(tmp_path: Path, tiny: LoadedModel) -> None:
-    arguments = {"prompts": ["when mary and john went to the store , john gave a drink to"], "correct": "mary",
-                 "incorrect": "john"}  # fmt: skip
+    arguments = {
+        "prompts": ["when mary and john went to the store , john gave a drink to"],
+        "correct": "mary",
+        "incorrect": "john",
+    }
     done = run_cli("call", "--model", "tiny", "logit_diff", "--args", json.dumps(arguments), tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -29,8 +32,9 @@ def test_call_prints_structured_json(tmp_path: Path, tiny: LoadedModel) -> None:
 
 
 def test_call_tool_error_exits_nonzero_with_message(tmp_path: Path) -> None:
-    done = run_cli("call", "--model", "tiny", "kl", "--args", '{"prompts": ["a b"], "compare_prompts": ["a"]}',
-                   tmp_path=tmp_path)  # fmt: skip
+    done = run_cli(
+        "call", "--model", "tiny", "kl", "--args", '{"prompts": ["a b"], "compare_prompts": ["a"]}', tmp_path=tmp_path
+    )
     assert done.returncode == 1
     assert "same number of tokens" in done.stderr
     assert done.stdout == ""

@@ -82,3 +82,34 @@ async def test_logit_diff_over_stdio_equals_direct_bridge(embedded: LoadedModel,
     # Same batch through the bridge directly: equal to 1e-5. (Prompt-by-prompt runs differ by
     # ~1e-5 from float32 summation order in a different batch shape; checked to 1e-4 above.)
     assert result["logit_diff"]["per_example"] == pytest.approx(direct_batched_logit_diffs(embedded), abs=1e-5)
+
+
+def test_exact_head_patching_matches_transformer_lens_on_smollm2(embedded: LoadedModel) -> None:
+    from transformer_lens import patching
+
+    from mcp_interp.core.patch_heads import PatchHeadsJob
+    from mcp_interp.core.tokens import encode
+
+    pairs = ioi_pairs()[:2]  # two pairs keep TransformerLens' 270 forwards to a few seconds
+    clean, corrupt = [p.clean for p in pairs], [p.corrupt for p in pairs]
+    correct, incorrect = [p.correct for p in pairs], [p.incorrect for p in pairs]
+    job = PatchHeadsJob(embedded, clean, corrupt, correct, incorrect)
+    for _ in job.steps():
+        pass
+    assert job.result is not None and job.engine is not None and job.engine.startswith("suffix")
+    clean_batch, corrupt_batch = encode(embedded.tokenizer, clean), encode(embedded.tokenizer, corrupt)
+    good = torch.tensor([embedded.tokenizer(c, add_special_tokens=False).input_ids[0] for c in correct])
+    bad = torch.tensor([embedded.tokenizer(c, add_special_tokens=False).input_ids[0] for c in incorrect])
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        final = logits[torch.arange(2), corrupt_batch.answer_positions]
+        return (final.gather(1, good[:, None]) - final.gather(1, bad[:, None])).mean()
+
+    _, clean_cache = embedded.bridge.run_with_cache(clean_batch.input_ids)
+    reference = patching.get_act_patch_attn_head_out_all_pos(
+        embedded.bridge, corrupt_batch.input_ids, clean_cache, metric
+    ).double()
+    ours = torch.tensor(job.result.patched_logit_diff, dtype=torch.float64)
+    difference = (ours - reference).abs().max().item()
+    print(f"\nexact patching vs TransformerLens on SmolLM2 (2 IOI pairs, 270 heads): max |diff| {difference:.2e}")
+    assert difference < 1e-4

@@ -246,3 +246,36 @@ def test_head_and_position_parsing_errors() -> None:
     assert not bool(position_mask("all", mask, answers)[0, 3])
     with pytest.raises(InputError, match="outside prompt 0"):
         position_mask([3], mask, answers)
+
+
+def test_generic_engine_matches_transformer_lens_too(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_interp.core import suffix_sweep
+
+    monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
+    job = PatchHeadsJob(tiny, CLEAN, CORRUPT, CORRECT, INCORRECT)
+    result = run(job)
+    assert job.engine is not None and job.engine.startswith("generic")
+    ours = torch.tensor(result.patched_logit_diff, dtype=torch.float64)
+    assert (ours - tl_reference(tiny, CORRUPT, CLEAN).double()).abs().max().item() < 1e-4
+
+
+def test_suffix_engine_with_padded_pairs_of_different_lengths(tiny: LoadedModel) -> None:
+    clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to the"]
+    corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to the"]
+    job = PatchHeadsJob(tiny, clean, corrupt, ["mary", "tom"], ["john", "james"])
+    result = run(job)
+    assert job.engine is not None and job.engine.startswith("suffix")
+    batch = encode(tiny.tokenizer, corrupt)
+    assert len(set(batch.lengths)) == 2, "the batch must be padded"
+    source = encode(tiny.tokenizer, clean)
+    good = torch.tensor([tiny.tokenizer.convert_tokens_to_ids(w) for w in ("mary", "tom")])
+    bad = torch.tensor([tiny.tokenizer.convert_tokens_to_ids(w) for w in ("john", "james")])
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        final = logits[torch.arange(2), batch.answer_positions]
+        return (final.gather(1, good[:, None]) - final.gather(1, bad[:, None])).mean()
+
+    _, cache = tiny.bridge.run_with_cache(source.input_ids)
+    reference = tl_patching.get_act_patch_attn_head_out_all_pos(tiny.bridge, batch.input_ids, cache, metric)
+    ours = torch.tensor(result.patched_logit_diff, dtype=torch.float64)
+    assert (ours - reference.double()).abs().max().item() < 1e-4

@@ -52,8 +52,11 @@ def peak_rss_mb(pid: int) -> float:
 
 def ioi_args() -> dict[str, Any]:
     pairs = ioi_pairs()
-    return {"prompts": [p.clean for p in pairs], "correct": [p.correct for p in pairs],
-            "incorrect": [p.incorrect for p in pairs]}  # fmt: skip
+    return {
+        "prompts": [p.clean for p in pairs],
+        "correct": [p.correct for p in pairs],
+        "incorrect": [p.incorrect for p in pairs],
+    }
 
 
 async def serve_and_measure(model: str, cache: str, repeats: int) -> dict[str, Any]:
@@ -76,8 +79,13 @@ async def serve_and_measure(model: str, cache: str, repeats: int) -> dict[str, A
             assert not result.is_error
         server_pids = children_of(os.getpid())
         rss = max((peak_rss_mb(pid) for pid in server_pids), default=float("nan"))
-    return {"cold": cold, "load_seconds": load_seconds, "call": statistics.median(walls), "rss": rss,
-            "mean_ld": result.structured_content["logit_diff"]["value"]}  # fmt: skip
+    return {
+        "cold": cold,
+        "load_seconds": load_seconds,
+        "call": statistics.median(walls),
+        "rss": rss,
+        "mean_ld": result.structured_content["logit_diff"]["value"],
+    }
 
 
 def bare_forward_seconds(model_name: str, cache: str, repeats: int) -> float:
@@ -112,8 +120,13 @@ def main() -> None:
     if not args.skip_first_load and args.model == "smollm2-135m":
         with tempfile.TemporaryDirectory(prefix="mcp-interp-bench-cache-") as empty:
             first = anyio.run(serve_and_measure, args.model, empty, 3)
-        rows.append(("cold start, first-ever load (GGUF → f32 cache)", f"{first['cold']:.1f} s",
-                     f"model load {first['load_seconds']:.1f} s"))  # fmt: skip
+        rows.append(
+            (
+                "cold start, first-ever load (GGUF → f32 cache)",
+                f"{first['cold']:.1f} s",
+                f"model load {first['load_seconds']:.1f} s",
+            )
+        )
     cache = str(cache_dir())
     warm = anyio.run(serve_and_measure, args.model, cache, args.repeats)
     rows.append(("cold start, cached load", f"{warm['cold']:.1f} s", f"model load {warm['load_seconds']:.1f} s"))

@@ -20,11 +20,18 @@ from typing import Any, Literal
 
 import torch
 
-from mcp_interp.core import metrics
+from mcp_interp.core import metrics, suffix_sweep
 from mcp_interp.core.heads import Head, PositionSpec, parse_heads, position_mask
-from mcp_interp.core.patching import HeadPatchSweep, attribution_estimates, collect_z, trace_blocks
-from mcp_interp.core.readouts import answer_logits
-from mcp_interp.core.tokens import encode, resolve_answers, validate_pairs
+from mcp_interp.core.patching import (
+    BlockTrace,
+    HeadPatchSweep,
+    LogitDiffReadout,
+    attribution_estimates,
+    capture_forward,
+    trace_blocks,
+)
+from mcp_interp.core.suffix_sweep import SuffixHeadPatchSweep
+from mcp_interp.core.tokens import Batch, encode, resolve_answers, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas import HeadScore, PatchHeadsMeasurement, Score, VerifiedHead
@@ -49,6 +56,9 @@ class PatchHeadsJob:
     heads: Any = None
     verify_top: int = 0
     result: PatchHeadsMeasurement | None = field(default=None, init=False)
+    engine: str | None = field(default=None, init=False)
+    engine_note: str | None = field(default=None, init=False)
+    first_diff: int = field(default=0, init=False)
 
     def total_steps(self) -> int:
         return self._layers_to_sweep(self._heads()) if self.method == "exact" else 1 + (1 if self.verify_top else 0)
@@ -72,6 +82,8 @@ class PatchHeadsJob:
         diffs = validate_pairs(
             tokenizer, self.clean_prompts, self.corrupt_prompts, ("clean_prompts", "corrupt_prompts")
         )
+        # Positions before this one are identical in every pair: the fast engine skips them.
+        self.first_diff = min((d.positions[0] for d in diffs if d.positions), default=0)
         heads = self._heads()
         clean = encode(tokenizer, self.clean_prompts, model.device)
         corrupt = encode(tokenizer, self.corrupt_prompts, model.device)
@@ -79,34 +91,48 @@ class PatchHeadsJob:
         correct_ids = torch.tensor(resolve_answers(tokenizer, self.correct, n, "correct"))
         incorrect_ids = torch.tensor(resolve_answers(tokenizer, self.incorrect, n, "incorrect"))
 
-        def row_metric(logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
-            good = logits.gather(1, correct_ids[prompts].unsqueeze(1))
-            bad = logits.gather(1, incorrect_ids[prompts].unsqueeze(1))
-            return (good - bad).squeeze(1).to(torch.float64)
+        readout = LogitDiffReadout(model.bridge, correct_ids, incorrect_ids)
+        row_metric = readout.from_residual
 
         everyone = torch.arange(n)
-        clean_ld = row_metric(answer_logits(model, clean), everyone)
-        corrupt_ld = row_metric(answer_logits(model, corrupt), everyone)
         base, source = (corrupt, clean) if self.direction == "denoise" else (clean, corrupt)
         mask = position_mask(self.positions, base.attention_mask, base.answer_positions)
         layers = sorted({h.layer for h in heads})
-        source_z = collect_z(model.bridge, source.input_ids, layers)
+        bridge = model.bridge
+        # Two forwards serve everything: the base run (traced for exact patching) and the source
+        # run (its z); both stop before the unembedding, which is applied at the answer only.
+        base_run = capture_forward(bridge, base.input_ids, trace=self.method == "exact")
+        source_run = capture_forward(bridge, source.input_ids, z_layers=layers)
+
+        def final_metric(batch: Batch, final: torch.Tensor) -> torch.Tensor:
+            answer = final[everyone, batch.answer_positions]
+            with torch.inference_mode():
+                return row_metric(answer, everyone)
+
+        base_ld, source_ld = final_metric(base, base_run.final), final_metric(source, source_run.final)
+        clean_ld, corrupt_ld = (source_ld, base_ld) if self.direction == "denoise" else (base_ld, source_ld)
+        source_z = source_run.z
 
         verified = None
         if self.method == "exact":
-            patched = yield from self._exact(base.input_ids, source_z, heads, mask, base.answer_positions, row_metric)
+            assert base_run.trace is not None
+            patched = yield from self._exact(base_run.trace, source_z, heads, mask, base.answer_positions, row_metric)
         else:
             n_heads = model.bridge.cfg.n_heads
             estimates = attribution_estimates(
-                model.bridge, base.input_ids, source_z, mask, base.answer_positions, row_metric, n_heads
+                model.bridge, base.input_ids, source_z, mask, base.answer_positions, readout.from_logits, n_heads
             )
-            base_ld = clean_ld if self.direction == "noise" else corrupt_ld
             patched = torch.stack([estimates[h.layer, h.head] + base_ld for h in heads])
             yield "attribution: one forward per input and one backward"
             if self.verify_top:
                 top = self._ranked(heads, patched, clean_ld, corrupt_ld)[: self.verify_top]
                 exact = yield from self._exact(
-                    base.input_ids, source_z, [heads[i] for i in top], mask, base.answer_positions, row_metric
+                    trace_blocks(bridge, base.input_ids),
+                    source_z,
+                    [heads[i] for i in top],
+                    mask,
+                    base.answer_positions,
+                    row_metric,
                 )
                 verified = [
                     VerifiedHead(
@@ -120,15 +146,32 @@ class PatchHeadsJob:
 
     def _exact(
         self,
-        base_ids: torch.Tensor,
+        trace: BlockTrace,
         source_z: dict[int, torch.Tensor],
         heads: list[Head],
         mask: torch.Tensor,
         answer_positions: torch.Tensor,
         row_metric: Any,
     ) -> Generator[str, None, torch.Tensor]:
-        trace = trace_blocks(self.model.bridge, base_ids)
-        sweep = HeadPatchSweep(self.model.bridge, trace, source_z, heads, mask, answer_positions, row_metric)
+        bridge = self.model.bridge
+        sweep: HeadPatchSweep | SuffixHeadPatchSweep
+        sweep = HeadPatchSweep(bridge, trace, source_z, heads, mask, answer_positions, row_metric)
+        self.engine = "generic: each block called through the TransformerBridge on every position"
+        if suffix_sweep.supports(bridge):
+            start = min(self.first_diff, int(answer_positions.min()))
+            fast = SuffixHeadPatchSweep(bridge, trace, source_z, heads, mask, answer_positions, row_metric, start)
+            error = fast.check()
+            if error <= suffix_sweep.CHECK_TOLERANCE:
+                sweep = fast
+                self.engine = (
+                    f"suffix: positions {start}.. recomputed with the model's own weights (replay of the "
+                    f"unpatched run matches the real forward to {error:.1e})"
+                )
+            else:
+                self.engine_note = (
+                    f"The fast suffix engine did not reproduce this model's forward (max |Δ| {error:.2e}); "
+                    "used the generic engine instead (same numbers, slower)."
+                )
         for layer in sweep.steps():
             yield f"exact patching: layer {layer} of {self.model.bridge.cfg.n_layers - 1} done"
         assert sweep.values is not None
@@ -189,6 +232,8 @@ class PatchHeadsJob:
                 f"The clean−corrupt logit-difference gap is only {gap:+.3f}: recovered fractions divide by it "
                 "and are unstable; choose pairs the model separates more clearly."
             )
+        if self.engine_note:
+            notes.append(self.engine_note)
         if self.method == "attribution":
             notes.append(
                 "Attribution patching is a first-order (gradient) estimate of exact patching, not a measurement; "
@@ -214,6 +259,7 @@ class PatchHeadsJob:
             patched_logit_diff=patched_grid,
             heads=rows,
             verified=verified,
+            engine=self.engine,
             notes=notes,
         )
 

@@ -31,8 +31,40 @@ import torch
 
 from mcp_interp.core.heads import Head
 
-# A metric maps answer-position logits [rows, vocab] and each row's prompt index to [rows].
+# A metric maps final residuals at the answer position [rows, d_model] (before the final norm)
+# and each row's prompt index to one number per row.
 RowMetric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class LogitDiffReadout:
+    """logit(correct[p]) − logit(incorrect[p]) for rows of prompt p, float64.
+
+    ``from_residual`` applies the final norm and then only the two unembedding rows it needs:
+    the full vocabulary projection of thousands of patched rows would cost more than the
+    patched runs' attention. Falls back to the full unembedding when the model's unembedding
+    is not a plain linear layer.
+    """
+
+    def __init__(self, bridge: Any, correct: torch.Tensor, incorrect: torch.Tensor) -> None:
+        self.bridge, self.correct, self.incorrect = bridge, correct, incorrect
+        linear = getattr(bridge.unembed, "_original_component", None)
+        self.weight = linear.weight if isinstance(linear, torch.nn.Linear) else None
+        self.bias = linear.bias if isinstance(linear, torch.nn.Linear) else None
+
+    def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        good = logits.gather(1, self.correct[prompts].unsqueeze(1))
+        bad = logits.gather(1, self.incorrect[prompts].unsqueeze(1))
+        return (good - bad).squeeze(1).to(torch.float64)
+
+    def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        if self.weight is None:
+            return self.from_logits(answer_logits_from_residual(self.bridge, residual), prompts)
+        normed = self.bridge.ln_final(residual.unsqueeze(1))[:, 0]
+        good, bad = self.correct[prompts], self.incorrect[prompts]
+        diff = (normed * (self.weight[good] - self.weight[bad])).sum(dim=-1)
+        if self.bias is not None:
+            diff = diff + self.bias[good] - self.bias[bad]
+        return diff.to(torch.float64)
 
 
 @dataclass
@@ -41,14 +73,34 @@ class BlockTrace:
 
     inputs: list[torch.Tensor]  # residual entering block l, [batch, seq, d_model]
     kwargs: list[dict[str, Any]]  # keyword arguments the model passed to block l
+    final: torch.Tensor  # output of the last block (before the final norm), [batch, seq, d_model]
     batch_size: int
 
 
-def trace_blocks(bridge: Any, input_ids: torch.Tensor) -> BlockTrace:
-    """Run ``input_ids`` once and record each block's residual input and call arguments."""
+@dataclass
+class Capture:
+    """One forward pass, stopped after the last block: the final residual plus what was asked for."""
+
+    final: torch.Tensor  # [batch, seq, d_model], before the final norm
+    z: dict[int, torch.Tensor]  # layer -> hook_z [batch, seq, n_heads, d_head]
+    trace: BlockTrace | None
+
+
+class _StopForward(Exception):
+    """Raised by a hook after the last block: nothing after it (final norm, unembedding) is needed."""
+
+
+def capture_forward(
+    bridge: Any, input_ids: torch.Tensor, z_layers: list[int] | tuple[int, ...] = (), trace: bool = False
+) -> Capture:
+    """Run ``input_ids`` once, recording ``hook_z`` of ``z_layers`` and, with ``trace``, each
+    block's residual input and call arguments. The vocabulary projection is skipped: callers
+    unembed only the answer positions."""
     n_layers = len(bridge.blocks)
     inputs: list[torch.Tensor | None] = [None] * n_layers
     kwargs: list[dict[str, Any] | None] = [None] * n_layers
+    z: dict[int, torch.Tensor] = {}
+    final: list[torch.Tensor] = []
 
     def recorder(layer: int) -> Callable[..., None]:
         def record(module: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
@@ -58,16 +110,46 @@ def trace_blocks(bridge: Any, input_ids: torch.Tensor) -> BlockTrace:
 
         return record
 
-    handles = [block.register_forward_pre_hook(recorder(i), with_kwargs=True) for i, block in enumerate(bridge.blocks)]
+    def keep_z(layer: int) -> Callable[[torch.Tensor, Any], None]:
+        def hook(value: torch.Tensor, hook: Any) -> None:
+            z[layer] = value.detach().clone()
+
+        return hook
+
+    def stop(module: Any, args: Any, output: Any) -> None:
+        final.append(_block_output(output).detach())
+        raise _StopForward
+
+    handles = []
+    if trace:
+        handles = [
+            block.register_forward_pre_hook(recorder(i), with_kwargs=True) for i, block in enumerate(bridge.blocks)
+        ]
+    handles.append(bridge.blocks[n_layers - 1].register_forward_hook(stop))
+    fwd_hooks = [(f"blocks.{layer}.attn.hook_z", keep_z(layer)) for layer in z_layers]
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd_hooks):
             bridge(input_ids, return_type=None)
+    except _StopForward:
+        pass
     finally:
         for handle in handles:
             handle.remove()
-    if any(x is None for x in inputs) or any(k is None for k in kwargs):
-        raise RuntimeError("could not trace every transformer block of this model")
-    return BlockTrace(inputs=inputs, kwargs=kwargs, batch_size=input_ids.shape[0])  # type: ignore[arg-type]
+    if not final or len(z) != len(set(z_layers)):
+        raise RuntimeError("the forward pass did not reach every requested hook of this model")
+    block_trace = None
+    if trace:
+        if any(x is None for x in inputs) or any(k is None for k in kwargs):
+            raise RuntimeError("could not trace every transformer block of this model")
+        block_trace = BlockTrace(inputs, kwargs, final[0], input_ids.shape[0])  # type: ignore[arg-type]
+    return Capture(final=final[0], z=z, trace=block_trace)
+
+
+def trace_blocks(bridge: Any, input_ids: torch.Tensor) -> BlockTrace:
+    """Each block's residual input and call arguments from one forward of ``input_ids``."""
+    trace = capture_forward(bridge, input_ids, trace=True).trace
+    assert trace is not None
+    return trace
 
 
 def _rows_kwargs(call_kwargs: dict[str, Any], rows_prompt: torch.Tensor, batch_size: int) -> dict[str, Any]:
@@ -136,13 +218,16 @@ class HeadPatchSweep:
                 outputs = []
                 for start in range(0, residual.shape[0], self.max_rows_per_call):
                     stop = min(start + self.max_rows_per_call, residual.shape[0])
-                    outputs.append(self._run_block(layer, residual[start:stop], rows_prompt[start:stop],
-                                                   rows_head_index[start:stop]))  # fmt: skip
+                    outputs.append(
+                        self._run_block(
+                            layer, residual[start:stop], rows_prompt[start:stop], rows_head_index[start:stop]
+                        )
+                    )
                 residual = torch.cat(outputs)
                 yield layer
             assert residual is not None
             final = residual[torch.arange(residual.shape[0]), self.answer_positions[rows_prompt]]
-            row_values = self.metric(answer_logits_from_residual(self.bridge, final), rows_prompt)
+            row_values = self.metric(final, rows_prompt)
         values = torch.empty(len(self.heads), batch, dtype=row_values.dtype)
         values[rows_head_index, rows_prompt] = row_values
         self.values = values
@@ -174,10 +259,7 @@ class HeadPatchSweep:
 
 def collect_z(bridge: Any, input_ids: torch.Tensor, layers: list[int]) -> dict[int, torch.Tensor]:
     """``hook_z`` of the given layers from one forward of ``input_ids``."""
-    names = {f"blocks.{layer}.attn.hook_z": layer for layer in layers}
-    with torch.inference_mode():
-        _, cache = bridge.run_with_cache(input_ids, names_filter=lambda name: name in names)
-    return {layer: cache[name].detach().clone() for name, layer in names.items()}
+    return capture_forward(bridge, input_ids, z_layers=layers).z
 
 
 def attribution_estimates(
@@ -186,7 +268,7 @@ def attribution_estimates(
     source_z: dict[int, torch.Tensor],
     patch_mask: torch.Tensor,
     answer_positions: torch.Tensor,
-    metric: RowMetric,
+    logits_metric: RowMetric,
     n_heads: int,
 ) -> torch.Tensor:
     """First-order estimate of (patched − base) metric per head and prompt, ``[n_layers, n_heads, batch]``.
@@ -212,7 +294,7 @@ def attribution_estimates(
     with torch.enable_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
         logits = bridge(base_ids, return_type="logits")
         final = logits[torch.arange(batch), answer_positions]
-        total = metric(final, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
+        total = logits_metric(final, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
         grads = torch.autograd.grad(total, [captured[layer] for layer in layers])
     estimates = torch.zeros(len(bridge.blocks), n_heads, batch, dtype=torch.float64)
     mask = patch_mask.unsqueeze(-1).unsqueeze(-1).to(torch.float64)  # [batch, seq, 1, 1]

@@ -1,0 +1,127 @@
+"""Benchmark: head patching on the embedded model, against TransformerLens in the same process.
+
+On the 8 IOI pairs of ``prompts/ioi.json`` (denoise: run corrupt, patch in clean ``hook_z`` at
+every position, metric = mean logit difference at the answer position), times:
+
+1. the reference — ``transformer_lens.patching.get_act_patch_attn_head_out_all_pos`` (one full
+   forward per head, 270 heads);
+2. ``patch_heads`` exact (mcp-interp's core, the engine the server uses);
+3. ``patch_heads`` attribution;
+
+and prints the wall times, the speed-up ratios, the max |difference| of exact vs the reference,
+and for attribution its Spearman rank correlation and top-10 overlap with exact. Also the top 5
+heads by exact patching and by zero-ablation (each head alone, logit difference drop).
+
+Usage: ``python tools/bench_patching.py [--model smollm2-135m] [--skip-reference]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+from scipy.stats import spearmanr
+
+from mcp_interp.core.ablate import ablate_heads
+from mcp_interp.core.heads import Head
+from mcp_interp.core.interventions import Ablation
+from mcp_interp.core.patch_heads import PatchHeadsJob
+from mcp_interp.core.tokens import encode, resolve_answers
+from mcp_interp.corpora import ioi_pairs
+from mcp_interp.models import load_model
+
+
+def run_job(job: PatchHeadsJob) -> float:
+    started = time.perf_counter()
+    for _ in job.steps():
+        pass
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--skip-reference", action="store_true", help="Do not run TransformerLens' module.")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = load_model(args.model)
+    pairs = ioi_pairs()
+    clean, corrupt = [p.clean for p in pairs], [p.corrupt for p in pairs]
+    correct, incorrect = [p.correct for p in pairs], [p.incorrect for p in pairs]
+    n_layers, n_heads = model.bridge.cfg.n_layers, model.bridge.cfg.n_heads
+    print(
+        f"model {model.name}: {n_layers} layers x {n_heads} heads = {n_layers * n_heads} heads, "
+        f"{len(pairs)} IOI pairs, torch threads {torch.get_num_threads()}"
+    )
+
+    exact = PatchHeadsJob(model, clean, corrupt, correct, incorrect, method="exact")
+    t_exact = run_job(exact)
+    assert exact.result is not None
+    ours = torch.tensor(exact.result.patched_logit_diff, dtype=torch.float64)
+    print(f"exact engine: {exact.engine}")
+
+    attribution = PatchHeadsJob(model, clean, corrupt, correct, incorrect, method="attribution")
+    t_attr = run_job(attribution)
+    assert attribution.result is not None
+
+    rows = [("patch_heads exact", t_exact), ("patch_heads attribution", t_attr)]
+    if not args.skip_reference:
+        from transformer_lens import patching
+
+        clean_batch, corrupt_batch = encode(model.tokenizer, clean), encode(model.tokenizer, corrupt)
+        good = torch.tensor(resolve_answers(model.tokenizer, correct, len(pairs), "correct"))
+        bad = torch.tensor(resolve_answers(model.tokenizer, incorrect, len(pairs), "incorrect"))
+
+        def metric(logits: torch.Tensor) -> torch.Tensor:
+            final = logits[torch.arange(len(pairs)), corrupt_batch.answer_positions]
+            return (final.gather(1, good[:, None]) - final.gather(1, bad[:, None])).mean()
+
+        started = time.perf_counter()
+        _, clean_cache = model.bridge.run_with_cache(clean_batch.input_ids)
+        reference = patching.get_act_patch_attn_head_out_all_pos(
+            model.bridge, corrupt_batch.input_ids, clean_cache, metric
+        ).double()
+        t_ref = time.perf_counter() - started
+        rows.insert(0, ("TransformerLens get_act_patch_attn_head_out_all_pos", t_ref))
+
+    width = max(len(name) for name, _ in rows)
+    print("\nwall time")
+    for name, seconds in rows:
+        ratio = f"  {t_ref / seconds:6.1f}x faster than the reference" if not args.skip_reference else ""
+        print(f"  {name:<{width}}  {seconds:8.2f} s{ratio if name != rows[0][0] or args.skip_reference else ''}")
+    if not args.skip_reference:
+        print(f"\nexact vs reference: max |patched logit diff difference| = {(ours - reference).abs().max():.2e}")
+
+    exact_scores = [(h.head, h.score or 0.0) for h in exact.result.heads]
+    attr_by_head = {h.head: h.score or 0.0 for h in attribution.result.heads}
+    names = [name for name, _ in exact_scores]
+    rho = spearmanr([s for _, s in exact_scores], [attr_by_head[n] for n in names]).statistic
+    top_exact = set(names[:10])
+    top_attr = {h.head for h in attribution.result.heads[:10]}
+    print(f"attribution vs exact: Spearman rho = {rho:.3f}, top-10 overlap = {len(top_exact & top_attr)}/10")
+
+    print(
+        f"\nclean logit diff {exact.result.clean_logit_diff.value:+.3f}, "
+        f"corrupt {exact.result.corrupt_logit_diff.value:+.3f}"
+    )
+    print("top 5 heads by exact patching (recovered fraction):")
+    for row in exact.result.heads[:5]:
+        print(f"  {row.head:<7} {row.score:+.3f}  (patched logit diff {row.patched_logit_diff:+.3f})")
+
+    started = time.perf_counter()
+    drops = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            result = ablate_heads(model, clean, Ablation([Head(layer, head)], "zero"), correct, incorrect)
+            assert result.before.logit_diff is not None and result.after.logit_diff is not None
+            drops.append((result.before.logit_diff.value - result.after.logit_diff.value, f"L{layer}H{head}"))
+    drops.sort(reverse=True)
+    print(f"top 5 heads by zero-ablation (drop in clean logit diff; {time.perf_counter() - started:.1f} s for all):")
+    for drop, name in drops[:5]:
+        print(f"  {name:<7} {drop:+.3f}")
+
+
+if __name__ == "__main__":
+    main()
