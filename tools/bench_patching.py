@@ -57,7 +57,9 @@ def main() -> None:
     )
 
     exact = PatchHeadsJob(model, clean, corrupt, correct, incorrect, method="exact")
-    t_exact = run_job(exact)
+    t_exact_cold = run_job(exact)  # the first call in a fresh process (one-time kernel/allocator warm-up)
+    exact = PatchHeadsJob(model, clean, corrupt, correct, incorrect, method="exact")
+    t_exact = run_job(exact)  # what a running server sees from its second call on
     assert exact.result is not None
     ours = torch.tensor(exact.result.patched_logit_diff, dtype=torch.float64)
     print(f"exact engine: {exact.engine}")
@@ -66,7 +68,11 @@ def main() -> None:
     t_attr = run_job(attribution)
     assert attribution.result is not None
 
-    rows = [("patch_heads exact", t_exact), ("patch_heads attribution", t_attr)]
+    rows = [
+        ("patch_heads exact, first call in the process", t_exact_cold),
+        ("patch_heads exact, second call", t_exact),
+        ("patch_heads attribution", t_attr),
+    ]
     if not args.skip_reference:
         from transformer_lens import patching
 
