@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -22,31 +22,41 @@ from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent, T
 from pydantic import BaseModel, Field
 
 from mcp_interp import __version__, figures
-from mcp_interp.core import readouts
+from mcp_interp.core import lens, readouts
 from mcp_interp.core.ablate import ablate_heads
+from mcp_interp.core.explain import ExplainJob, report_markdown
 from mcp_interp.core.interventions import ablation_from_spec
 from mcp_interp.core.patch_heads import PatchHeadsJob
+from mcp_interp.core.steer import steer as steer_core
 from mcp_interp.errors import InterpError
+from mcp_interp.prompts import register_prompts
 from mcp_interp.schemas import (
     AblateHeadResult,
     AblationSpec,
     AnswerRankResult,
+    AttentionResult,
+    DLAResult,
+    ExplainResult,
     FigureInfo,
     HeadSpec,
+    InductionResult,
     Intervention,
     KLResult,
     LogitDiffResult,
+    LogitLensResult,
     Measurement,
     ModelInfoResult,
     PatchHeadsResult,
     PositionsSpec,
     Provenance,
+    SteerResult,
     TokenizeResult,
 )
 from mcp_interp.session import Session
 from mcp_interp.store import NotFound
 
 R = TypeVar("R", bound=BaseModel)
+T = TypeVar("T")
 
 INSTRUCTIONS = """\
 mcp-interp runs mechanistic-interpretability measurements on a transformer loaded in this
@@ -115,6 +125,19 @@ def build_server(session: Session) -> MCPServer[Session]:
         except InterpError as exc:
             raise ToolError(str(exc)) from exc
         return with_provenance(result_type, measurement, started)
+
+    async def guarded(awaitable: Awaitable[T]) -> T:
+        """Await core work, turning its caller-facing errors into tool errors."""
+        try:
+            return await awaitable
+        except InterpError as exc:
+            raise ToolError(str(exc)) from exc
+
+    def structured_result(result: BaseModel, summary: str, links: list[ResourceLink]) -> CallToolResult:
+        return CallToolResult(
+            content=[TextContent(type="text", text=summary), *links],
+            structured_content=result.model_dump(mode="json"),
+        )
 
     def store_figure(png: bytes, title: str) -> tuple[str, ResourceLink]:
         stored = session.store.put("figure", png)
@@ -308,6 +331,201 @@ def build_server(session: Session) -> MCPServer[Session]:
             structured_content=info.model_dump(mode="json"),
         )
 
+    @server.tool(annotations=READ_ONLY)
+    async def logit_lens(
+        prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
+        ctx: Context,
+        target: Annotated[str | None, Field(description="Token to track (default: the model's top-1).")] = None,
+        top_k: Annotated[int, Field(ge=1, le=50, description="Top tokens listed per layer.")] = 5,
+    ) -> Annotated[CallToolResult, LogitLensResult]:
+        """Logit lens: the final norm + unembedding applied to the residual after every layer at the
+        answer position — top-k tokens per layer, the target's probability and rank per layer, and the
+        first layer from which it stays top-1. Figure: probability and rank across layers."""
+        model = await loaded_model(ctx)
+        started = time.perf_counter()
+        measurement = await guarded(session.run(lens.logit_lens, model, prompt, target, top_k))
+        png = await anyio.to_thread.run_sync(
+            lambda: figures.logit_lens_figure(
+                [r.layer for r in measurement.layers],
+                [r.target_prob for r in measurement.layers],
+                [r.target_rank for r in measurement.layers],
+                measurement.target,
+            )
+        )
+        measurement.figure_uri, link = store_figure(png, f"logit lens {measurement.target!r}")
+        result = with_provenance(LogitLensResult, measurement, started)
+        summary = (
+            f"logit lens for {result.target!r}: final P = {result.final_prob:.3f}, top-1 from layer "
+            f"{result.first_top1_layer}. Figure: {result.figure_uri}"
+        )
+        return structured_result(result, summary, [link])
+
+    @server.tool(annotations=READ_ONLY)
+    async def dla(
+        prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
+        answer: Annotated[str, Field(description="Single-token answer, e.g. ' Mary'.")],
+        ctx: Context,
+        baseline: Annotated[
+            str | None, Field(description="Single-token baseline; decomposes logit(answer) − logit(baseline).")
+        ] = None,
+        top_k: Annotated[int, Field(ge=1, le=100, description="Components listed in `top`.")] = 10,
+    ) -> Annotated[CallToolResult, DLAResult]:
+        """Direct logit attribution: what every attention head, every MLP and the embeddings write
+        directly to logit(answer) − logit(baseline) (or logit(answer)), with the final norm's scale
+        frozen from the real run. The parts sum to the measured value (see residual_error).
+        Correlational, not causal. Figure: layer × head heatmap plus MLP bars."""
+        model = await loaded_model(ctx)
+        started = time.perf_counter()
+        measurement = await guarded(session.run(lens.dla, model, prompt, answer, baseline, top_k))
+        png = await anyio.to_thread.run_sync(
+            figures.dla_figure, measurement.heads, measurement.mlps, measurement.quantity
+        )
+        measurement.figure_uri, link = store_figure(png, f"DLA {measurement.quantity}")
+        result = with_provenance(DLAResult, measurement, started)
+        tops = ", ".join(f"{c.component} {c.value:+.3f}" for c in result.top[:5])
+        summary = f"DLA of {result.quantity} = {result.measured:+.3f}: {tops}. Figure: {result.figure_uri}"
+        return structured_result(result, summary, [link])
+
+    @server.tool(annotations=READ_ONLY)
+    async def attention(
+        prompt: Annotated[str, Field(description="One prompt.")],
+        layer: Annotated[int, Field(description="Layer index, 0-based.")],
+        head: Annotated[int, Field(description="Query-head index, 0-based.")],
+        ctx: Context,
+    ) -> Annotated[CallToolResult, AttentionResult]:
+        """Attention pattern of one head (query × key, token labels) and the tokens the answer
+        position attends to most, with weights."""
+        model = await loaded_model(ctx)
+        started = time.perf_counter()
+        measurement = await guarded(session.run(lens.attention, model, prompt, layer, head))
+        title = f"L{layer}H{head} attention"
+        png = await anyio.to_thread.run_sync(figures.attention_figure, measurement.pattern, measurement.tokens, title)
+        measurement.figure_uri, link = store_figure(png, title)
+        result = with_provenance(AttentionResult, measurement, started)
+        tops = ", ".join(f"{t.token!r}@{t.position} {t.weight:.2f}" for t in result.top_attended)
+        return structured_result(result, f"L{layer}H{head} at the answer position attends to: {tops}", [link])
+
+    @server.tool(annotations=READ_ONLY)
+    async def induction(
+        ctx: Context,
+        seq_len: Annotated[int, Field(ge=2, le=512, description="Length of the random sequence (repeated once).")] = 50,
+        n_seqs: Annotated[int, Field(ge=1, le=64, description="Number of random sequences.")] = 8,
+        seed: Annotated[int, Field(description="Seed of the random tokens (CPU generator).")] = 0,
+    ) -> Annotated[CallToolResult, InductionResult]:
+        """Induction score of every head: on random tokens repeated twice, the mean attention from each
+        token of the second copy to the token after its earlier occurrence. Heatmap; heads sorted."""
+        model = await loaded_model(ctx)
+        started = time.perf_counter()
+        measurement = await guarded(session.run(lens.induction, model, seq_len, n_seqs, seed))
+        png = await anyio.to_thread.run_sync(
+            figures.layer_head_heatmap, measurement.scores, "induction score", "score", 0.0
+        )
+        measurement.figure_uri, link = store_figure(png, "induction scores")
+        result = with_provenance(InductionResult, measurement, started)
+        tops = ", ".join(f"{c.component} {c.value:.3f}" for c in result.heads[:5])
+        return structured_result(result, f"top induction heads: {tops}. Figure: {result.figure_uri}", [link])
+
+    @server.tool(annotations=READ_ONLY)
+    async def steer(
+        prompt: Annotated[str, Field(description="Prompt to continue.")],
+        positive: Annotated[str, Field(description="Text whose direction to add, e.g. 'Love'.")],
+        negative: Annotated[str, Field(description="Text whose direction to subtract, e.g. 'Hate'.")],
+        layer: Annotated[int, Field(description="Block whose input residual is steered.")],
+        coefficient: Annotated[float, Field(description="Multiplier of the steering vector.")],
+        ctx: Context,
+        max_new_tokens: Annotated[int, Field(ge=1, le=100)] = 20,
+        seed: Annotated[int, Field(description="Recorded; greedy decoding is deterministic.")] = 0,
+    ) -> SteerResult:
+        """Activation addition: add coefficient × (resid(positive) − resid(negative)) at `layer` and
+        compare greedy continuations with and without it. `notes` say when the steered text only
+        degenerates (repetition) rather than shifting meaning."""
+        return await run(
+            ctx, SteerResult, steer_core, prompt, positive, negative, layer, coefficient, max_new_tokens, seed
+        )
+
+    @server.tool(annotations=READ_ONLY)
+    async def explain(
+        prompt: Annotated[str, Field(description="The prompt whose prediction to explain.")],
+        answer: Annotated[str, Field(description="The predicted token to explain, e.g. ' Mary'.")],
+        baseline: Annotated[str, Field(description="The alternative it beat, e.g. ' John'.")],
+        ctx: Context,
+        corrupt: Annotated[
+            str | None,
+            Field(
+                description="A minimal-pair prompt (same token length) where the answer should change; "
+                "enables exact head patching."
+            ),
+        ] = None,
+        top_k: Annotated[int, Field(ge=1, le=20, description="Components and heads reported.")] = 5,
+    ) -> Annotated[CallToolResult, ExplainResult]:
+        """Why did the model predict `answer` over `baseline`? Runs the logit lens, DLA, exact head
+        patching (with `corrupt`) and the attention of the top heads; returns findings that cite their
+        numbers, caveats, time per stage, and a Markdown report (report://…) linking every figure.
+        The numbers equal those of the single tools. Progress per stage; cancellable."""
+        model = await loaded_model(ctx)
+        job = ExplainJob(model, prompt, answer, baseline, corrupt, top_k)
+        started = time.perf_counter()
+        total = job.total_steps()
+
+        async def progress(done: int, message: str) -> None:
+            await ctx.report_progress(done, total, message)
+
+        await guarded(session.run_steps(job.steps(), progress))
+        assert job.result is not None and job.lens is not None and job.attribution is not None
+        figure_started = time.perf_counter()
+        uris: dict[str, str] = {}
+        links = []
+
+        def add(name: str, png: bytes) -> None:
+            uri, link = store_figure(png, name)
+            uris[name] = uri
+            links.append(link)
+
+        rows = job.lens.layers
+        add(
+            "logit lens",
+            await anyio.to_thread.run_sync(
+                figures.logit_lens_figure,
+                [r.layer for r in rows],
+                [r.target_prob for r in rows],
+                [r.target_rank for r in rows],
+                job.lens.target,
+            ),
+        )
+        add(
+            "direct logit attribution",
+            await anyio.to_thread.run_sync(
+                figures.dla_figure, job.attribution.heads, job.attribution.mlps, job.attribution.quantity
+            ),
+        )
+        if job.patching is not None:
+            add(
+                "head patching (recovered fraction)",
+                await anyio.to_thread.run_sync(
+                    figures.layer_head_heatmap, job.patching.scores, "patch_heads denoise (exact)", "recovered fraction"
+                ),
+            )
+        for att in job.attentions:
+            name = f"L{att.layer}H{att.head} attention"
+            add(name, await anyio.to_thread.run_sync(figures.attention_figure, att.pattern, att.tokens, name))
+        job.result.stage_seconds["figures"] = round(time.perf_counter() - figure_started, 3)
+        job.result.figure_uris = list(uris.values())
+        report = report_markdown(job.result, session.model_ref(), uris)
+        stored = session.store.put("report", report.encode())
+        job.result.report_uri = stored.uri
+        links.append(
+            ResourceLink(
+                type="resource_link",
+                uri=stored.uri,
+                name="explain report",
+                mime_type="text/markdown",
+                size=len(report.encode()),
+            )
+        )
+        result = with_provenance(ExplainResult, job.result, started)
+        summary = "\n".join(["explain: " + result.findings[0], *result.findings[1:], f"Report: {stored.uri}"])
+        return structured_result(result, summary, links)
+
     @server.resource(
         "figure://{figure_id}",
         name="figure",
@@ -320,4 +538,17 @@ def build_server(session: Session) -> MCPServer[Session]:
         except NotFound as exc:
             raise ResourceError(str(exc)) from exc
 
+    @server.resource(
+        "report://{report_id}",
+        name="report",
+        description="A Markdown report written by `explain`; it cites every number and links every figure.",
+        mime_type="text/markdown",
+    )
+    def report(report_id: str) -> str:
+        try:
+            return session.store.get("report", report_id).decode("utf-8")
+        except NotFound as exc:
+            raise ResourceError(str(exc)) from exc
+
+    register_prompts(server)
     return server

@@ -113,3 +113,59 @@ def test_exact_head_patching_matches_transformer_lens_on_smollm2(embedded: Loade
     difference = (ours - reference).abs().max().item()
     print(f"\nexact patching vs TransformerLens on SmolLM2 (2 IOI pairs, 270 heads): max |diff| {difference:.2e}")
     assert difference < 1e-4
+
+
+def test_dla_and_logit_lens_checks_on_smollm2(embedded: LoadedModel) -> None:
+    from mcp_interp.core import lens
+
+    pair = ioi_pairs()[0]
+    result = lens.dla(embedded, pair.clean, pair.correct, pair.incorrect)
+    measured = readouts.logit_diff(embedded, [pair.clean], pair.correct, pair.incorrect).logit_diff.value
+    assert result.measured == pytest.approx(measured, abs=1e-4)
+    assert abs(result.measured - result.total) < 1e-3, (result.measured, result.total)
+    seen = lens.logit_lens(embedded, pair.clean)
+    top1 = readouts.answer_rank(embedded, [pair.clean], pair.correct).examples[0].top1_id
+    assert seen.layers[-1].top[0].id == top1
+    print(
+        f"\nDLA on SmolLM2: measured {result.measured:+.4f}, sum of parts {result.total:+.4f}; "
+        f"top {[(c.component, round(c.value, 3)) for c in result.top[:5]]}"
+    )
+
+
+def test_induction_heads_on_smollm2_structure(embedded: LoadedModel) -> None:
+    from mcp_interp.core import lens
+
+    result = lens.induction(embedded, seq_len=30, n_seqs=4, seed=0)
+    cfg = embedded.bridge.cfg
+    assert len(result.scores) == cfg.n_layers and all(len(row) == cfg.n_heads for row in result.scores)
+    values = [c.value for c in result.heads]
+    assert values == sorted(values, reverse=True) and len(values) == cfg.n_layers * cfg.n_heads
+    assert all(0.0 <= v <= 1.0 for v in values)
+    mean = sum(values) / len(values)
+    print(
+        f"\ntop induction heads on SmolLM2: {[(c.component, round(c.value, 3)) for c in result.heads[:5]]}, "
+        f"mean {mean:.3f}"
+    )
+    # A trained LM has heads far more inductive than its average head.
+    assert values[0] > 5 * mean
+
+
+def test_explain_on_smollm2_agrees_with_single_tools(embedded: LoadedModel) -> None:
+    from mcp_interp.core import lens
+    from mcp_interp.core.explain import ExplainJob
+    from mcp_interp.core.patch_heads import PatchHeadsJob
+
+    pair = ioi_pairs()[0]
+    job = ExplainJob(embedded, pair.clean, pair.correct, pair.incorrect, pair.corrupt)
+    for _ in job.steps():
+        pass
+    assert job.result is not None
+    single_dla = lens.dla(embedded, pair.clean, pair.correct, pair.incorrect, top_k=10)
+    patch = PatchHeadsJob(embedded, [pair.clean], [pair.corrupt], pair.correct, pair.incorrect)
+    for _ in patch.steps():
+        pass
+    assert patch.result is not None
+    assert job.result.top_dla == single_dla.top[:5]
+    assert [c.head for c in job.result.causal_heads or []] == [h.head for h in patch.result.heads[:5]]
+    print("\nexplain on SmolLM2 (IOI):\n  " + "\n  ".join(job.result.findings))
+    print(f"  stage seconds: {job.result.stage_seconds}")

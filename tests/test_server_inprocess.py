@@ -77,10 +77,11 @@ async def test_bad_input_is_a_tool_error_and_server_keeps_serving(tiny_session: 
 async def test_unknown_figure_ids_are_not_found(tiny_session: Session) -> None:
     async with Client(build_server(tiny_session)) as client:
         templates = (await client.list_resource_templates()).resource_templates
-        assert [t.uri_template for t in templates] == ["figure://{figure_id}"]
-        for bad in ["0" * 32, "../../etc/passwd", "x" * 5000]:
-            with pytest.raises(Exception, match=r"(?i)not found|no figure|unknown"):
-                await client.read_resource(f"figure://{bad}")
+        assert sorted(t.uri_template for t in templates) == ["figure://{figure_id}", "report://{report_id}"]
+        for kind in ("figure", "report"):
+            for bad in ["0" * 32, "../../etc/passwd", "x" * 5000]:
+                with pytest.raises(Exception, match=r"(?i)not found|no (figure|report)|unknown"):
+                    await client.read_resource(f"{kind}://{bad}")
 
 
 async def test_figure_resource_reads_back_stored_bytes(tiny_session: Session) -> None:

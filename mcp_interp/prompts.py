@@ -1,0 +1,33 @@
+"""MCP prompts: workflow templates shipped in ``prompts/`` that teach an assistant the traps.
+
+Templates use ``string.Template`` placeholders (``$prompt``) so the braces of JSON examples in
+the text need no escaping.
+"""
+
+from __future__ import annotations
+
+from string import Template
+from typing import Any
+
+from mcp_interp.corpora import prompts_dir
+
+
+def render(name: str, **values: str) -> str:
+    text = (prompts_dir() / f"{name}.md").read_text(encoding="utf-8")
+    return Template(text).safe_substitute(values)
+
+
+def register_prompts(server: Any) -> None:
+    @server.prompt(
+        name="explain-prediction", description="Explain why the model predicts an answer, with cited numbers."
+    )
+    def explain_prediction(prompt: str, answer: str, baseline: str) -> str:
+        return render("explain-prediction", prompt=prompt, answer=repr(answer), baseline=repr(baseline))
+
+    @server.prompt(name="find-circuit", description="Find the heads behind a behaviour from minimal pairs.")
+    def find_circuit(task: str, pairs: str) -> str:
+        return render("find-circuit", task=task, pairs=pairs)
+
+    @server.prompt(name="test-causal-claim", description="Test a causal claim about a model component.")
+    def test_causal_claim(claim: str) -> str:
+        return render("test-causal-claim", claim=claim)
