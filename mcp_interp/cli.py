@@ -46,6 +46,20 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_limit_options(parser: argparse.ArgumentParser) -> None:
+    from mcp_interp.limits import Limits, env_name, flag_name
+
+    defaults = Limits.from_env()
+    for field in ("max_prompts", "max_tokens", "max_heads", "max_new_tokens"):
+        parser.add_argument(
+            flag_name(field),
+            dest=field,
+            type=int,
+            default=getattr(defaults, field),
+            help=f"Request limit (env {env_name(field)}; default {getattr(defaults, field)}).",
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-interp", description="MCP server for mechanistic interpretability.")
     parser.add_argument("--version", action="version", version=f"mcp-interp {__version__}")
@@ -54,10 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="Run the MCP server (stdio by default).")
     _add_model_options(serve)
+    _add_limit_options(serve)
     serve.add_argument("--transport", choices=["stdio"], default="stdio")
 
     call = commands.add_parser("call", help="Run one tool in-process and print its structured result as JSON.")
     _add_model_options(call)
+    _add_limit_options(call)
     call.add_argument("tool", help="Tool name, e.g. logit_diff")
     call.add_argument("--args", default="{}", help="Tool arguments as a JSON object.")
 
@@ -77,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    if args.command in ("serve", "call"):
+        from mcp_interp import limits
+
+        limits.configure(limits.Limits(args.max_prompts, args.max_tokens, args.max_heads, args.max_new_tokens))
     if args.command == "serve":
         return _serve(args)
     if args.command == "call":

@@ -433,7 +433,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         layer: Annotated[int, Field(description="Block whose input residual is steered.")],
         coefficient: Annotated[float, Field(description="Multiplier of the steering vector.")],
         ctx: Context,
-        max_new_tokens: Annotated[int, Field(ge=1, le=100)] = 20,
+        max_new_tokens: Annotated[int, Field(ge=1, description="Tokens to generate (server limit applies).")] = 20,
         seed: Annotated[int, Field(description="Recorded; greedy decoding is deterministic.")] = 0,
     ) -> SteerResult:
         """Activation addition: add coefficient × (resid(positive) − resid(negative)) at `layer` and

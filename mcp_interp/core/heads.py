@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from mcp_interp import limits
 from mcp_interp.errors import InputError
 
 _HEAD_NAME = re.compile(r"^\s*L(\d+)\s*H(\d+)\s*$", re.IGNORECASE)
@@ -52,6 +53,7 @@ def parse_heads(specs: Any, n_layers: int, n_heads: int) -> list[Head]:
         specs = [specs]
     if not isinstance(specs, Sequence) or len(specs) == 0:
         raise InputError("`heads` must be one head or a non-empty list of heads, e.g. ['L9H3', 'L10H0'].")
+    limits.check("max_heads", len(specs), "Number of heads")
     heads: list[Head] = []
     for spec in specs:
         head = parse_head(spec, n_layers, n_heads)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp import limits
 from mcp_interp.core.heads import parse_head
 from mcp_interp.core.tokens import encode, resolve_answer, token_strings
 from mcp_interp.errors import InputError
@@ -287,6 +288,8 @@ def induction(model: LoadedModel, seq_len: int = 50, n_seqs: int = 8, seed: int 
     if not 1 <= n_seqs <= 64:
         raise InputError(f"n_seqs must be between 1 and 64, got {n_seqs}.")
     cfg = model.bridge.cfg
+    limits.check("max_prompts", n_seqs, "n_seqs")
+    limits.check("max_tokens", 2 * seq_len, "2 × seq_len (tokens per sequence)")
     if 2 * seq_len > cfg.n_ctx:
         raise InputError(f"2 × seq_len = {2 * seq_len} exceeds the model's context of {cfg.n_ctx} tokens.")
     tokens = induction_tokens(model, seq_len, n_seqs, seed).to(model.device)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
+from mcp_interp import limits
 from mcp_interp.core import metrics
 from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
 from mcp_interp.core.tokens import (
@@ -95,6 +96,9 @@ def model_info(model: LoadedModel) -> ModelInfoMeasurement:
 
 
 def tokenize(model: LoadedModel, texts: Sequence[str]) -> TokenizeMeasurement:
+    if not texts:
+        raise InputError("No texts were given: pass a non-empty list of strings.")
+    limits.check("max_prompts", len(texts), "Number of texts")
     rows = []
     for text in texts:
         ids = token_ids(model.tokenizer, text)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp import limits
 from mcp_interp.core.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -72,8 +73,9 @@ def steer(
     n_layers = model.bridge.cfg.n_layers
     if not 0 <= layer < n_layers:
         raise InputError(f"layer {layer} does not exist; this model has layers 0..{n_layers - 1}.")
-    if not 1 <= max_new_tokens <= 100:
-        raise InputError(f"max_new_tokens must be between 1 and 100, got {max_new_tokens}.")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+    limits.check("max_new_tokens", max_new_tokens, "max_new_tokens")
     if not (coefficient == coefficient) or abs(coefficient) > 1e4:
         raise InputError(f"coefficient must be a finite number with |c| ≤ 10000, got {coefficient}.")
     for name, text in (("prompt", prompt), ("positive", positive), ("negative", negative)):

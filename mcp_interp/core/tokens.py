@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp import limits
 from mcp_interp.errors import InputError
 
 
@@ -44,6 +45,7 @@ def encode(tokenizer: Any, texts: Sequence[str], device: str = "cpu") -> Batch:
     texts = list(texts)
     if not texts:
         raise InputError("No prompts were given: pass a non-empty list of strings.")
+    limits.check("max_prompts", len(texts), "Number of prompts")
     ids_per_text = [token_ids(tokenizer, text) for text in texts]
     for i, ids in enumerate(ids_per_text):
         if not ids:
@@ -64,8 +66,19 @@ def encode(tokenizer: Any, texts: Sequence[str], device: str = "cpu") -> Batch:
 
 
 def token_ids(tokenizer: Any, text: str) -> list[int]:
-    """The ids of ``text`` under the shared rule (the tokenizer's own special-token default)."""
-    return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    """The ids of ``text`` under the shared rule (the tokenizer's own special-token default).
+
+    Enforces the per-prompt token limit (and a character bound checked first, so an enormous
+    string is refused before the tokenizer spends time on it).
+    """
+    if not isinstance(text, str):
+        raise InputError(f"Expected a string, got {type(text).__name__}.")
+    max_tokens = limits.current().max_tokens
+    if len(text) > 64 * max_tokens:
+        limits.check("max_tokens", len(text) // 4, f"A text of {len(text)} characters (≈ tokens)")
+    ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    limits.check("max_tokens", len(ids), f"Prompt {text[:40]!r}… length in tokens")
+    return ids
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
@@ -170,6 +183,7 @@ def validate_pairs(
     meaningful. The error lists every offending pair with both tokenizations.
     """
     first, second = list(first), list(second)
+    limits.check("max_prompts", max(len(first), len(second)), "Number of prompt pairs")
     if len(first) != len(second):
         raise InputError(
             f"`{names[0]}` has {len(first)} prompts and `{names[1]}` has {len(second)}: "
