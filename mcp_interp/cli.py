@@ -69,7 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="Run the MCP server (stdio by default).")
     _add_model_options(serve)
     _add_limit_options(serve)
-    serve.add_argument("--transport", choices=["stdio"], default="stdio")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="stdio (default) or http")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    serve.add_argument(
+        "--auth-token",
+        default=os.environ.get("MCP_INTERP_AUTH_TOKEN"),
+        help="Bearer token required on every HTTP request (env MCP_INTERP_AUTH_TOKEN); required off loopback.",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="Extra Host header value accepted by the DNS-rebinding check (repeatable), e.g. gpu-box.example:8000",
+    )
 
     call = commands.add_parser("call", help="Run one tool in-process and print its structured result as JSON.")
     _add_model_options(call)
@@ -109,7 +122,17 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from mcp_interp.server import build_server
 
-    build_server(_session(args)).run(transport=args.transport)
+    server = build_server(_session(args))
+    if args.transport == "stdio":
+        server.run(transport="stdio")
+        return 0
+    from mcp_interp.http import HttpConfigError, run_http
+
+    try:
+        run_http(server, args.host, args.port, args.auth_token, args.allowed_host)
+    except HttpConfigError as exc:
+        print(f"mcp-interp: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
