@@ -101,9 +101,9 @@ async def test_bearer_token_required(token_server: int) -> None:
     assert httpx2.post(url, json=body, headers=accept, timeout=30).status_code == 401
     wrong = {**accept, "Authorization": "Bearer not-the-token-at-all"}
     assert httpx2.post(url, json=body, headers=wrong, timeout=30).status_code == 401
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as http:
-        async with Client(streamable_http_client(url, http_client=http), read_timeout_seconds=120) as client:
-            result = await client.call_tool("tokenize", {"texts": ["mary"]})
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+    async with http, Client(streamable_http_client(url, http_client=http), read_timeout_seconds=120) as client:
+        result = await client.call_tool("tokenize", {"texts": ["mary"]})
     assert not result.is_error
 
 
