@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from mcp_interp import __version__
-from mcp_interp.models import EMBEDDED_NAME, describe_model_names
+from mcp_interp.names import EMBEDDED_NAME, describe_model_names
 
 DEFAULT_MODEL = EMBEDDED_NAME
 
@@ -120,12 +120,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.transport == "stdio":
+        from mcp_interp.stdio import claim_stdout
+
+        protocol = claim_stdout()  # before the heavy imports below, which may print
+        import anyio
+
+        from mcp_interp.server import build_server
+        from mcp_interp.stdio import serve_stdio
+
+        anyio.run(serve_stdio, build_server(_session(args)), protocol)
+        return 0
     from mcp_interp.server import build_server
 
     server = build_server(_session(args))
-    if args.transport == "stdio":
-        server.run(transport="stdio")
-        return 0
     from mcp_interp.http import HttpConfigError, run_http
 
     try:

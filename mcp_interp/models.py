@@ -30,12 +30,14 @@ from typing import Any, Literal
 import torch
 
 from mcp_interp.errors import ModelLoadError
-
-EMBEDDED_NAME = "smollm2-135m"
-EMBEDDED_HF_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-TINY_NAME = "tiny"
-TINY_SEED = 0
+from mcp_interp.names import (
+    EMBEDDED_GGUF,
+    EMBEDDED_HF_NAME,
+    EMBEDDED_NAME,
+    TINY_NAME,
+    TINY_SEED,
+    describe_model_names,
+)
 
 ModelSource = Literal["embedded", "hub", "local", "tiny"]
 
@@ -54,15 +56,6 @@ class LoadedModel:
     dtype: str
     load_seconds: float
     fingerprint: str
-
-
-def describe_model_names() -> str:
-    """One line per accepted kind of model name, for help texts and error messages."""
-    return (
-        f"'{EMBEDDED_NAME}' (default, embedded, offline), '{TINY_NAME}' (random weights, for tests), "
-        "a local HF model folder or .gguf file, or a Hugging Face hub name such as 'gpt2' "
-        "(needs network access to the hub)"
-    )
 
 
 def parse_dtype(dtype: str) -> torch.dtype:
