@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal, TypeVar
 
-import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -293,7 +292,7 @@ def build_server(session: Session) -> MCPServer[Session]:
             raise ToolError(str(exc)) from exc
         assert job.result is not None
         title = f"patch_heads {direction} ({method}) score: {model.name}"
-        png = await anyio.to_thread.run_sync(
+        png = await session.render(
             figures.layer_head_heatmap,
             job.result.scores,
             title,
@@ -344,7 +343,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         model = await loaded_model(ctx)
         started = time.perf_counter()
         measurement = await guarded(session.run(lens.logit_lens, model, prompt, target, top_k))
-        png = await anyio.to_thread.run_sync(
+        png = await session.render(
             lambda: figures.logit_lens_figure(
                 [r.layer for r in measurement.layers],
                 [r.target_prob for r in measurement.layers],
@@ -377,9 +376,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         model = await loaded_model(ctx)
         started = time.perf_counter()
         measurement = await guarded(session.run(lens.dla, model, prompt, answer, baseline, top_k))
-        png = await anyio.to_thread.run_sync(
-            figures.dla_figure, measurement.heads, measurement.mlps, measurement.quantity
-        )
+        png = await session.render(figures.dla_figure, measurement.heads, measurement.mlps, measurement.quantity)
         measurement.figure_uri, link = store_figure(png, f"DLA {measurement.quantity}")
         result = with_provenance(DLAResult, measurement, started)
         tops = ", ".join(f"{c.component} {c.value:+.3f}" for c in result.top[:5])
@@ -399,7 +396,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         started = time.perf_counter()
         measurement = await guarded(session.run(lens.attention, model, prompt, layer, head))
         title = f"L{layer}H{head} attention"
-        png = await anyio.to_thread.run_sync(figures.attention_figure, measurement.pattern, measurement.tokens, title)
+        png = await session.render(figures.attention_figure, measurement.pattern, measurement.tokens, title)
         measurement.figure_uri, link = store_figure(png, title)
         result = with_provenance(AttentionResult, measurement, started)
         tops = ", ".join(f"{t.token!r}@{t.position} {t.weight:.2f}" for t in result.top_attended)
@@ -417,9 +414,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         model = await loaded_model(ctx)
         started = time.perf_counter()
         measurement = await guarded(session.run(lens.induction, model, seq_len, n_seqs, seed))
-        png = await anyio.to_thread.run_sync(
-            figures.layer_head_heatmap, measurement.scores, "induction score", "score", 0.0
-        )
+        png = await session.render(figures.layer_head_heatmap, measurement.scores, "induction score", "score", 0.0)
         measurement.figure_uri, link = store_figure(png, "induction scores")
         result = with_provenance(InductionResult, measurement, started)
         tops = ", ".join(f"{c.component} {c.value:.3f}" for c in result.heads[:5])
@@ -484,7 +479,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         rows = job.lens.layers
         add(
             "logit lens",
-            await anyio.to_thread.run_sync(
+            await session.render(
                 figures.logit_lens_figure,
                 [r.layer for r in rows],
                 [r.target_prob for r in rows],
@@ -494,20 +489,20 @@ def build_server(session: Session) -> MCPServer[Session]:
         )
         add(
             "direct logit attribution",
-            await anyio.to_thread.run_sync(
+            await session.render(
                 figures.dla_figure, job.attribution.heads, job.attribution.mlps, job.attribution.quantity
             ),
         )
         if job.patching is not None:
             add(
                 "head patching (recovered fraction)",
-                await anyio.to_thread.run_sync(
+                await session.render(
                     figures.layer_head_heatmap, job.patching.scores, "patch_heads denoise (exact)", "recovered fraction"
                 ),
             )
         for att in job.attentions:
             name = f"L{att.layer}H{att.head} attention"
-            add(name, await anyio.to_thread.run_sync(figures.attention_figure, att.pattern, att.tokens, name))
+            add(name, await session.render(figures.attention_figure, att.pattern, att.tokens, name))
         job.result.stage_seconds["figures"] = round(time.perf_counter() - figure_started, 3)
         job.result.figure_uris = list(uris.values())
         report = report_markdown(job.result, session.model_ref(), uris)

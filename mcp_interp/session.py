@@ -10,10 +10,12 @@ clients in tests, ``mcp-interp call``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +39,23 @@ StepCallback = Callable[[int, str], Awaitable[None]]
 _DONE = object()
 
 _VERSIONED = ("mcp-interp", "torch", "transformers", "transformer-lens", "mcp")
+
+
+async def on_thread(executor: ThreadPoolExecutor, fn: Callable[[], T]) -> T:
+    """Await ``fn()`` run on ``executor``'s thread.
+
+    If the caller is cancelled while ``fn`` runs, wait (shielded) for it to finish before
+    re-raising: torch work cannot be interrupted, and the caller's lock must not be released
+    while it is still running.
+    """
+    future = asyncio.wrap_future(executor.submit(fn))
+    try:
+        return await asyncio.shield(future)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            while not future.done():
+                await anyio.sleep(0.01)
+        raise
 
 
 def library_versions() -> dict[str, str]:
@@ -69,6 +88,11 @@ class Session:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._model_lock = threading.Lock()
+        # One long-lived thread for all model work and one for figures, instead of a rotating
+        # pool: torch's allocations stay in one malloc arena and matplotlib opens its fonts once
+        # (it caches them per thread), so a long session's memory and file descriptors stay flat.
+        self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-interp-model")
+        self._figure_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-interp-figures")
         self._loading_since = 0.0
         self._versions = library_versions()
 
@@ -132,12 +156,16 @@ class Session:
     # --- running ---------------------------------------------------------------------------
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn`` in a worker thread while holding the model lock."""
+        """Run ``fn`` on the model thread while holding the model lock."""
         await self._acquire()
         try:
-            return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
+            return await on_thread(self._model_thread, partial(fn, *args, **kwargs))
         finally:
             self._model_lock.release()
+
+    async def render(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a figure renderer on the figure thread (matplotlib caches fonts per thread)."""
+        return await on_thread(self._figure_thread, partial(fn, *args, **kwargs))
 
     async def run_unlocked(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` in a worker thread without the model lock: for work that runs no forward pass
@@ -156,7 +184,7 @@ class Session:
         await self._acquire()
         try:
             while True:
-                message = await anyio.to_thread.run_sync(next, steps, _DONE)
+                message = await on_thread(self._model_thread, partial(next, steps, _DONE))
                 if message is _DONE:
                     return done
                 done += 1

@@ -3,21 +3,27 @@
 Ids are random hex generated here; an id from a client is matched against ``ID_PATTERN``
 before any file is touched, so ``figure://../../etc/passwd`` can only ever be "not found".
 Entries are written atomically (temp file in the same folder, then ``os.replace``), so a kill
-mid-write leaves no half-written entry, and they survive a restart. The store is bounded:
-when it holds more than ``max_entries`` of a kind, the oldest are deleted.
+mid-write leaves no half-written entry, and they survive a restart. The folder is the index:
+one file per entry, named by its id, so a restarted server resolves every URI it handed out
+without a separate index file that could disagree with the files. The store is bounded: when
+it holds more than ``max_entries`` of a kind (``MCP_INTERP_STORE_MAX``, default 500), the
+oldest are deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+MAX_ENV = "MCP_INTERP_STORE_MAX"  # entries kept per kind (figures, reports, artifacts)
 
 KINDS: dict[str, str] = {"figure": ".png", "report": ".md", "artifact": ".json"}
 MIME_TYPES: dict[str, str] = {"figure": "image/png", "report": "text/markdown", "artifact": "application/json"}
@@ -38,12 +44,25 @@ class Stored:
 
 
 class Store:
-    def __init__(self, root: Path, max_entries: int = 500) -> None:
+    def __init__(self, root: Path, max_entries: int | None = None) -> None:
         self.root = Path(root)
-        self.max_entries = max_entries
+        self.max_entries = max_entries if max_entries is not None else int(os.environ.get(MAX_ENV, "500"))
         self._lock = threading.Lock()
         for kind in KINDS:
             (self.root / kind).mkdir(parents=True, exist_ok=True)
+            self._remove_stale_temporaries(self.root / kind)
+
+    @staticmethod
+    def _remove_stale_temporaries(folder: Path, older_than_s: float = 60.0) -> None:
+        """Delete temp files a killed writer left behind (never visible as entries: no valid id name).
+
+        Only old ones: a younger temp file may belong to another server writing right now.
+        """
+        now = time.time()
+        for path in folder.glob(".tmp-*"):
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime > older_than_s:
+                    path.unlink()
 
     def put(self, kind: str, data: bytes) -> Stored:
         """Write ``data`` as a new entry of ``kind`` and return its handle (id + URI)."""

@@ -169,3 +169,41 @@ def test_explain_on_smollm2_agrees_with_single_tools(embedded: LoadedModel) -> N
     assert [c.head for c in job.result.causal_heads or []] == [h.head for h in patch.result.heads[:5]]
     print("\nexplain on SmolLM2 (IOI):\n  " + "\n  ".join(job.result.findings))
     print(f"  stage seconds: {job.result.stage_seconds}")
+
+
+@pytest.mark.anyio
+async def test_cancelled_patch_heads_stops_at_the_next_layer(embedded: LoadedModel, tmp_path: Path) -> None:
+    import time
+
+    import anyio
+
+    from mcp_interp.server import build_server
+    from mcp_interp.session import Session
+
+    session = Session("smollm2-135m", tmp_path / "out", loader=lambda name, device, dtype: embedded)
+    args = {
+        "clean_prompts": [p.clean for p in ioi_pairs()],
+        "corrupt_prompts": [p.corrupt for p in ioi_pairs()],
+        "correct": [p.correct for p in ioi_pairs()],
+        "incorrect": [p.incorrect for p in ioi_pairs()],
+    }
+    progress: list[float] = []
+    async with Client(build_server(session)) as client:
+        await client.call_tool("model_info", {})
+        with anyio.move_on_after(120) as scope:
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                progress.append(value)
+                if len(progress) == 3:
+                    scope.cancel()
+
+            await client.call_tool("patch_heads", args, progress_callback=on_progress)
+        cancelled_at = time.perf_counter()
+        after = await client.call_tool("logit_diff", ioi_arguments())
+        answered_in = time.perf_counter() - cancelled_at
+    assert scope.cancelled_caught and not after.is_error
+    assert len(progress) <= 4, "the scan went on after the cancellation"
+    # One layer of the scan is at most ~1 s here; the next call must not wait for the whole scan (~8 s).
+    print(f"\nnext call answered {answered_in:.2f} s after cancelling patch_heads at layer {len(progress)}")
+    assert answered_in < 3.0
+    assert session.store.ids("figure") == [], "a cancelled scan must not leave a figure behind"

@@ -71,3 +71,40 @@ def test_no_temp_files_left_after_writes(tmp_path: Path) -> None:
     for _ in range(3):
         store.put("report", b"# report")
     assert not [p for p in (tmp_path / "report").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_a_writer_killed_mid_write_leaves_no_entry_and_its_temp_is_cleaned(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    # A real process that starts writing a figure and is killed before the rename.
+    script = textwrap.dedent(
+        f"""
+        import os, tempfile, time
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir={str(tmp_path / "figure")!r})
+        os.write(fd, b"half a png")
+        print("writing", flush=True)
+        time.sleep(60)
+        """
+    )
+    Store(tmp_path)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert process.stdout is not None and process.stdout.readline().strip() == b"writing"
+    process.kill()
+    process.wait()
+    store = Store(tmp_path)
+    assert store.ids("figure") == []
+    leftovers = list((tmp_path / "figure").glob(".tmp-*"))
+    assert len(leftovers) == 1  # too young to delete: another server might own it
+    os.utime(leftovers[0], (0, 0))
+    Store(tmp_path)
+    assert list((tmp_path / "figure").glob(".tmp-*")) == []
+
+
+def test_store_bound_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_INTERP_STORE_MAX", "2")
+    store = Store(tmp_path)
+    for _ in range(4):
+        store.put("report", b"x")
+    assert len(store.ids("report")) == 2
