@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def prompts_dir() -> Path:
@@ -32,3 +33,13 @@ def ioi_pairs() -> list[MinimalPair]:
     """The 8 IOI minimal pairs (4 name pairs × which name gives)."""
     data = json.loads((prompts_dir() / "ioi.json").read_text(encoding="utf-8"))
     return [MinimalPair(**pair) for pair in data["pairs"]]
+
+
+def ioi_arguments() -> dict[str, Any]:
+    """The IOI clean prompts with their answers, as arguments of `logit_diff`."""
+    pairs = ioi_pairs()
+    return {
+        "prompts": [p.clean for p in pairs],
+        "correct": [p.correct for p in pairs],
+        "incorrect": [p.incorrect for p in pairs],
+    }

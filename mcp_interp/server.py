@@ -138,6 +138,12 @@ def build_server(session: Session) -> MCPServer[Session]:
             structured_content=result.model_dump(mode="json"),
         )
 
+    def stored_bytes(kind: str, entry_id: str) -> bytes:
+        try:
+            return session.store.get(kind, entry_id)
+        except NotFound as exc:
+            raise ResourceError(str(exc)) from exc
+
     def store_figure(png: bytes, title: str) -> tuple[str, ResourceLink]:
         stored = session.store.put("figure", png)
         link = ResourceLink(type="resource_link", uri=stored.uri, name=title, mime_type="image/png", size=len(png))
@@ -528,10 +534,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         mime_type="image/png",
     )
     def figure(figure_id: str) -> bytes:
-        try:
-            return session.store.get("figure", figure_id)
-        except NotFound as exc:
-            raise ResourceError(str(exc)) from exc
+        return stored_bytes("figure", figure_id)
 
     @server.resource(
         "report://{report_id}",
@@ -540,10 +543,7 @@ def build_server(session: Session) -> MCPServer[Session]:
         mime_type="text/markdown",
     )
     def report(report_id: str) -> str:
-        try:
-            return session.store.get("report", report_id).decode("utf-8")
-        except NotFound as exc:
-            raise ResourceError(str(exc)) from exc
+        return stored_bytes("report", report_id).decode("utf-8")
 
     register_prompts(server)
     return server

@@ -9,8 +9,6 @@ import jsonschema
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, Tool
 
-from mcp_interp.corpora import ioi_pairs
-
 EXPECTED_TOOLS = {
     "model_info",
     "tokenize",
@@ -48,12 +46,3 @@ def assert_valid_structured(tool: Tool, result: CallToolResult) -> dict[str, Any
 def error_text(result: CallToolResult) -> str:
     assert result.is_error, f"expected a tool error, got {result.structured_content}"
     return "\n".join(getattr(block, "text", "") for block in result.content)
-
-
-def ioi_arguments() -> dict[str, Any]:
-    pairs = ioi_pairs()
-    return {
-        "prompts": [p.clean for p in pairs],
-        "correct": [p.correct for p in pairs],
-        "incorrect": [p.incorrect for p in pairs],
-    }

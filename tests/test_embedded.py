@@ -11,10 +11,10 @@ from mcp import Client
 
 from mcp_interp.core import readouts
 from mcp_interp.core.tokens import resolve_answer
-from mcp_interp.corpora import ioi_pairs
+from mcp_interp.corpora import ioi_arguments, ioi_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from tests.mcp_helpers import assert_valid_structured, ioi_arguments, stdio_params, tools_by_name
+from tests.mcp_helpers import assert_valid_structured, stdio_params, tools_by_name
 
 pytestmark = pytest.mark.embedded
 

@@ -21,6 +21,7 @@ from mcp_interp import limits
 from mcp_interp.models import LoadedModel
 from mcp_interp.server import build_server
 from mcp_interp.session import Session
+from tests.mcp_helpers import EXPECTED_TOOLS
 
 WORDS = ["mary", "john", "when", "went", "to", "the", "store", "gave", "a", "drink", ",", "tom"]
 TRIED: dict[str, int] = {}
@@ -104,22 +105,7 @@ def served(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Itera
     print(f"\nproperty test: {total} generated calls, {sum(SUCCEEDED.values())} succeeded; per tool {TRIED}")
 
 
-TOOLS = [
-    "model_info",
-    "tokenize",
-    "logit_diff",
-    "kl",
-    "answer_rank",
-    "ablate_head",
-    "patch_heads",
-    "get_figure",
-    "logit_lens",
-    "dla",
-    "attention",
-    "induction",
-    "steer",
-    "explain",
-]
+TOOLS = sorted(EXPECTED_TOOLS)
 
 
 @pytest.mark.parametrize("tool", TOOLS)

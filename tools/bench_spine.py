@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
-from mcp_interp.corpora import ioi_pairs
+from mcp_interp.corpora import ioi_arguments
 
 
 def children_of(pid: int) -> list[int]:
@@ -50,15 +50,6 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def ioi_args() -> dict[str, Any]:
-    pairs = ioi_pairs()
-    return {
-        "prompts": [p.clean for p in pairs],
-        "correct": [p.correct for p in pairs],
-        "incorrect": [p.incorrect for p in pairs],
-    }
-
-
 async def serve_and_measure(model: str, cache: str, repeats: int) -> dict[str, Any]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MCP_INTERP_CACHE": cache}
     command = ["-m", "mcp_interp", "serve", "--model", model]
@@ -69,7 +60,7 @@ async def serve_and_measure(model: str, cache: str, repeats: int) -> dict[str, A
         assert not first.is_error, first.content
         cold = time.perf_counter() - started
         load_seconds = first.structured_content["load_seconds"]
-        args = ioi_args()
+        args = ioi_arguments()
         await client.call_tool("logit_diff", args)  # warm-up
         walls = []
         for _ in range(repeats):
@@ -97,7 +88,7 @@ def bare_forward_seconds(model_name: str, cache: str, repeats: int) -> float:
     from mcp_interp.models import load_model
 
     model = load_model(model_name)
-    batch = encode(model.tokenizer, ioi_args()["prompts"])
+    batch = encode(model.tokenizer, ioi_arguments()["prompts"])
     with torch.inference_mode():
         model.bridge(batch.input_ids, return_type="logits")
         walls = []
