@@ -18,6 +18,12 @@ EXPECTED_TOOLS = {
     "ablate_head",
     "patch_heads",
     "get_figure",
+    "logit_lens",
+    "dla",
+    "attention",
+    "induction",
+    "steer",
+    "explain",
 }
 
 TINY_PROMPTS = [

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 async def test_every_tool_has_output_schema_and_read_only_annotations(tiny_session: Session) -> None:
     async with Client(build_server(tiny_session)) as client:
         tools = await tools_by_name(client)
-    assert set(tools) >= EXPECTED_TOOLS
+    assert set(tools) == EXPECTED_TOOLS
     for tool in tools.values():
         assert tool.output_schema is not None, tool.name
         assert tool.annotations is not None and tool.annotations.read_only_hint is True

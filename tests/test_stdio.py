@@ -28,7 +28,7 @@ def child_env(tmp_path: Path) -> dict[str, str]:
 async def test_stdio_session_lists_schemas_and_answers(tmp_path: Path, tiny: LoadedModel) -> None:
     async with Client(stdio_params("tiny", child_env(tmp_path)), read_timeout_seconds=120) as client:
         tools = await tools_by_name(client)
-        assert set(tools) >= EXPECTED_TOOLS
+        assert set(tools) == EXPECTED_TOOLS
         assert all(tool.output_schema is not None for tool in tools.values())
         info = assert_valid_structured(tools["model_info"], await client.call_tool("model_info", {}))
         result = assert_valid_structured(
