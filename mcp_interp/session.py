@@ -192,9 +192,14 @@ class Session:
                     await on_step(done, str(message))
         finally:
             steps_close = getattr(steps, "close", None)
-            if steps_close is not None:
-                steps_close()
-            self._model_lock.release()
+            try:
+                if steps_close is not None:
+                    # Close on the model thread: the generator's `with torch.inference_mode()` (and
+                    # any other thread-local state) must be exited on the thread that entered it.
+                    with anyio.CancelScope(shield=True):
+                        await on_thread(self._model_thread, steps_close)
+            finally:
+                self._model_lock.release()
 
     async def _acquire(self) -> None:
         """Take the model lock without parking a worker thread on it (so cancellation is clean)."""

@@ -61,3 +61,19 @@ async def test_model_work_is_serialised(tiny_session: Session) -> None:
         for _ in range(6):
             group.start_soon(tiny_session.run, work)
     assert not overlap.is_set()
+
+
+async def test_a_cancelled_scan_leaves_the_model_thread_out_of_inference_mode(tiny_session: Session) -> None:
+    import torch
+
+    def scan() -> Iterator[str]:
+        with torch.inference_mode():
+            for i in range(100):
+                time.sleep(0.02)
+                yield f"step {i}"
+
+    with anyio.move_on_after(0.2):
+        await tiny_session.run_steps(scan())
+    # The next job on the model thread must run with autograd available again.
+    assert await tiny_session.run(torch.is_inference_mode_enabled) is False
+    assert await tiny_session.run(torch.is_grad_enabled) is True
