@@ -2,7 +2,8 @@
 
 Spawns ``python -m mcp_interp serve`` as a stdio subprocess — exactly as Claude Code or Cursor
 would — and calls ``model_info``, ``tokenize``, ``logit_diff`` and ``answer_rank`` on the IOI
-pairs shipped in ``prompts/ioi.json``, printing the numbers a client receives.
+pairs shipped in ``prompts/ioi.json``, then ``explain`` on the first pair, printing the numbers
+a client receives.
 
 Usage: ``python tools/demo.py [--model smollm2-135m]`` (``./run demo`` sets everything up first).
 """
@@ -79,6 +80,19 @@ async def demo(model: str) -> None:
         print(f"  mean rank {rank['rank']['value']:.2f}, mean log P {rank['log_prob']['value']:+.3f}")
         for note in rank["notes"]:
             print(f"  note: {note}")
+
+        started_explain = time.perf_counter()
+        explain_args = {
+            "prompt": pairs[0].clean,
+            "answer": pairs[0].correct,
+            "baseline": pairs[0].incorrect,
+            "corrupt": pairs[0].corrupt,
+            "top_k": 3,
+        }
+        explained = structured(await client.call_tool("explain", explain_args))
+        print(f"\nexplain ({time.perf_counter() - started_explain:.1f} s; report {explained['report_uri']}):")
+        for finding in explained["findings"]:
+            print(f"  - {finding}")
 
         bad = await client.call_tool(
             "logit_diff", {"prompts": prompts[:1], "correct": " Mary Ann", "incorrect": " John"}
