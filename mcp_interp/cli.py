@@ -90,6 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("tool", help="Tool name, e.g. logit_diff")
     call.add_argument("--args", default="{}", help="Tool arguments as a JSON object.")
 
+    fit = commands.add_parser(
+        "fit-lens",
+        help="Fit a Jacobian lens for causal_swap (lens='jacobian') and cache it; prints its identity as JSON.",
+    )
+    _add_model_options(fit)
+    fit.add_argument("--max-prompts", type=int, default=48, help="Texts to fit on (default: all 48 shipped).")
+    fit.add_argument("--max-seq-len", type=int, default=64, help="Tokens per text (default 64).")
+    fit.add_argument("--dim-batch", type=int, default=32, help="Output dimensions per backward pass (default 32).")
+    fit.add_argument("--texts", help="A JSON file with a list of texts to fit on instead of the shipped corpus.")
+    fit.add_argument("--force", action="store_true", help="Refit even if an identical fit is cached.")
+
     doctor = commands.add_parser("doctor", help="Check that torch, TransformerLens and the model are available.")
     _add_model_options(doctor)
     return parser
@@ -114,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "call":
         return _call(args)
+    if args.command == "fit-lens":
+        return _fit_lens(args)
     from mcp_interp.doctor import run_doctor
 
     return run_doctor(args.model)
@@ -170,3 +183,35 @@ def _call(args: argparse.Namespace) -> int:
         return 0
 
     return anyio.run(go)
+
+
+def _fit_lens(args: argparse.Namespace) -> int:
+    """Fit in this process (no server), reporting each text on stderr; the JSON result on stdout."""
+    import time
+
+    from mcp_interp.core.lenses import FitLensJob, FitSettings
+    from mcp_interp.errors import InterpError
+    from mcp_interp.models import load_model
+
+    texts = None
+    if args.texts:
+        try:
+            texts = json.loads(Path(args.texts).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"--texts: cannot read a JSON list of texts from {args.texts}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        settings = FitSettings(max_prompts=args.max_prompts, max_seq_len=args.max_seq_len, dim_batch=args.dim_batch)
+        model = load_model(args.model, args.device, args.dtype)
+        corpus = Path(args.texts).name if args.texts else None
+        job = FitLensJob(model, settings, texts=texts, corpus=corpus, force=args.force)
+        started = time.perf_counter()
+        for message in job.steps():
+            print(f"[{time.perf_counter() - started:7.1f} s] {message}", file=sys.stderr, flush=True)
+    except (InterpError, ValueError) as exc:
+        print(f"fit-lens: {exc}", file=sys.stderr)
+        return 1
+    assert job.info is not None
+    result = {"lens": job.info.model_dump(mode="json"), "from_cache": job.from_cache, "fit_seconds": job.fit_seconds}
+    print(json.dumps(result, indent=2))
+    return 0

@@ -53,6 +53,7 @@ from mcp_interp.schemas import (
 )
 from mcp_interp.session import Session
 from mcp_interp.store import NotFound
+from mcp_interp.swap_server import register_swap_tools
 
 R = TypeVar("R", bound=BaseModel)
 T = TypeVar("T")
@@ -545,5 +546,6 @@ def build_server(session: Session) -> MCPServer[Session]:
     def report(report_id: str) -> str:
         return stored_bytes("report", report_id).decode("utf-8")
 
+    register_swap_tools(server, session, loaded_model, with_provenance, store_figure)
     register_prompts(server)
     return server

@@ -94,6 +94,12 @@ class Store:
                 f"newest {self.max_entries} of each kind)."
             ) from None
 
+    def path(self, kind: str, entry_id: str) -> Path:
+        """Where an entry lives on disk (inside the output folder), for results that name the file."""
+        if not ID_PATTERN.fullmatch(entry_id):
+            raise NotFound(f"No {kind} with id {entry_id[:80]!r}: ids are 32 lowercase hex characters.")
+        return self._folder(kind) / f"{entry_id}{KINDS[kind]}"
+
     def ids(self, kind: str) -> list[str]:
         """Stored ids of ``kind``, oldest first."""
         return [p.stem for p in self._entries(kind)]

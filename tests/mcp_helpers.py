@@ -24,7 +24,12 @@ EXPECTED_TOOLS = {
     "induction",
     "steer",
     "explain",
+    "causal_swap_trial",
+    "causal_swap_benchmark",
+    "verify_artifact",
+    "fit_lens",
 }
+WRITING_TOOLS = {"fit_lens"}  # writes its lens to the cache folder; every other tool is read-only
 
 TINY_PROMPTS = [
     "When Mary and John went to the store, John gave a drink to",

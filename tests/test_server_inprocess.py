@@ -12,7 +12,14 @@ from mcp import Client
 from mcp_interp.models import LoadedModel, load_model
 from mcp_interp.server import build_server
 from mcp_interp.session import Session
-from tests.mcp_helpers import EXPECTED_TOOLS, TINY_PROMPTS, assert_valid_structured, error_text, tools_by_name
+from tests.mcp_helpers import (
+    EXPECTED_TOOLS,
+    TINY_PROMPTS,
+    WRITING_TOOLS,
+    assert_valid_structured,
+    error_text,
+    tools_by_name,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +30,9 @@ async def test_every_tool_has_output_schema_and_read_only_annotations(tiny_sessi
     assert set(tools) == EXPECTED_TOOLS
     for tool in tools.values():
         assert tool.output_schema is not None, tool.name
-        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        assert tool.annotations is not None
+        assert tool.annotations.read_only_hint is (tool.name not in WRITING_TOOLS)
+        assert tool.annotations.destructive_hint is False
         assert tool.annotations.idempotent_hint is True and tool.annotations.open_world_hint is False
 
 
@@ -77,10 +86,14 @@ async def test_bad_input_is_a_tool_error_and_server_keeps_serving(tiny_session: 
 async def test_unknown_figure_ids_are_not_found(tiny_session: Session) -> None:
     async with Client(build_server(tiny_session)) as client:
         templates = (await client.list_resource_templates()).resource_templates
-        assert sorted(t.uri_template for t in templates) == ["figure://{figure_id}", "report://{report_id}"]
-        for kind in ("figure", "report"):
+        assert sorted(t.uri_template for t in templates) == [
+            "artifact://{artifact_id}",
+            "figure://{figure_id}",
+            "report://{report_id}",
+        ]
+        for kind in ("figure", "report", "artifact"):
             for bad in ["0" * 32, "../../etc/passwd", "x" * 5000]:
-                with pytest.raises(Exception, match=r"(?i)not found|no (figure|report)|unknown"):
+                with pytest.raises(Exception, match=r"(?i)not found|no (figure|report|artifact)|unknown"):
                     await client.read_resource(f"{kind}://{bad}")
 
 

@@ -1,0 +1,225 @@
+"""Pydantic I/O of the causal-swap tools (``causal_swap_trial``, ``causal_swap_benchmark``,
+``verify_artifact``, ``fit_lens``); kept apart from ``schemas.py`` because the protocol has
+its own vocabulary (trials, controls, exclusion ledger, intervals).
+
+Conventions: ``rank`` counts tokens with a strictly larger logit (0 = top-1, ties optimistic);
+``margin`` is the answer's logit minus the best other token's (> 0 = strict top-1); a trial
+*succeeds* when the scored answer is the strict top-1 (margin > 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from mcp_interp.core.lenses import LensInfo
+from mcp_interp.schemas import Measurement, Provenance
+
+TrialStatus = Literal[
+    "executed",
+    "skipped_source_inactive",
+    "skipped_no_control_token",
+    "excluded_not_capable",
+    "excluded_target_unknown",
+]
+PositionSetting = Literal["last", "concept"] | int
+
+
+class AnswerScore(BaseModel):
+    token: str = Field(description="The scored answer token as decoded, e.g. ' Ottawa'.")
+    token_id: int
+    logit: float
+    rank: int = Field(description="Tokens with a strictly larger logit: 0 = top-1 (a tie counts as 0).")
+    margin: float = Field(description="Answer logit minus the largest other logit; > 0 means strict top-1.")
+    top1: bool = Field(description="Strict top-1 (margin > 0): a tie for first is not a success.")
+    top_token: str = Field(description="The model's actual top token in this run.")
+
+
+class Atom(BaseModel):
+    token: str
+    token_id: int
+    coordinate: float = Field(description="Non-negative sparse coordinate of this lens vector (atom).")
+    contribution: float = Field(description="coordinate × ‖atom‖: its share of the activation's norm.")
+
+
+class ControlDraw(BaseModel):
+    seed: int = Field(description="Seed of the CPU generator that drew this control token.")
+    token: str
+    token_id: int
+    displacement: float = Field(description="‖v_control − v_source‖ (matched to ‖v_target − v_source‖).")
+    score: AnswerScore = Field(description="The target's answer in the control-edited run.")
+
+
+class TrialBaseline(BaseModel):
+    source_answer: AnswerScore = Field(description="The source prompt's own answer, unedited.")
+    target_answer: AnswerScore = Field(description="The target's answer in the unedited source prompt.")
+    target_prompt_answer: AnswerScore | None = Field(
+        default=None, description="The target's answer in the target's own prompt (does the model know it?)."
+    )
+
+
+class TrialRecord(BaseModel):
+    function: str
+    source: str
+    target: str
+    layer: int = Field(description="The edited activation is the output of this block (blocks.{layer}.hook_out).")
+    prompt: str
+    position: int = Field(description="Token index of the edited activation.")
+    position_token: str
+    status: TrialStatus
+    detail: str | None = Field(default=None, description="Why a trial was skipped or excluded, in words.")
+    baseline: TrialBaseline | None = None
+    source_coordinate: float | None = Field(default=None, description="The source atom's coordinate c_src.")
+    support: list[Atom] = Field(
+        default_factory=list, description="Active atoms at the edited position (top 10 by contribution)."
+    )
+    support_size: int | None = None
+    target_displacement: float | None = Field(default=None, description="‖v_target − v_source‖.")
+    control_pool_size: int | None = Field(default=None, description="Tokens the controls were drawn from.")
+    real: AnswerScore | None = Field(default=None, description="The target's answer after the real edit.")
+    real_source_answer: AnswerScore | None = Field(
+        default=None, description="The source's own answer after the real edit (was it displaced?)."
+    )
+    controls: list[ControlDraw] = Field(default_factory=list)
+
+
+class SwapSettings(BaseModel):
+    lens: Literal["logit", "jacobian"]
+    position: PositionSetting
+    alpha: float
+    k: int
+    control_seeds: list[int]
+    control_tolerance: float
+    require_target_known: bool
+    mechanism: str = Field(
+        default="coordinate_patch",
+        description="coordinate_patch: TransformerLens JacobianLens anchored coordinate patch (mode "
+        "'substitute': h += α·c_src·(v_target − v_source)) at one layer and one position per trial.",
+    )
+
+
+class SwapTrialMeasurement(Measurement):
+    trial: TrialRecord
+    settings: SwapSettings
+    lens: LensInfo
+
+
+class SwapTrialResult(Provenance, SwapTrialMeasurement):
+    pass
+
+
+class RateSummary(BaseModel):
+    successes: int
+    n: int
+    rate: float | None = Field(description="successes / n; None when n = 0.")
+    ci_low: float = Field(description="Exact Clopper–Pearson 95% interval, lower end.")
+    ci_high: float = Field(description="Exact Clopper–Pearson 95% interval, upper end.")
+    n_independent_prompts: int = Field(description="Distinct prompts behind these n (trials share prompts).")
+
+
+class SeedRate(BaseModel):
+    seed: int
+    rate: RateSummary
+
+
+class SeedMcNemar(BaseModel):
+    seed: int
+    real_only: int = Field(description="Trials where the real edit succeeded and this seed's control did not.")
+    control_only: int
+    p_value: float = Field(description="Exact two-sided McNemar (binomial) p-value.")
+
+
+class PairedTest(BaseModel):
+    test: str = Field(description="What was tested, in words.")
+    real_better: int
+    control_better: int
+    ties: int
+    p_value: float = Field(description="Exact two-sided sign-test p-value; 1 when no trial differs.")
+    per_seed: list[SeedMcNemar]
+
+
+class SeedSpread(BaseModel):
+    mean: float | None
+    sd: float | None = Field(description="Sample standard deviation of the per-seed control rates.")
+    min: float | None
+    max: float | None
+
+
+class LayerSummary(BaseModel):
+    layer: int
+    executed: int
+    skipped_source_inactive: int
+    skipped_no_control_token: int
+    real: RateSummary
+    control: RateSummary
+
+
+class Exclusion(BaseModel):
+    kind: Literal["prompt", "trial"] = Field(description="prompt: a corpus prompt; trial: (function, source, target).")
+    function: str
+    concept: str | None = None
+    source: str | None = None
+    target: str | None = None
+    prompt: str | None = None
+    reason: str
+    rank: int | None = Field(default=None, description="Rank of the prompt's own answer (prompt exclusions).")
+    margin: float | None = None
+    top_token: str | None = None
+
+
+class SwapSummary(BaseModel):
+    status_counts: dict[str, int] = Field(description="executed / skipped_source_inactive / skipped_no_control_token.")
+    layers: list[int]
+    layers_executed: list[int] = Field(description="Layers with at least one executed trial.")
+    real: RateSummary = Field(description="Real-edit success (target answer strict top-1) over executed trials.")
+    control: RateSummary = Field(description="Control success over every control draw (n = executed × seeds).")
+    control_by_seed: list[SeedRate]
+    control_seed_spread: SeedSpread
+    paired: PairedTest
+    by_layer: list[LayerSummary]
+    n_independent_prompts: int = Field(description="Distinct prompts among executed trials.")
+    excluded_trials: int = Field(description="(function, source, target, layer) slots sent to the ledger.")
+
+
+class SwapBenchmarkMeasurement(Measurement):
+    corpus: str
+    settings: SwapSettings
+    lens: LensInfo
+    summary: SwapSummary
+    exclusions: list[Exclusion]
+    figure_uri: str | None = None
+    artifact_uri: str | None = Field(default=None, description="artifact://… — the full versioned JSON artifact.")
+    artifact_path: str | None = Field(default=None, description="Where the artifact is saved in the output folder.")
+    fingerprints: dict[str, Any] = Field(default_factory=dict, description="SHA-256 of the artifact's blocks.")
+
+
+class SwapBenchmarkResult(Provenance, SwapBenchmarkMeasurement):
+    pass
+
+
+class BlockCheck(BaseModel):
+    block: str
+    expected: str | None = Field(description="Fingerprint recorded in the artifact.")
+    actual: str = Field(description="Fingerprint of the block as it is now.")
+    ok: bool
+
+
+class VerifyArtifactResult(BaseModel):
+    valid: bool = Field(description="Schema known and every block's fingerprint matches.")
+    schema_name: str | None
+    schema_version: int | None
+    checks: list[BlockCheck]
+    altered: list[str] = Field(description="Blocks whose content no longer matches its fingerprint.")
+    message: str
+
+
+class FitLensMeasurement(Measurement):
+    lens: LensInfo
+    from_cache: bool = Field(description="True when an identical fit was already on disk.")
+    fit_seconds: float = Field(description="Time of the fit itself (0 when loaded from the cache).")
+    skipped_short_texts: int = 0
+
+
+class FitLensResult(Provenance, FitLensMeasurement):
+    pass

@@ -1,0 +1,162 @@
+"""The causal-swap protocol end to end on the `tiny` model (random weights: structure, not science).
+
+Expected statuses are derived independently with the library's own decomposition, and the batched
+real/control edits are checked against TransformerLens' `coordinate_patch_hooks` run one by one.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+from mcp_interp.core import causal_swap
+from mcp_interp.core.lenses import logit_lens
+from mcp_interp.core.swap_controls import control_pool, distances_from, draw_control
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.swap_schemas import SwapSettings
+
+TEMPLATE = "The capital of {arg} is the city of"
+
+
+def settings(**change: Any) -> SwapSettings:
+    base: dict[str, Any] = {
+        "lens": "logit",
+        "position": "last",
+        "alpha": 1.0,
+        "k": 25,
+        "control_seeds": [0, 1, 2, 3, 4],
+        "control_tolerance": 0.1,
+        "require_target_known": True,
+    }
+    return SwapSettings(**(base | change))
+
+
+def top_word(model: LoadedModel, concept: str) -> str:
+    """The tiny model's own top-1 for a prompt: the answer it is 'capable' of."""
+    ids = model.tokenizer(TEMPLATE.replace("{arg}", concept))["input_ids"]
+    with torch.no_grad():
+        logits = model.bridge(torch.tensor([ids]), return_type="logits")[0, -1]
+    return str(model.tokenizer.decode([int(logits.argmax())])).strip()
+
+
+def source_active(model: LoadedModel, concept: str, layer: int, position: str) -> bool:
+    lens, _ = logit_lens(model)
+    ids, index = causal_swap.edit_position(model.tokenizer, TEMPLATE, concept, position)
+    run = causal_swap.prompt_run(model, ids, index, [layer])
+    support = lens.decompose(model.bridge, run.activations[layer], layer, k=25).support.tolist()
+    return model.tokenizer(" " + concept, add_special_tokens=False)["input_ids"][0] in support
+
+
+def trial(model: LoadedModel, layer: int, **change: Any) -> Any:
+    lens, info = logit_lens(model)
+    return causal_swap.causal_swap_trial(
+        model,
+        lens,
+        info,
+        TEMPLATE,
+        "France",
+        "Canada",
+        top_word(model, "France"),
+        top_word(model, "Canada"),
+        layer,
+        settings(**change),
+    ).trial
+
+
+def test_trial_statuses_follow_the_decomposition_and_the_control_pool(tiny: LoadedModel) -> None:
+    statuses = {}
+    for layer in (0, 1):
+        expected_active = source_active(tiny, "France", layer, "last")
+        record = trial(tiny, layer)
+        statuses[layer] = record.status
+        assert record.status == ("executed" if expected_active else "skipped_source_inactive")
+        assert record.baseline.source_answer.top1
+        if not expected_active:
+            assert "not in the active support" in record.detail and record.support
+    assert "skipped_source_inactive" in statuses.values() and "executed" in statuses.values()
+    active_layer = next(layer for layer, status in statuses.items() if status == "executed")
+    # Tolerance 0 admits only an exact distance match, which random weights never give.
+    no_control = trial(tiny, active_layer, control_tolerance=0.0)
+    assert no_control.status == "skipped_no_control_token"
+    assert "never widened" in no_control.detail and no_control.control_pool_size == 0
+
+
+def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) -> None:
+    layer = next(layer for layer in (0, 1) if source_active(tiny, "France", layer, "last"))
+    record = trial(tiny, layer)
+    assert record.status == "executed" and len(record.controls) == 5
+    lens, _ = logit_lens(tiny)
+    tok = tiny.tokenizer
+    ids = torch.tensor([tok(TEMPLATE.replace("{arg}", "France"))["input_ids"]])
+    source, target = (tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in ("France", "Canada"))
+    dictionary = lens.lens_vector_dictionary(tiny.bridge, layer)
+    # Controls: drawn from the pool rebuilt here from its definition.
+    x = causal_swap.prompt_run(tiny, ids[0].tolist(), ids.shape[1] - 1, [layer]).activations[layer]
+    full_support = lens.decompose(tiny.bridge, x, layer, k=25).support.tolist()
+    assert record.support_size == len(full_support)
+    assert {a.token_id for a in record.support} <= set(full_support)
+    answers = [record.baseline.source_answer.token_id, record.real.token_id]
+    pool = control_pool(dictionary, source, target, [*answers, *full_support], 0.1, distances_from(dictionary, source))
+    assert [c.token_id for c in record.controls] == [draw_control(pool, s) for s in range(5)]
+    for control in record.controls:
+        expected = float(distances_from(dictionary, source)[control.token_id])
+        assert control.displacement == pytest.approx(expected)
+        assert abs(control.displacement - record.target_displacement) <= 0.1 * record.target_displacement
+    # Each edit, rerun alone through the library's live hook, gives the same target logit.
+    for edit, score in [(target, record.real), *[(c.token_id, c.score) for c in record.controls]]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hooks = lens.coordinate_patch_hooks(tiny.bridge, source, edit, [layer], positions=[-1], k=25)
+        with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=hooks):
+            logits = tiny.bridge(ids, return_type="logits")[0, -1]
+        assert float(logits[score.token_id]) == pytest.approx(score.logit, abs=1e-4)
+        assert int((logits > logits[score.token_id]).sum()) == score.rank
+
+
+def test_concept_position_is_the_concept_token(tiny: LoadedModel) -> None:
+    ids, index = causal_swap.edit_position(tiny.tokenizer, TEMPLATE, "France", "concept")
+    assert tiny.tokenizer.decode([ids[index]]).strip() == "france" and index == 3
+    ids, index = causal_swap.edit_position(tiny.tokenizer, "{arg} is a country", "Canada", "concept")
+    assert index == 0
+    ids, index = causal_swap.edit_position(tiny.tokenizer, TEMPLATE, "France", -2)
+    assert index == len(ids) - 2 == 6
+    with pytest.raises(InputError, match="outside the prompt"):
+        causal_swap.edit_position(tiny.tokenizer, TEMPLATE, "France", 99)
+
+
+def test_baseline_filter_excludes_a_prompt_the_model_cannot_answer(tiny: LoadedModel) -> None:
+    lens, info = logit_lens(tiny)
+    wrong = next(w for w in ("paris", "six", "the") if w != top_word(tiny, "France"))
+    record = causal_swap.causal_swap_trial(
+        tiny, lens, info, TEMPLATE, "France", "Canada", wrong, top_word(tiny, "Canada"), 1, settings()
+    ).trial
+    assert record.status == "excluded_not_capable"
+    assert record.real is None and record.controls == []
+    assert f"rank {record.baseline.source_answer.rank}" in record.detail and record.baseline.source_answer.rank > 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"control_seeds": []}, "control_seeds"),
+        ({"control_seeds": [1, 1]}, "distinct"),
+        ({"k": 30}, "between 1 and 25"),
+    ],
+)
+def test_bad_settings_are_input_errors(tiny: LoadedModel, change: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        trial(tiny, 1, **change)
+
+
+def test_bad_words_and_layers_are_input_errors(tiny: LoadedModel) -> None:
+    lens, info = logit_lens(tiny)
+    with pytest.raises(InputError, match="cannot be edited with this lens"):
+        causal_swap.causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", ".", "six", 2, settings())
+    with pytest.raises(InputError, match="one known token with a leading space, but ' zzqx' is the unknown token"):
+        causal_swap.causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", "zzqx", "six", 1, settings())
+    with pytest.raises(InputError, match="same token"):
+        causal_swap.causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "France", ".", "six", 1, settings())

@@ -1,0 +1,185 @@
+"""The causal-swap tools through an in-process MCP client on `tiny`: benchmark, artifact, verify, fit_lens."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from scipy import stats
+
+from mcp_interp.models import LoadedModel
+from mcp_interp.server import build_server
+from mcp_interp.session import Session
+from tests.mcp_helpers import assert_valid_structured, error_text, tools_by_name
+
+pytestmark = pytest.mark.anyio
+TEMPLATE = "The capital of {arg} is the city of"
+CONCEPTS = ["France", "Canada", "China", "Egypt"]
+
+
+def top_word(model: LoadedModel, template: str, concept: str) -> str:
+    ids = model.tokenizer(template.replace("{arg}", concept))["input_ids"]
+    with torch.no_grad():
+        logits = model.bridge(torch.tensor([ids]), return_type="logits")[0, -1]
+    return str(model.tokenizer.decode([int(logits.argmax())])).strip()
+
+
+def tiny_corpus(model: LoadedModel) -> dict[str, Any]:
+    """One function the tiny model 'knows' (its own top-1s), one it does not, one with an unknown word."""
+    return {
+        "name": "tiny-capitals",
+        "concepts": CONCEPTS,
+        "functions": [
+            {"name": "own", "template": TEMPLATE, "answers": {c: top_word(model, TEMPLATE, c) for c in CONCEPTS}},
+            {"name": "wrong", "template": "the city of {arg} is", "answers": dict.fromkeys(CONCEPTS, "mary")},
+            {
+                "name": "unknown",
+                "template": "when {arg} went to",
+                "answers": {"France": "zzqx", "Canada": "john", "China": "tom", "Egypt": "mary"},
+            },
+        ],
+    }
+
+
+async def test_benchmark_summary_agrees_with_its_own_artifact(tiny_session: Session, tiny: LoadedModel) -> None:
+    corpus = tiny_corpus(tiny)
+    async with Client(build_server(tiny_session)) as client:
+        tools = await tools_by_name(client)
+        progress: list[float] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append(done)
+
+        result = await client.call_tool(
+            "causal_swap_benchmark",
+            {"corpus": corpus, "layers": [0, 1], "control_seeds": [0, 1, 2]},
+            progress_callback=on_progress,
+        )
+        out = assert_valid_structured(tools["causal_swap_benchmark"], result)
+        text = (await client.read_resource(out["artifact_uri"])).contents[0].text
+        check = assert_valid_structured(
+            tools["verify_artifact"], await client.call_tool("verify_artifact", {"artifact_json": text})
+        )
+        figure = await client.read_resource(out["figure_uri"])
+    assert check["valid"] and check["altered"] == []
+    assert figure.contents[0].mime_type == "image/png"
+    document = json.loads(text)
+    assert Path(out["artifact_path"]).read_text(encoding="utf-8") == text
+    assert Path(out["artifact_path"]).is_relative_to(tiny_session.store.root)
+    assert document["manifest"]["corpus"]["name"] == "tiny-capitals"
+    assert document["manifest"]["model"]["fingerprint"] == tiny.fingerprint
+    assert document["manifest"]["settings"]["control_seeds"] == [0, 1, 2]
+    assert document["fingerprints"] == out["fingerprints"]
+    trials, summary = document["results"]["trials"], out["summary"]
+    assert progress == sorted(progress) and len(progress) == 1 + 3 * 12 * 2
+
+    # Ledger: 'wrong' prompts are not capable (with their rank); 'zzqx' is not one known token.
+    ledger = out["exclusions"]
+    wrong = [e for e in ledger if e["kind"] == "prompt" and e["function"] == "wrong"]
+    assert len(wrong) == 4 and all(e["rank"] > 0 and "not capable" in e["reason"] for e in wrong)
+    unknown = [e for e in ledger if e["kind"] == "prompt" and e["function"] == "unknown" and e["concept"] == "France"]
+    assert len(unknown) == 1 and "zzqx" in unknown[0]["reason"]
+    # Slots: every (function, source, target, layer) is a trial or an excluded slot, never both, never lost.
+    assert sum(summary["status_counts"].values()) == len(trials)
+    assert len(trials) + summary["excluded_trials"] == 3 * 12 * 2
+    assert all(t["function"] == "own" for t in trials)
+    same_answer = {
+        (t["source"], t["target"])
+        for t in trials
+        if t["baseline"]["source_answer"]["token_id"] == t["baseline"]["target_answer"]["token_id"]
+    }
+    assert same_answer == set()
+
+    executed = [t for t in trials if t["status"] == "executed"]
+    assert summary["status_counts"]["executed"] == len(executed)
+    real_wins = sum(t["real"]["top1"] for t in executed)
+    assert summary["real"]["successes"] == real_wins and summary["real"]["n"] == len(executed)
+    if executed:
+        low = 0.0 if real_wins == 0 else stats.beta.ppf(0.025, real_wins, len(executed) - real_wins + 1)
+        assert math.isclose(summary["real"]["ci_low"], low, abs_tol=1e-12)
+        draws = [c["score"]["top1"] for t in executed for c in t["controls"]]
+        assert summary["control"]["n"] == len(draws) == 3 * len(executed)
+        assert summary["control"]["successes"] == sum(draws)
+        better = sum(t["real"]["top1"] - sum(c["score"]["top1"] for c in t["controls"]) / 3 > 0 for t in executed)
+        assert summary["paired"]["real_better"] == better
+    assert summary["n_independent_prompts"] == len({(t["function"], t["source"]) for t in executed})
+    assert summary["layers_executed"] == sorted({t["layer"] for t in executed})
+
+
+async def test_tampering_with_the_artifact_is_named(tiny_session: Session, tiny: LoadedModel) -> None:
+    async with Client(build_server(tiny_session)) as client:
+        out = (
+            await client.call_tool(
+                "causal_swap_benchmark", {"corpus": tiny_corpus(tiny), "layers": [1], "control_seeds": [0]}
+            )
+        ).structured_content
+        document = json.loads((await client.read_resource(out["artifact_uri"])).contents[0].text)
+        document["results"]["trials"][0]["detail"] = "edited after the run"
+        checked = await client.call_tool("verify_artifact", {"artifact_json": json.dumps(document)})
+        with pytest.raises(MCPError, match="No artifact with id"):
+            await client.read_resource("artifact://" + "0" * 32)
+    tampered = checked.structured_content
+    assert tampered["valid"] is False and tampered["altered"] == ["results", "results.trials"]
+
+
+async def test_benchmark_errors_name_the_fix(tiny_session: Session) -> None:
+    async with Client(build_server(tiny_session)) as client:
+        no_lens = await client.call_tool("causal_swap_benchmark", {"lens": "jacobian", "layers": [0]})
+        bad_layer = await client.call_tool("causal_swap_benchmark", {"layers": [2]})
+        nothing = await client.call_tool("causal_swap_benchmark", {"corpus": "countries", "layers": [0]})
+    assert "fit_lens" in error_text(no_lens)
+    assert "cannot be edited" in error_text(bad_layer)
+    # The shipped corpus runs on tiny; its answers outside tiny's vocabulary are ledgered, not fatal.
+    ledger = nothing.structured_content["exclusions"]
+    pound = [e for e in ledger if e["kind"] == "prompt" and e["function"] == "currency" and e["concept"] == "Egypt"]
+    assert len(pound) == 1 and "'Pound'" in pound[0]["reason"] and "unknown token" in pound[0]["reason"]
+
+
+async def test_fit_lens_then_a_jacobian_trial(
+    tiny_session: Session, tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "cache"))
+    texts = [" ".join(["when mary and john went to the store , john gave a drink to mary ."] * 3)] * 2
+    async with Client(build_server(tiny_session)) as client:
+        tools = await tools_by_name(client)
+        first = assert_valid_structured(
+            tools["fit_lens"], await client.call_tool("fit_lens", {"texts": texts, "corpus_name": "ioi-ish"})
+        )
+        again = assert_valid_structured(tools["fit_lens"], await client.call_tool("fit_lens", {"texts": texts}))
+        trial = assert_valid_structured(
+            tools["causal_swap_trial"],
+            await client.call_tool(
+                "causal_swap_trial",
+                {
+                    "template": TEMPLATE,
+                    "source": "France",
+                    "target": "Canada",
+                    "source_answer": top_word(tiny, TEMPLATE, "France"),
+                    "target_answer": top_word(tiny, TEMPLATE, "Canada"),
+                    "layer": 1,
+                    "lens": "jacobian",
+                },
+            ),
+        )
+        short = await client.call_tool("fit_lens", {"texts": ["too short"]})
+    lens = first["lens"]
+    assert first["from_cache"] is False and again["from_cache"] is True
+    assert lens["n_prompts"] == 2 and lens["source_layers"] == [0, 1] and lens["corpus"] == "ioi-ish"
+    assert Path(lens["path"]).is_relative_to(tmp_path / "cache")
+    assert again["lens"]["sha256"] == lens["sha256"]
+    # The fit is the library's: one JacobianLens.fit over both texts gives the same matrices.
+    from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
+
+    saved = JacobianLens.load(lens["path"])
+    direct = JacobianLens.fit(tiny.bridge, texts, corpus="x", dim_batch=32, max_seq_len=64, show_progress=False)
+    for layer in (0, 1):
+        assert torch.allclose(saved.jacobians[layer], direct.jacobians[layer], atol=1e-5)
+    assert trial["lens"]["kind"] == "jacobian" and trial["lens"]["sha256"] == lens["sha256"]
+    assert trial["trial"]["status"] in ("executed", "skipped_source_inactive", "skipped_no_control_token")
+    assert "too short" in error_text(short)
