@@ -6,8 +6,11 @@ import sys
 from typing import Any
 
 import jsonschema
+import torch
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, Tool
+
+from mcp_interp.models import LoadedModel
 
 EXPECTED_TOOLS = {
     "model_info",
@@ -57,3 +60,31 @@ def assert_valid_structured(tool: Tool, result: CallToolResult) -> dict[str, Any
 def error_text(result: CallToolResult) -> str:
     assert result.is_error, f"expected a tool error, got {result.structured_content}"
     return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+TEMPLATE = "The capital of {arg} is the city of"
+CONCEPTS = ["France", "Canada", "China", "Egypt"]
+
+
+def top_word(model: LoadedModel, template: str, concept: str) -> str:
+    ids = model.tokenizer(template.replace("{arg}", concept))["input_ids"]
+    with torch.no_grad():
+        logits = model.bridge(torch.tensor([ids]), return_type="logits")[0, -1]
+    return str(model.tokenizer.decode([int(logits.argmax())])).strip()
+
+
+def tiny_corpus(model: LoadedModel) -> dict[str, Any]:
+    """One function the tiny model 'knows' (its own top-1s), one it does not, one with an unknown word."""
+    return {
+        "name": "tiny-capitals",
+        "concepts": CONCEPTS,
+        "functions": [
+            {"name": "own", "template": TEMPLATE, "answers": {c: top_word(model, TEMPLATE, c) for c in CONCEPTS}},
+            {"name": "wrong", "template": "the city of {arg} is", "answers": dict.fromkeys(CONCEPTS, "mary")},
+            {
+                "name": "unknown",
+                "template": "when {arg} went to",
+                "answers": {"France": "zzqx", "Canada": "john", "China": "tom", "Egypt": "mary"},
+            },
+        ],
+    }

@@ -207,3 +207,58 @@ async def test_cancelled_patch_heads_stops_at_the_next_layer(embedded: LoadedMod
     print(f"\nnext call answered {answered_in:.2f} s after cancelling patch_heads at layer {len(progress)}")
     assert answered_in < 3.0
     assert session.store.ids("figure") == [], "a cancelled scan must not leave a figure behind"
+
+
+def test_causal_swap_benchmark_on_the_country_corpus(embedded: LoadedModel) -> None:
+    """Structure only (no success-rate claims): every slot accounted for, ' Pound' ledgered with how it
+    splits, baselines checked against a direct forward, summary consistent with the trials."""
+    from mcp_interp.core.causal_swap import SwapBenchmarkJob
+    from mcp_interp.core.lenses import logit_lens
+    from mcp_interp.core.swap_corpus import load_corpus
+    from mcp_interp.swap_schemas import SwapSettings
+
+    corpus = load_corpus("countries")
+    lens, info = logit_lens(embedded)
+    settings = SwapSettings(
+        lens="logit",
+        position="concept",
+        alpha=1.0,
+        k=25,
+        control_seeds=[0, 1, 2, 3, 4],
+        control_tolerance=0.1,
+        require_target_known=True,
+    )
+    job = SwapBenchmarkJob(embedded, corpus, [3, 15], lens, info, settings)
+    steps = list(job.steps())
+    assert len(steps) == job.total_steps() == 1 + 48 * 2
+    result = job.result
+    assert result is not None
+    pound = [e for e in result.exclusions if e.kind == "prompt" and e.concept == "Egypt" and e.function == "currency"]
+    assert len(pound) == 1 and "' P', 'ound'" in pound[0].reason
+    egypt_currency = [
+        e
+        for e in result.exclusions
+        if e.kind == "trial" and e.function == "currency" and "Egypt" in (e.source, e.target)
+    ]
+    assert len(egypt_currency) == 6  # Egypt as source (3 targets) or target (3 sources)
+    assert len(job.trials) + result.summary.excluded_trials == 48 * 2
+    assert sum(result.summary.status_counts.values()) == len(job.trials)
+    # Each trial's baseline equals a direct unpadded forward of its prompt.
+    trial = job.trials[0]
+    ids = embedded.tokenizer(trial.prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = embedded.bridge(ids, return_type="logits")[0, -1]
+    assert trial.baseline is not None and trial.baseline.source_answer.top1
+    assert float(logits[trial.baseline.source_answer.token_id]) == pytest.approx(
+        trial.baseline.source_answer.logit, abs=1e-4
+    )
+    assert embedded.tokenizer.decode([ids[0, trial.position]]).strip() == trial.source == trial.position_token.strip()
+    for record in job.trials:
+        assert record.status in ("executed", "skipped_source_inactive", "skipped_no_control_token")
+        if record.status == "skipped_source_inactive":
+            assert record.support and record.detail and "not in the active support" in record.detail
+        if record.status == "executed":
+            assert len(record.controls) == 5 and record.real is not None
+    executed = [t for t in job.trials if t.status == "executed"]
+    assert result.summary.real.n == len(executed)
+    assert result.summary.control.n == 5 * len(executed)

@@ -77,6 +77,16 @@ plausible = {
     "top_k": st.integers(-1, 60),
     "max_new_tokens": st.integers(-1, 8),
     "coefficient": st.floats(allow_nan=True, width=32),
+    "template": st.sampled_from(["the capital of {arg} is the city of", "no slot", "{arg} {arg}", "when {arg} went"]),
+    "source": st.sampled_from(["france", "canada", "zzqx", ""]),
+    "target": st.sampled_from(["canada", "france", "mary"]),
+    "source_answer": st.sampled_from([".", "six", "paris", "mary john"]),
+    "target_answer": st.sampled_from(["six", ".", "ottawa"]),
+    "layers": st.lists(st.integers(-1, 3), max_size=3),
+    "control_seeds": st.lists(st.integers(-1, 2**40), max_size=3),
+    "corpus": st.sampled_from(["countries", "nope", {"name": "c", "concepts": ["france"], "functions": []}]),
+    "artifact_json": st.sampled_from(["{}", '{"schema": "mcp-interp/causal-swap-benchmark", "schema_version": 1}']),
+    "max_prompts": st.integers(-1, 3),
 }
 
 
@@ -91,6 +101,8 @@ def arguments(schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def served(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
     saved = limits.current()
+    cache = pytest.MonkeyPatch()
+    cache.setenv("MCP_INTERP_CACHE", str(tmp_path_factory.mktemp("cache")))  # fit_lens writes its lens there
     limits.configure(limits.Limits(max_prompts=6, max_tokens=40, max_heads=16, max_new_tokens=6))
     out: Path = tmp_path_factory.mktemp("property")
     session = Session("tiny", out, loader=lambda name, device, dtype: tiny)
@@ -101,6 +113,7 @@ def served(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Itera
         tools = {t.name: t for t in portal.call(client.list_tools).tools}
         yield portal, client, tools
     limits.configure(saved)
+    cache.undo()
     total = sum(TRIED.values())
     print(f"\nproperty test: {total} generated calls, {sum(SUCCEEDED.values())} succeeded; per tool {TRIED}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tests.mcp_helpers import (
     assert_valid_structured,
     error_text,
     stdio_params,
+    tiny_corpus,
     tools_by_name,
 )
 
@@ -45,3 +47,38 @@ async def test_stdio_session_lists_schemas_and_answers(tmp_path: Path, tiny: Loa
     assert result["model"]["fingerprint"] == tiny.fingerprint
     assert len(result["logit_diff"]["per_example"]) == 2
     assert len(rank["examples"]) == 2
+
+
+async def test_stdio_causal_swap_benchmark_artifact_round_trip(tmp_path: Path, tiny: LoadedModel) -> None:
+    """A benchmark over stdio: progress arrives, the artifact is readable as a resource, lies in the server's
+    output folder, verifies, and a one-trial edit of it is named by verify_artifact."""
+    env = {**child_env(tmp_path), "MCP_INTERP_CACHE": str(tmp_path / "cache")}
+    progress: list[str] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async with Client(stdio_params("tiny", env), read_timeout_seconds=120) as client:
+        tools = await tools_by_name(client)
+        out = assert_valid_structured(
+            tools["causal_swap_benchmark"],
+            await client.call_tool(
+                "causal_swap_benchmark",
+                {"corpus": tiny_corpus(tiny), "layers": [1], "position": "concept", "control_seeds": [0, 1]},
+                progress_callback=on_progress,
+            ),
+        )
+        text = (await client.read_resource(out["artifact_uri"])).contents[0].text
+        document = json.loads(text)
+        document["results"]["trials"][-1]["layer"] = 0
+        verdicts = [
+            (await client.call_tool("verify_artifact", {"artifact_json": payload})).structured_content
+            for payload in (text, json.dumps(document))
+        ]
+    assert Path(out["artifact_path"]).is_relative_to(tmp_path / "out")
+    assert Path(out["artifact_path"]).read_text(encoding="utf-8") == text
+    steps = [m for m in progress if not m.startswith("waiting for model")]
+    assert len(steps) == 1 + 3 * 12 and steps[0].startswith("baselines")
+    assert document["manifest"]["settings"]["position"] == "concept"
+    assert verdicts[0]["valid"] is True
+    assert verdicts[1]["valid"] is False and verdicts[1]["altered"] == ["results", "results.trials"]

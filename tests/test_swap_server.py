@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -16,35 +15,9 @@ from scipy import stats
 from mcp_interp.models import LoadedModel
 from mcp_interp.server import build_server
 from mcp_interp.session import Session
-from tests.mcp_helpers import assert_valid_structured, error_text, tools_by_name
+from tests.mcp_helpers import TEMPLATE, assert_valid_structured, error_text, tiny_corpus, tools_by_name, top_word
 
 pytestmark = pytest.mark.anyio
-TEMPLATE = "The capital of {arg} is the city of"
-CONCEPTS = ["France", "Canada", "China", "Egypt"]
-
-
-def top_word(model: LoadedModel, template: str, concept: str) -> str:
-    ids = model.tokenizer(template.replace("{arg}", concept))["input_ids"]
-    with torch.no_grad():
-        logits = model.bridge(torch.tensor([ids]), return_type="logits")[0, -1]
-    return str(model.tokenizer.decode([int(logits.argmax())])).strip()
-
-
-def tiny_corpus(model: LoadedModel) -> dict[str, Any]:
-    """One function the tiny model 'knows' (its own top-1s), one it does not, one with an unknown word."""
-    return {
-        "name": "tiny-capitals",
-        "concepts": CONCEPTS,
-        "functions": [
-            {"name": "own", "template": TEMPLATE, "answers": {c: top_word(model, TEMPLATE, c) for c in CONCEPTS}},
-            {"name": "wrong", "template": "the city of {arg} is", "answers": dict.fromkeys(CONCEPTS, "mary")},
-            {
-                "name": "unknown",
-                "template": "when {arg} went to",
-                "answers": {"France": "zzqx", "Canada": "john", "China": "tom", "Egypt": "mary"},
-            },
-        ],
-    }
 
 
 async def test_benchmark_summary_agrees_with_its_own_artifact(tiny_session: Session, tiny: LoadedModel) -> None:
