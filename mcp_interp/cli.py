@@ -197,6 +197,8 @@ def _fit_lens(args: argparse.Namespace) -> int:
     if args.texts:
         try:
             texts = json.loads(Path(args.texts).read_text(encoding="utf-8"))
+            if isinstance(texts, dict):  # the shipped corpus format: {"texts": [...]}
+                texts = texts.get("texts")
         except (OSError, json.JSONDecodeError) as exc:
             print(f"--texts: cannot read a JSON list of texts from {args.texts}: {exc}", file=sys.stderr)
             return 2

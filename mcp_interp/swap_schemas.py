@@ -48,6 +48,7 @@ class ControlDraw(BaseModel):
     token: str
     token_id: int
     displacement: float = Field(description="‖v_control − v_source‖ (matched to ‖v_target − v_source‖).")
+    edit_norm: float = Field(description="‖Δh‖ of this control edit (= α·c_src·displacement).")
     score: AnswerScore = Field(description="The target's answer in the control-edited run.")
 
 
@@ -78,6 +79,13 @@ class TrialRecord(BaseModel):
     target_displacement: float | None = Field(default=None, description="‖v_target − v_source‖.")
     control_pool_size: int | None = Field(default=None, description="Tokens the controls were drawn from.")
     real: AnswerScore | None = Field(default=None, description="The target's answer after the real edit.")
+    target_was_active: bool | None = Field(
+        default=None,
+        description="The target atom was already in the active support, so the library's substitute mode "
+        "overwrote its coordinate (Δh = α[(c_src − c_tgt)·v_tgt − c_src·v_src]) instead of adding c_src·v_tgt: "
+        "the controls (never in the support) then made a differently sized edit. Reported separately.",
+    )
+    real_edit_norm: float | None = Field(default=None, description="‖Δh‖ of the real edit.")
     real_source_answer: AnswerScore | None = Field(
         default=None, description="The source's own answer after the real edit (was it displaced?)."
     )
@@ -173,13 +181,20 @@ class SwapSummary(BaseModel):
     layers: list[int]
     layers_executed: list[int] = Field(description="Layers with at least one executed trial.")
     real: RateSummary = Field(description="Real-edit success (target answer strict top-1) over executed trials.")
-    control: RateSummary = Field(description="Control success over every control draw (n = executed × seeds).")
+    control: RateSummary = Field(
+        description="Control success over every control draw (n = executed × seeds). Draws of one trial share its "
+        "prompt and layer, so this interval is narrower than the evidence; control_by_seed (n = trials) is the "
+        "conservative view."
+    )
     control_by_seed: list[SeedRate]
     control_seed_spread: SeedSpread
     paired: PairedTest
     by_layer: list[LayerSummary]
     n_independent_prompts: int = Field(description="Distinct prompts among executed trials.")
     excluded_trials: int = Field(description="(function, source, target, layer) slots sent to the ledger.")
+    target_was_active: int = Field(
+        description="Executed trials whose target atom was already active (see TrialRecord.target_was_active)."
+    )
 
 
 class SwapBenchmarkMeasurement(Measurement):

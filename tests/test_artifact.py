@@ -64,3 +64,9 @@ def test_schema_and_garbage_are_reported_not_raised() -> None:
     assert not artifact.verify("[1, 2]").valid
     missing = {k: v for k, v in document.items() if k != "fingerprints"}
     assert not artifact.verify(missing).valid
+
+
+def test_a_nan_smuggled_into_an_artifact_is_reported() -> None:
+    text = json.dumps(sample()).replace('"alpha": 1.0', '"alpha": NaN')
+    check = artifact.verify(text)
+    assert not check.valid and "altered" in check.message

@@ -100,12 +100,20 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
     assert record.support_size == len(full_support)
     assert {a.token_id for a in record.support} <= set(full_support)
     answers = [record.baseline.source_answer.token_id, record.real.token_id]
-    pool = control_pool(dictionary, source, target, [*answers, *full_support], 0.1, distances_from(dictionary, source))
+    never = [*tok.all_special_ids, *range(len(tok), dictionary.shape[0])]
+    pool = control_pool(dictionary, source, target, [*answers, *full_support, *never], 0.1)
     assert [c.token_id for c in record.controls] == [draw_control(pool, s) for s in range(5)]
+    special = set(tok.all_special_ids)
     for control in record.controls:
         expected = float(distances_from(dictionary, source)[control.token_id])
         assert control.displacement == pytest.approx(expected)
         assert abs(control.displacement - record.target_displacement) <= 0.1 * record.target_displacement
+        assert control.token_id not in special
+        # Substitute with the control outside the support moves c_src from the source to the control atom:
+        # Δh = α·c_src·(v_t − v_src), so ‖Δh‖ = α·c_src·displacement.
+        assert control.edit_norm == pytest.approx(record.source_coordinate * control.displacement, rel=1e-4)
+    if not record.target_was_active:
+        assert record.real_edit_norm == pytest.approx(record.source_coordinate * record.target_displacement, rel=1e-4)
     # Each edit, rerun alone through the library's live hook, gives the same target logit.
     for edit, score in [(target, record.real), *[(c.token_id, c.score) for c in record.controls]]:
         with warnings.catch_warnings():
@@ -160,3 +168,35 @@ def test_bad_words_and_layers_are_input_errors(tiny: LoadedModel) -> None:
         causal_swap.causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", "zzqx", "six", 1, settings())
     with pytest.raises(InputError, match="same token"):
         causal_swap.causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "France", ".", "six", 1, settings())
+
+
+def test_special_and_padding_ids_are_never_drawn() -> None:
+    class Tok:
+        all_special_ids = (0, 3)
+
+        def __len__(self) -> int:
+            return 6
+
+    assert causal_swap.never_drawn(Tok(), d_vocab=8) == [0, 3, 6, 7]
+
+
+def test_a_template_without_a_slot_is_an_input_error(tiny: LoadedModel) -> None:
+    lens, info = logit_lens(tiny)
+    with pytest.raises(InputError, match="exactly once"):
+        causal_swap.causal_swap_trial(tiny, lens, info, "no slot", "France", "Canada", ".", "six", 1, settings())
+
+
+def test_a_corpus_with_no_runnable_trial_is_an_error_naming_the_words(tiny: LoadedModel) -> None:
+    from mcp_interp.core.swap_corpus import SwapCorpus
+
+    corpus = SwapCorpus.model_validate(
+        {
+            "name": "half-known",
+            "concepts": ["France", "Canada"],
+            "functions": [{"name": "f", "template": TEMPLATE, "answers": {"France": "paris", "Canada": "zzqx"}}],
+        }
+    )
+    lens, info = logit_lens(tiny)
+    with pytest.raises(InputError, match="No trial of corpus 'half-known' can run") as raised:
+        causal_swap.SwapBenchmarkJob(tiny, corpus, [1], lens, info, settings())
+    assert "zzqx" in str(raised.value)

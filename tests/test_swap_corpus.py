@@ -95,3 +95,9 @@ def test_malformed_corpora_are_rejected(change: dict[str, Any], message: str) ->
 def test_unknown_shipped_corpus_is_an_input_error() -> None:
     with pytest.raises(InputError, match="countries"):
         load_corpus("../../etc/passwd")
+
+
+def test_duplicate_concepts_are_rejected() -> None:
+    function = {"name": "f", "template": "{arg} is", "answers": {"Aa": "Xx", "Aa ": "Yy"}}
+    with pytest.raises(ValidationError, match="distinct"):
+        SwapCorpus.model_validate({"name": "c", "concepts": ["Aa", "Aa "], "functions": [function]})

@@ -12,6 +12,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from scipy import stats
 
+from mcp_interp.core.tokens import adds_bos
 from mcp_interp.models import LoadedModel
 from mcp_interp.server import build_server
 from mcp_interp.session import Session
@@ -150,7 +151,14 @@ async def test_fit_lens_then_a_jacobian_trial(
     from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
 
     saved = JacobianLens.load(lens["path"])
-    direct = JacobianLens.fit(tiny.bridge, texts, corpus="x", dim_batch=32, max_seq_len=64, show_progress=False)
+    bos = adds_bos(tiny.tokenizer)  # the fit tokenizes by the project's rule, not to_tokens' default
+    assert saved.metadata["mcp_interp"]["prepend_bos"] is bos
+    default = tiny.bridge.cfg.default_prepend_bos
+    tiny.bridge.cfg.default_prepend_bos = bos
+    try:
+        direct = JacobianLens.fit(tiny.bridge, texts, corpus="x", dim_batch=32, max_seq_len=64, show_progress=False)
+    finally:
+        tiny.bridge.cfg.default_prepend_bos = default
     for layer in (0, 1):
         assert torch.allclose(saved.jacobians[layer], direct.jacobians[layer], atol=1e-5)
     assert trial["lens"]["kind"] == "jacobian" and trial["lens"]["sha256"] == lens["sha256"]

@@ -2,8 +2,8 @@
 
 Spawns ``python -m mcp_interp serve`` as a stdio subprocess — exactly as Claude Code or Cursor
 would — and calls ``model_info``, ``tokenize``, ``logit_diff`` and ``answer_rank`` on the IOI
-pairs shipped in ``prompts/ioi.json``, then ``explain`` on the first pair, printing the numbers
-a client receives.
+pairs shipped in ``prompts/ioi.json``, then ``explain`` on the first pair and one controlled
+``causal_swap_trial`` (France→Canada), printing the numbers a client receives.
 
 Usage: ``python tools/demo.py [--model smollm2-135m]`` (``./run demo`` sets everything up first).
 """
@@ -93,6 +93,35 @@ async def demo(model: str) -> None:
         print(f"\nexplain ({time.perf_counter() - started_explain:.1f} s; report {explained['report_uri']}):")
         for finding in explained["findings"]:
             print(f"  - {finding}")
+
+        swap_args = {
+            "template": "The capital of {arg} is the city of",
+            "source": "France",
+            "target": "Canada",
+            "source_answer": "Paris",
+            "target_answer": "Ottawa",
+            "layer": 15,
+            "position": "concept",
+        }
+        swap = structured(await client.call_tool("causal_swap_trial", swap_args))
+        trial = swap["trial"]
+        base = trial["baseline"]["source_answer"]
+        print(
+            f"\ncausal_swap_trial France→Canada at layer 15 "
+            f"({swap['lens']['kind']} lens, edit at {trial['position_token']!r}):"
+        )
+        print(
+            f"  baseline: {base['token']!r} rank {base['rank']}, margin {base['margin']:+.2f}; status {trial['status']}"
+        )
+        if trial["real"] is not None:
+            wins = sum(c["score"]["top1"] for c in trial["controls"])
+            print(
+                f"  real edit: ' Ottawa' rank {trial['real']['rank']}; controls top-1 {wins}/{len(trial['controls'])}"
+            )
+        else:
+            print(f"  {trial['detail']}")
+        for note in swap["notes"]:
+            print(f"  note: {note}")
 
         bad = await client.call_tool(
             "logit_diff", {"prompts": prompts[:1], "correct": " Mary Ann", "incorrect": " John"}

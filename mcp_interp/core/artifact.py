@@ -73,7 +73,12 @@ def verify(artifact_json: str | dict[str, Any]) -> VerifyArtifactResult:
     recorded = artifact.get("fingerprints")
     if not isinstance(recorded, dict) or "manifest" not in artifact or "results" not in artifact:
         return _invalid("The artifact lacks its manifest, results or fingerprints block.", name, version)
-    actual = _fingerprints(artifact["manifest"], artifact["results"])
+    try:
+        actual = _fingerprints(artifact["manifest"], artifact["results"])
+    except ValueError as exc:  # NaN or Infinity: never written by this server, so the artifact was altered
+        return _invalid(
+            f"The artifact holds a value canonical JSON cannot encode ({exc}): it was altered.", name, version
+        )
     checks = [
         BlockCheck(block=block, expected=recorded.get(block), actual=digest, ok=recorded.get(block) == digest)
         for block, digest in actual.items()

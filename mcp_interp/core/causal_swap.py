@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import torch
+from pydantic import ValidationError
 
 from mcp_interp.core import swap_stats
 from mcp_interp.core.lenses import LensInfo
@@ -124,7 +125,10 @@ def edit_position(tokenizer: Any, template: str, concept: str, position: str | i
     if position == "concept":
         start = template.index(SLOT)
         end = start + len(concept)
-        encoded = tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
+        try:
+            encoded = tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
+        except (NotImplementedError, ValueError):  # slow (Python) tokenizers have no offsets
+            encoded = {"input_ids": ids}
         offsets = encoded.get("offset_mapping")
         if offsets is None or list(encoded["input_ids"]) != ids:
             raise InputError("position='concept' needs a tokenizer with character offsets; pass an index instead.")
@@ -162,7 +166,6 @@ class PromptRun:
     last_logits: torch.Tensor  # [vocab] float32 CPU
     activations: dict[int, torch.Tensor]  # layer → [d_model] at `position`
     decompositions: dict[int, Any] = field(default_factory=dict)
-    distances: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
 
 
 def prompt_run(model: LoadedModel, ids: list[int], position: int, layers: Sequence[int]) -> PromptRun:
@@ -211,6 +214,12 @@ class TrialTokens:
     target_answer_id: int
 
 
+def never_drawn(tokenizer: Any, d_vocab: int) -> list[int]:
+    """Ids a control may never be: special tokens, and unembedding rows beyond the tokenizer's vocabulary
+    (padding rows of a padded vocabulary are untrained, some have zero norm)."""
+    return sorted({int(i) for i in tokenizer.all_special_ids} | set(range(len(tokenizer), d_vocab)))
+
+
 def run_edit_trial(
     model: LoadedModel,
     lens: Any,
@@ -219,8 +228,13 @@ def run_edit_trial(
     tokens: TrialTokens,
     settings: SwapSettings,
     record: TrialRecord,
+    distance_cache: dict[tuple[int, int], torch.Tensor],
 ) -> TrialRecord:
-    """Steps 2–3 of a trial whose baseline passed; fills ``record`` and returns it."""
+    """Steps 2–3 of a trial whose baseline passed; fills ``record`` and returns it.
+
+    ``distance_cache`` maps (layer, source id) to ‖v_t − v_source‖ for every t (it depends on nothing
+    else, so a benchmark shares it across prompts and targets of one layer).
+    """
     from transformer_lens.tools.analysis.jacobian_lens_coordinate_patch import solve_coordinate_patch
 
     tokenizer = model.tokenizer
@@ -242,11 +256,13 @@ def run_edit_trial(
         return record
     record.source_coordinate = float(decomposition.coordinates[support.index(tokens.source_id)])
     key = (layer, tokens.source_id)
-    if key not in run.distances:
-        run.distances[key] = distances_from(dictionary, tokens.source_id)
+    if key not in distance_cache:
+        distance_cache[key] = distances_from(dictionary, tokens.source_id)
+    distances = distance_cache[key]
     excluded = {tokens.source_answer_id, tokens.target_answer_id, *support}
+    excluded.update(never_drawn(tokenizer, dictionary.shape[0]))
     pool: ControlPool = control_pool(
-        dictionary, tokens.source_id, tokens.target_id, excluded, settings.control_tolerance, run.distances[key]
+        dictionary, tokens.source_id, tokens.target_id, excluded, settings.control_tolerance, distances
     )
     record.target_displacement = pool.reference_distance
     record.control_pool_size = int(pool.candidates.numel())
@@ -261,29 +277,28 @@ def run_edit_trial(
         return record
     controls = [draw_control(pool, seed) for seed in settings.control_seeds]
     edits = [tokens.target_id, *controls]
-    patched = torch.stack(
-        [
-            x
-            + solve_coordinate_patch(
-                x, dictionary, tokens.source_id, edit, decomposition=decomposition, k=settings.k, alpha=settings.alpha
-            ).delta
-            for edit in edits
-        ]
-    )
-    logits = edited_last_logits(model, run, layer, patched)
+    patches = [
+        solve_coordinate_patch(
+            x, dictionary, tokens.source_id, edit, decomposition=decomposition, k=settings.k, alpha=settings.alpha
+        )
+        for edit in edits
+    ]
+    logits = edited_last_logits(model, run, layer, torch.stack([x + patch.delta for patch in patches]))
     record.status = EXECUTED
     record.real = answer_score(tokenizer, logits[0], tokens.target_answer_id)
     record.real_source_answer = answer_score(tokenizer, logits[0], tokens.source_answer_id)
-    distances = run.distances[key]
+    record.target_was_active = not patches[0].target_was_appended
+    record.real_edit_norm = float(torch.linalg.vector_norm(patches[0].delta))
     record.controls = [
         ControlDraw(
             seed=seed,
             token=tokenizer.decode([token]),
             token_id=token,
             displacement=float(distances[token]),
+            edit_norm=float(torch.linalg.vector_norm(patch.delta)),
             score=answer_score(tokenizer, logits[i + 1], tokens.target_answer_id),
         )
-        for i, (seed, token) in enumerate(zip(settings.control_seeds, controls, strict=True))
+        for i, (seed, token, patch) in enumerate(zip(settings.control_seeds, controls, patches[1:], strict=True))
     ]
     return record
 
@@ -304,9 +319,12 @@ def causal_swap_trial(
     settings: SwapSettings,
 ) -> SwapTrialMeasurement:
     check_settings(model, settings, [layer], lens_info)
-    function = SwapFunction(
-        name="trial", template=template, answers={source.strip(): source_answer, target.strip(): target_answer}
-    )
+    try:
+        function = SwapFunction(
+            name="trial", template=template, answers={source.strip(): source_answer, target.strip(): target_answer}
+        )
+    except ValidationError as exc:
+        raise InputError(f"Bad template: {exc.errors()[0]['msg']}.") from None
     tokenizer = model.tokenizer
     tokens = TrialTokens(
         source_id=word_token(tokenizer, source, "source concept"),
@@ -338,8 +356,10 @@ def causal_swap_trial(
         record.status = "excluded_target_unknown"
         record.detail = "target fact not known: " + capability_reason(baseline.target_prompt_answer)
     else:
-        run_edit_trial(model, lens, run, layer, tokens, settings, record)
-        lens.clear_device_cache()
+        try:
+            run_edit_trial(model, lens, run, layer, tokens, settings, record, {})
+        finally:
+            lens.clear_device_cache()  # the dictionary is vocabulary-sized
     if record.status == EXECUTED:
         assert record.real is not None
         wins = sum(c.score.top1 for c in record.controls)
@@ -394,16 +414,30 @@ class SwapBenchmarkJob:
         self.keys = trial_keys(corpus)
         self.trials: list[TrialRecord] = []
         self.exclusions: list[Exclusion] = []
+        self.notes: list[str] = []
+        runnable = [k for k in self.keys if token_reason(self.resolved, corpus, k.function, k.source, k.target) is None]
+        if not runnable:
+            raise InputError(
+                f"No trial of corpus {corpus.name!r} can run with this model's tokenizer: every (function, source, "
+                f"target) needs a word that is not a single token. Not single tokens: {self.resolved.unusable}."
+            )
         self.result: SwapBenchmarkMeasurement | None = None
 
     def total_steps(self) -> int:
         return 1 + len(self.keys) * len(self.layers)
 
     def steps(self) -> Iterator[str]:
+        try:
+            yield from self._steps()
+        finally:  # also when cancelled: a lens object may outlive the call (it is cached)
+            self.lens.clear_device_cache()
+
+    def _steps(self) -> Iterator[str]:
         tokenizer = self.model.tokenizer
         runs, scores = self._baselines()
         yield f"baselines: {len(runs)} prompts run, {len(self.exclusions)} excluded"
         blocked = self._blocked_trials(scores)
+        distances: dict[tuple[int, int], torch.Tensor] = {}
         for layer in self.layers:
             for key in self.keys:
                 reason = blocked.get((key.function, key.source, key.target))
@@ -427,11 +461,12 @@ class SwapBenchmarkJob:
                     source_answer_id=self.resolved.answer_ids[(key.function, key.source)],
                     target_answer_id=self.resolved.answer_ids[(key.function, key.target)],
                 )
-                self.trials.append(run_edit_trial(self.model, self.lens, run, layer, tokens, self.settings, record))
+                self.trials.append(
+                    run_edit_trial(self.model, self.lens, run, layer, tokens, self.settings, record, distances)
+                )
                 yield f"layer {layer}: {key.function} {key.source}→{key.target} {record.status}"
             self.lens.clear_device_cache()  # the dictionary is vocabulary-sized, one per layer
-            for run in runs.values():
-                run.distances.clear()
+            distances.clear()
         n_slots = sum(1 for _ in blocked) * len(self.layers)
         self.result = SwapBenchmarkMeasurement(
             corpus=self.corpus.name,
@@ -439,7 +474,7 @@ class SwapBenchmarkJob:
             lens=self.lens_info,
             summary=summarize(self.trials, self.layers, self.settings.control_seeds, n_slots),
             exclusions=self.exclusions,
-            notes=benchmark_notes(self.trials, self.settings),
+            notes=self.notes + benchmark_notes(self.trials, self.settings),
         )
 
     def _prompt(self, function: str, concept: str) -> str:
@@ -450,6 +485,7 @@ class SwapBenchmarkJob:
         tokenizer = self.model.tokenizer
         runs: dict[tuple[str, str], PromptRun] = {}
         scores: dict[tuple[str, str], AnswerScore] = {}
+        mismatched: set[str] = set()
         for function in self.corpus.functions:
             for concept in self.corpus.concepts:
                 prompt = prompt_text(function, concept)
@@ -460,6 +496,8 @@ class SwapBenchmarkJob:
                     )
                     continue
                 ids, position = edit_position(tokenizer, function.template, concept, self.settings.position)
+                if self.settings.position == "concept" and ids[position] != self.resolved.concept_ids[concept]:
+                    mismatched.add(function.name)
                 run = prompt_run(self.model, ids, position, self.layers)
                 score = answer_score(tokenizer, run.last_logits, self.resolved.answer_ids[(function.name, concept)])
                 runs[(function.name, concept)] = run
@@ -477,6 +515,12 @@ class SwapBenchmarkJob:
                             top_token=score.top_token,
                         )
                     )
+        if mismatched:
+            self.notes.append(
+                f"position='concept': in {sorted(mismatched)} the concept's token in the prompt is not the concept "
+                "atom (a sentence-initial word has no leading space, so it is a different token, and the first "
+                "position is where attention sinks): those edits act where the atom's own token never was."
+            )
         return runs, scores
 
     def _blocked_trials(self, scores: dict[tuple[str, str], AnswerScore]) -> dict[tuple[str, str, str], str]:
@@ -570,12 +614,25 @@ def summarize(trials: Sequence[TrialRecord], layers: Sequence[int], seeds: Seque
         by_layer=by_layer,
         n_independent_prompts=len(prompts),
         excluded_trials=excluded,
+        target_was_active=sum(bool(t.target_was_active) for t in executed),
     )
 
 
 def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> list[str]:
     executed = [t for t in trials if t.status == EXECUTED]
     notes = []
+    if executed:
+        notes.append(
+            "Trials of one prompt at several layers and targets are not independent; the intervals and the sign test "
+            "treat them as if they were, so read every rate next to its n_independent_prompts."
+        )
+    active = sum(bool(t.target_was_active) for t in executed)
+    if active:
+        notes.append(
+            f"In {active} executed trial(s) the target atom was already active, so the substitute edit overwrote its "
+            "coordinate instead of adding to it (target_was_active in the artifact): those edits differ in size from "
+            "their controls."
+        )
     if not executed:
         notes.append(
             "No trial was executed, so there is no rate to report: see status_counts and the per-trial skip reasons "

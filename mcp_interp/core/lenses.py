@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, Field
 
+from mcp_interp.core.tokens import adds_bos
 from mcp_interp.corpora import prompts_dir
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, cache_dir
@@ -105,7 +106,7 @@ class FitLensJob:
         force: bool = False,
     ) -> None:
         if texts is None:
-            texts, corpus = shipped_texts(), corpus or LENS_CORPUS
+            texts, corpus = shipped_texts(), LENS_CORPUS
         elif not texts or not all(isinstance(t, str) and t.strip() for t in texts):
             raise InputError("`texts` must be a non-empty list of non-empty strings (omit it for the shipped corpus).")
         self.model = model
@@ -120,6 +121,9 @@ class FitLensJob:
         if not layers or bad:
             raise InputError(f"source_layers must be within 0..{n_layers - 2} (the last block is the target): {bad}.")
         self.layers = sorted(set(layers))
+        # Fit on text tokenized by the same rule as every tool (core/tokens.py): the library's fit
+        # uses `to_tokens`, which prepends a BOS unless the bridge's default says otherwise.
+        self.prepend_bos = adds_bos(model.tokenizer)
         self.path = lens_folder() / f"{model.fingerprint}-{self._key()}{LENS_FILE_SUFFIX}"
         self.info: LensInfo | None = None
         self.from_cache = False
@@ -127,7 +131,7 @@ class FitLensJob:
         self.skipped_short = 0
 
     def _key(self) -> str:
-        settings = self.settings.model_dump() | {"source_layers": self.layers}
+        settings = self.settings.model_dump() | {"source_layers": self.layers, "prepend_bos": self.prepend_bos}
         versions = {"transformer-lens": metadata.version("transformer-lens")}
         blob = {"corpus_sha256": self.corpus_sha256, "settings": settings, "versions": versions}
         return sha256_hex(canonical_json(blob))[:24]
@@ -141,17 +145,34 @@ class FitLensJob:
             _, self.info = load_lens_file(self.path, self.model)
             yield f"found a cached lens fitted on the same corpus and settings: {self.path}"
             return
-        from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
-
         started = time.perf_counter()
-        merged: Any = None
         extra = {
             "mcp_interp": {
                 "model_fingerprint": self.model.fingerprint,
                 "model_name": self.model.name,
                 "corpus_sha256": self.corpus_sha256,
+                "prepend_bos": self.prepend_bos,
             }
         }
+        cfg = self.model.bridge.cfg
+        saved_bos = cfg.default_prepend_bos
+        cfg.default_prepend_bos = self.prepend_bos
+        try:
+            merged = yield from self._fit_each(started, extra)
+        finally:
+            cfg.default_prepend_bos = saved_bos
+        self.fit_seconds = time.perf_counter() - started
+        merged.metadata["mcp_interp"]["fit_seconds"] = round(self.fit_seconds, 1)
+        merged.metadata["mcp_interp"]["skipped_short_texts"] = self.skipped_short
+        save_lens_atomically(merged, self.path)
+        _, self.info = load_lens_file(self.path, self.model)
+        yield f"saved {self.path}"
+
+    def _fit_each(self, started: float, extra: dict[str, Any]) -> Generator[str, None, Any]:
+        """Fit one text at a time (progress, cancellation) and merge: the prompt-weighted mean."""
+        from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
+
+        merged: Any = None
         for i, text in enumerate(self.texts):
             try:
                 shard = JacobianLens.fit(
@@ -177,12 +198,7 @@ class FitLensJob:
                 f"Every text was too short to fit on: each needs more than {self.settings.skip_first_positions + 1} "
                 "tokens (the first skip_first_positions and the last position are not used)."
             )
-        self.fit_seconds = time.perf_counter() - started
-        merged.metadata["mcp_interp"]["fit_seconds"] = round(self.fit_seconds, 1)
-        merged.metadata["mcp_interp"]["skipped_short_texts"] = self.skipped_short
-        save_lens_atomically(merged, self.path)
-        _, self.info = load_lens_file(self.path, self.model)
-        yield f"saved {self.path}"
+        return merged
 
 
 def save_lens_atomically(lens: Any, path: Path) -> None:

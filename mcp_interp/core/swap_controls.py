@@ -7,7 +7,8 @@ vector is as far from the source's as the target's is:
     | ‖v_t − v_src‖ − ‖v_tgt − v_src‖ | ≤ tolerance · ‖v_tgt − v_src‖
 
 so a real success cannot be explained by "any edit of that size breaks the answer". The
-source, the target, both answers and every atom of the active support are never drawn. The
+source, the target, both answers and every atom of the active support are never drawn (nor, by
+the caller, special tokens and unembedding rows beyond the tokenizer's vocabulary). The
 draw is uniform over the qualifying ids (sorted ascending) with a seeded **CPU**
 ``torch.Generator``, so a seed names the same token on every device. Distances are computed in
 float64 on the CPU for the same reason. An empty candidate set is reported, never papered over

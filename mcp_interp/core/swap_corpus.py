@@ -49,8 +49,8 @@ class SwapCorpus(BaseModel):
 
     @model_validator(mode="after")
     def _complete(self) -> SwapCorpus:
-        if len(set(self.concepts)) != len(self.concepts):
-            raise ValueError("concepts must be distinct")
+        if len({c.strip() for c in self.concepts}) != len(self.concepts):
+            raise ValueError("concepts must be distinct (after stripping spaces)")
         names = [f.name for f in self.functions]
         if len(set(names)) != len(names):
             raise ValueError("function names must be distinct")
@@ -128,6 +128,9 @@ def resolve(corpus: SwapCorpus, tokenizer: Any) -> Resolved:
     answer_ids = {
         (f.name, c): i for f in corpus.functions for c in corpus.concepts if (i := single(f.answers[c])) is not None
     }
+    same = [c for c in concept_ids if list(concept_ids.values()).count(concept_ids[c]) > 1]
+    if same:
+        raise InputError(f"Concepts {same} resolve to the same token: a swap needs distinct concept atoms.")
     if len(concept_ids) < 2 or not answer_ids:
         raise InputError(
             f"Nothing in corpus {corpus.name!r} is usable with this model's tokenizer: concepts and answers must be "
