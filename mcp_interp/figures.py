@@ -168,7 +168,7 @@ def swap_rates_figure(
             top.set_ylabel("success rate (target top-1)")
             top.set_title(title, fontsize=9)
             top.legend(fontsize=8)
-            bottom.set_ylabel("n")
+            bottom.set_ylabel("n (trials | draws)")
             bottom.set_xlabel("edited layer (block output)")
             fig.tight_layout()
             return _png(fig)

@@ -162,7 +162,7 @@ def register_swap_tools(
         words that are not one token), real and control success rates with exact Clopper–Pearson 95% intervals and
         n_independent_prompts, the control rate's spread across seeds, a paired sign test (McNemar per seed), a
         figure (rate by layer) and a versioned JSON artifact (artifact://…) with every trial, SHA-256-fingerprinted.
-        Progress per trial; cancellable. Roughly 0.5–1 s per trial on the embedded model on a laptop CPU."""
+        Progress per trial; cancellable. On the embedded model about 6 s per layer on 2 CPU cores."""
         model = await loaded_model(ctx)
         started = time.perf_counter()
         settings = SwapSettings(
