@@ -191,6 +191,10 @@ class SwapSummary(BaseModel):
     paired: PairedTest
     by_layer: list[LayerSummary]
     n_independent_prompts: int = Field(description="Distinct prompts among executed trials.")
+    real_success_prompts: list[str] = Field(
+        description="The distinct 'function/source' prompts behind the real successes: a rate resting on one prompt "
+        "is an anecdote whatever its n."
+    )
     excluded_trials: int = Field(description="(function, source, target, layer) slots sent to the ledger.")
     target_was_active: int = Field(
         description="Executed trials whose target atom was already active (see TrialRecord.target_was_active)."

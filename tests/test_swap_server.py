@@ -83,6 +83,8 @@ async def test_benchmark_summary_agrees_with_its_own_artifact(tiny_session: Sess
         better = sum(t["real"]["top1"] - sum(c["score"]["top1"] for c in t["controls"]) / 3 > 0 for t in executed)
         assert summary["paired"]["real_better"] == better
     assert summary["n_independent_prompts"] == len({(t["function"], t["source"]) for t in executed})
+    winners = {f"{t['function']}/{t['source']}" for t in executed if t["real"]["top1"]}
+    assert summary["real_success_prompts"] == sorted(winners)
     assert summary["layers_executed"] == sorted({t["layer"] for t in executed})
 
 

@@ -41,6 +41,7 @@ def report(label: str, wall: float, data: dict[str, Any]) -> None:
     print(f"layers executed: {s['layers_executed']}")
     print(f"real:    {rate(s['real'])}")
     print(f"control: {rate(s['control'])}")
+    print(f"real successes from prompts: {s['real_success_prompts']}; target already active: {s['target_was_active']}")
     if spread["mean"] is not None:
         print(
             f"control by seed: mean {spread['mean']:.3f}, sd {spread['sd']:.3f}, "

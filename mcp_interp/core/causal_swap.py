@@ -613,6 +613,7 @@ def summarize(trials: Sequence[TrialRecord], layers: Sequence[int], seeds: Seque
         ),
         by_layer=by_layer,
         n_independent_prompts=len(prompts),
+        real_success_prompts=sorted({f"{t.function}/{t.source}" for t in executed if t.real and t.real.top1}),
         excluded_trials=excluded,
         target_was_active=sum(bool(t.target_was_active) for t in executed),
     )
@@ -625,6 +626,14 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
         notes.append(
             "Trials of one prompt at several layers and targets are not independent; the intervals and the sign test "
             "treat them as if they were, so read every rate next to its n_independent_prompts."
+        )
+    winners = {(t.function, t.source) for t in executed if t.real and t.real.top1}
+    if 0 < len(winners) < 3:
+        names = ", ".join(f"{f}/{s}" for f, s in sorted(winners))
+        wins = sum(bool(t.real and t.real.top1) for t in executed)
+        notes.append(
+            f"All {wins} real successes come from {len(winners)} prompt(s) ({names}): compare them with that prompt's "
+            "own control draws in the artifact before calling it a swap."
         )
     active = sum(bool(t.target_was_active) for t in executed)
     if active:
