@@ -104,7 +104,10 @@ async def test_tampering_with_the_artifact_is_named(tiny_session: Session, tiny:
     assert tampered["valid"] is False and tampered["altered"] == ["results", "results.trials"]
 
 
-async def test_benchmark_errors_name_the_fix(tiny_session: Session) -> None:
+async def test_benchmark_errors_name_the_fix(
+    tiny_session: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "empty-cache"))  # no lens fitted here
     async with Client(build_server(tiny_session)) as client:
         no_lens = await client.call_tool("causal_swap_benchmark", {"lens": "jacobian", "layers": [0]})
         bad_layer = await client.call_tool("causal_swap_benchmark", {"layers": [2]})
