@@ -138,6 +138,13 @@ class SeedMcNemar(BaseModel):
     p_value: float = Field(description="Exact two-sided McNemar (binomial) p-value.")
 
 
+class ClusterTest(BaseModel):
+    real_better: int = Field(description="Prompts whose real success rate exceeds their control rate.")
+    control_better: int
+    ties: int
+    p_value: float = Field(description="Exact two-sided sign-test p-value over prompts; 1 when none differs.")
+
+
 class PairedTest(BaseModel):
     test: str = Field(description="What was tested, in words.")
     real_better: int
@@ -145,6 +152,10 @@ class PairedTest(BaseModel):
     ties: int
     p_value: float = Field(description="Exact two-sided sign-test p-value; 1 when no trial differs.")
     per_seed: list[SeedMcNemar]
+    by_prompt: ClusterTest = Field(
+        description="The same sign test with one difference per prompt (mean real − mean control over its trials): "
+        "its n is n_independent_prompts, so it does not count one prompt's trials as independent evidence."
+    )
 
 
 class SeedSpread(BaseModel):

@@ -82,6 +82,13 @@ async def test_benchmark_summary_agrees_with_its_own_artifact(tiny_session: Sess
         assert summary["control"]["successes"] == sum(draws)
         better = sum(t["real"]["top1"] - sum(c["score"]["top1"] for c in t["controls"]) / 3 > 0 for t in executed)
         assert summary["paired"]["real_better"] == better
+        prompts_better = 0
+        for prompt in {(t["function"], t["source"]) for t in executed}:
+            mine = [t for t in executed if (t["function"], t["source"]) == prompt]
+            real_mean = sum(t["real"]["top1"] for t in mine) / len(mine)
+            control_mean = sum(c["score"]["top1"] for t in mine for c in t["controls"]) / (3 * len(mine))
+            prompts_better += real_mean > control_mean
+        assert summary["paired"]["by_prompt"]["real_better"] == prompts_better
     assert summary["n_independent_prompts"] == len({(t["function"], t["source"]) for t in executed})
     winners = {f"{t['function']}/{t['source']}" for t in executed if t["real"]["top1"]}
     assert summary["real_success_prompts"] == sorted(winners)

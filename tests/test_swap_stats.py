@@ -75,3 +75,18 @@ def test_rate_and_spread() -> None:
     mean, sd, low, high = swap_stats.spread([0.2, 0.4, 0.6])
     assert math.isclose(mean, 0.4) and math.isclose(sd, 0.2) and (low, high) == (0.2, 0.6)
     assert swap_stats.spread([0.3])[1] == 0.0
+
+
+def test_prompt_clustered_sign_test_counts_prompts_not_trials() -> None:
+    real = [True, True, False, False, True]
+    controls = [[False, False], [True, False], [True, False], [False, False], [True, True]]
+    clusters = ["a", "a", "b", "b", "c"]
+    # a: 1 − 1/4 > 0; b: 0 − 1/4 < 0; c: 1 − 1 = 0 → one each way, one tie, p = 1.
+    test = swap_stats.by_cluster(real, controls, clusters)
+    assert (test.real_better, test.control_better, test.ties, test.p_value) == (1, 1, 1, 1.0)
+    # Many winning trials from one prompt are one piece of evidence at the prompt level.
+    one_prompt = swap_stats.by_cluster([True] * 20, [[False]] * 20, ["a"] * 20)
+    assert (one_prompt.real_better, one_prompt.p_value) == (1, 1.0)
+    assert swap_stats.sign_test([True] * 20, [[False]] * 20).p_value == 2 / 2**20
+    five = swap_stats.by_cluster([True] * 5, [[False]] * 5, list("abcde"))
+    assert math.isclose(five.p_value, 2 / 32)

@@ -52,6 +52,11 @@ def report(label: str, wall: float, data: dict[str, Any]) -> None:
         f"paired sign test: real better {p['real_better']}, control better {p['control_better']}, "
         f"ties {p['ties']}, p = {p['p_value']:.3g}"
     )
+    c = p["by_prompt"]
+    print(
+        f"  by prompt: real better {c['real_better']}, control better {c['control_better']}, ties {c['ties']}, "
+        f"p = {c['p_value']:.3g}"
+    )
     per_layer = {row["layer"]: row["executed"] for row in s["by_layer"] if row["executed"]}
     print(f"executed per layer: {per_layer}")
     print(f"artifact: {data['artifact_path']}  figure: {data['figure_uri']}")

@@ -52,6 +52,7 @@ from mcp_interp.models import LoadedModel
 from mcp_interp.swap_schemas import (
     AnswerScore,
     Atom,
+    ClusterTest,
     ControlDraw,
     Exclusion,
     LayerSummary,
@@ -578,7 +579,8 @@ def summarize(trials: Sequence[TrialRecord], layers: Sequence[int], seeds: Seque
         )
     seed_rates = [s.rate.rate for s in by_seed if s.rate.rate is not None]
     mean, sd, low, high = swap_stats.spread(seed_rates) if seed_rates else (None, None, None, None)
-    paired = swap_stats.sign_test(real, control_rows) if executed else swap_stats.SignTest(0, 0, 0, 1.0)
+    paired = swap_stats.sign_test(real, control_rows)
+    clustered = swap_stats.by_cluster(real, control_rows, [f"{t.function}/{t.source}" for t in executed])
     by_layer = []
     for layer in layers:
         at = [t for t in trials if t.layer == layer]
@@ -610,6 +612,12 @@ def summarize(trials: Sequence[TrialRecord], layers: Sequence[int], seeds: Seque
             ties=paired.ties,
             p_value=paired.p_value,
             per_seed=per_seed_tests,
+            by_prompt=ClusterTest(
+                real_better=clustered.real_better,
+                control_better=clustered.control_better,
+                ties=clustered.ties,
+                p_value=clustered.p_value,
+            ),
         ),
         by_layer=by_layer,
         n_independent_prompts=len(prompts),

@@ -90,9 +90,9 @@ def rate(successes: Sequence[bool]) -> Rate:
 class SignTest:
     """Exact two-sided sign test of paired differences (real − control) against zero."""
 
-    real_better: int  # trials where the real edit beat its controls
-    control_better: int  # trials where the controls beat the real edit
-    ties: int  # trials with no difference (they carry no information and drop out)
+    real_better: int  # trials (or clusters) where the real edit beat its controls
+    control_better: int  # where the controls beat the real edit
+    ties: int  # no difference (they carry no information and drop out)
     p_value: float
 
 
@@ -100,20 +100,33 @@ def sign_test(real: Sequence[bool], controls: Sequence[Sequence[bool]]) -> SignT
     """``real[i]`` is trial i's real success; ``controls[i]`` its control successes, one per seed."""
     if len(real) != len(controls):
         raise ValueError(f"{len(real)} real outcomes but {len(controls)} control rows")
-    better = worse = ties = 0
-    for outcome, row in zip(real, controls, strict=True):
-        if not row:
-            raise ValueError("every trial needs at least one control outcome")
-        difference = float(outcome) - sum(map(float, row)) / len(row)
-        if difference > 0:
-            better += 1
-        elif difference < 0:
-            worse += 1
-        else:
-            ties += 1
+    if any(not row for row in controls):
+        raise ValueError("every trial needs at least one control outcome")
+    return sign_test_of(
+        [float(outcome) - sum(map(float, row)) / len(row) for outcome, row in zip(real, controls, strict=True)]
+    )
+
+
+def sign_test_of(differences: Sequence[float]) -> SignTest:
+    """Exact two-sided sign test of paired differences (zeros drop out)."""
+    better = sum(d > 0 for d in differences)
+    worse = sum(d < 0 for d in differences)
     informative = better + worse
     p_value = 1.0 if informative == 0 else float(stats.binomtest(better, informative, 0.5).pvalue)
-    return SignTest(real_better=better, control_better=worse, ties=ties, p_value=p_value)
+    return SignTest(real_better=better, control_better=worse, ties=len(differences) - informative, p_value=p_value)
+
+
+def by_cluster(real: Sequence[bool], controls: Sequence[Sequence[bool]], clusters: Sequence[str]) -> SignTest:
+    """The sign test with one difference per cluster (e.g. prompt): mean real − mean control over its trials.
+
+    Trials of one prompt are not independent; this is the test whose n is the number of prompts.
+    """
+    grouped: dict[str, tuple[list[float], list[float]]] = {}
+    for outcome, row, cluster in zip(real, controls, clusters, strict=True):
+        real_values, control_values = grouped.setdefault(cluster, ([], []))
+        real_values.append(float(outcome))
+        control_values.extend(map(float, row))
+    return sign_test_of([statistics.fmean(r) - statistics.fmean(c) for r, c in grouped.values()])
 
 
 def spread(values: Sequence[float]) -> tuple[float, float, float, float]:
