@@ -546,6 +546,6 @@ def build_server(session: Session) -> MCPServer[Session]:
     def report(report_id: str) -> str:
         return stored_bytes("report", report_id).decode("utf-8")
 
-    register_swap_tools(server, session, loaded_model, with_provenance, store_figure)
+    register_swap_tools(server, session, loaded_model, with_provenance, store_figure, guarded)
     register_prompts(server)
     return server

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -21,7 +21,6 @@ from mcp_interp.core import artifact
 from mcp_interp.core import causal_swap as swap_core
 from mcp_interp.core.lenses import FitLensJob, FitSettings, resolve_lens
 from mcp_interp.core.swap_corpus import SwapCorpus, load_corpus
-from mcp_interp.errors import InterpError
 from mcp_interp.schemas import Measurement
 from mcp_interp.session import Session
 from mcp_interp.store import NotFound
@@ -82,12 +81,10 @@ def register_swap_tools(
     loaded_model: Callable[[Context], Awaitable[Any]],
     with_provenance: WithProvenance,
     store_figure: Callable[[bytes, str], tuple[str, ResourceLink]],
+    guarded: Callable[[Awaitable[Any]], Awaitable[Any]],
 ) -> None:
-    async def guarded(awaitable: Awaitable[Any]) -> Any:
-        try:
-            return await awaitable
-        except InterpError as exc:
-            raise ToolError(str(exc)) from exc
+    """Register the causal-swap tools, reusing the server's helpers (model wait, provenance, figure store,
+    and ``guarded``, which turns core's caller-facing errors into tool errors)."""
 
     @server.tool(annotations=READ_ONLY)
     async def causal_swap_trial(
