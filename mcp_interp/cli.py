@@ -189,9 +189,10 @@ def _fit_lens(args: argparse.Namespace) -> int:
     """Fit in this process (no server), reporting each text on stderr; the JSON result on stdout."""
     import time
 
-    from mcp_interp.core.lenses import FitLensJob, FitSettings
+    from mcp_interp.core.lenses import FitLensJob
     from mcp_interp.errors import InterpError
     from mcp_interp.models import load_model
+    from mcp_interp.schemas.swap import FitSettings
 
     texts = None
     if args.texts:

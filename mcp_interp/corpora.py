@@ -1,8 +1,6 @@
-"""The prompt corpora shipped with the package (``prompts/`` in a checkout, inside the wheel).
-
-In a wheel the folder is installed as ``mcp_interp/prompts``; in an editable install from a
-checkout it is the top-level ``prompts/`` next to the package. Both are looked up here so
-tools, tests and the demo read the same files.
+"""The data shipped inside the package (``mcp_interp/data/``): prompt corpora and the Markdown
+templates of the MCP prompts. Tools, tests and scripts read them through here, so a checkout and
+an installed wheel resolve the same files.
 """
 
 from __future__ import annotations
@@ -12,13 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
-def prompts_dir() -> Path:
-    package = Path(__file__).resolve().parent
-    for candidate in (package / "prompts", package.parent / "prompts"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"prompt corpora not found next to {package} (looked for prompts/)")
+
+def corpora_dir() -> Path:
+    """JSON corpora: ``ioi.json``, ``countries.json`` (causal swap), ``lens_corpus.json`` (lens fits)."""
+    return DATA_DIR / "corpora"
+
+
+def templates_dir() -> Path:
+    """Markdown templates of the MCP prompts (``string.Template`` placeholders)."""
+    return DATA_DIR / "prompt_templates"
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class MinimalPair:
 
 def ioi_pairs() -> list[MinimalPair]:
     """The 8 IOI minimal pairs (4 name pairs × which name gives)."""
-    data = json.loads((prompts_dir() / "ioi.json").read_text(encoding="utf-8"))
+    data = json.loads((corpora_dir() / "ioi.json").read_text(encoding="utf-8"))
     return [MinimalPair(**pair) for pair in data["pairs"]]
 
 

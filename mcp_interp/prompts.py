@@ -1,4 +1,4 @@
-"""MCP prompts: workflow templates shipped in ``prompts/`` that teach an assistant the traps.
+"""MCP prompts: workflow templates shipped in ``mcp_interp/data/prompt_templates/`` that teach an assistant the traps.
 
 Templates use ``string.Template`` placeholders (``$prompt``) so the braces of JSON examples in
 the text need no escaping.
@@ -9,11 +9,11 @@ from __future__ import annotations
 from string import Template
 from typing import Any
 
-from mcp_interp.corpora import prompts_dir
+from mcp_interp.corpora import templates_dir
 
 
 def render(name: str, **values: str) -> str:
-    text = (prompts_dir() / f"{name}.md").read_text(encoding="utf-8")
+    text = (templates_dir() / f"{name}.md").read_text(encoding="utf-8")
     return Template(text).safe_substitute(values)
 
 

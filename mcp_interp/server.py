@@ -29,28 +29,19 @@ from mcp_interp.core.patch_heads import PatchHeadsJob
 from mcp_interp.core.steer import steer as steer_core
 from mcp_interp.errors import InterpError
 from mcp_interp.prompts import register_prompts
-from mcp_interp.schemas import (
-    AblateHeadResult,
+from mcp_interp.schemas.common import (
     AblationSpec,
-    AnswerRankResult,
-    AttentionResult,
-    DLAResult,
-    ExplainResult,
     FigureInfo,
     HeadSpec,
-    InductionResult,
     Intervention,
-    KLResult,
-    LogitDiffResult,
-    LogitLensResult,
     Measurement,
-    ModelInfoResult,
-    PatchHeadsResult,
     PositionsSpec,
     Provenance,
-    SteerResult,
-    TokenizeResult,
 )
+from mcp_interp.schemas.explain import ExplainResult
+from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsResult
+from mcp_interp.schemas.lens import AttentionResult, DLAResult, InductionResult, LogitLensResult, SteerResult
+from mcp_interp.schemas.readouts import AnswerRankResult, KLResult, LogitDiffResult, ModelInfoResult, TokenizeResult
 from mcp_interp.session import Session
 from mcp_interp.store import NotFound
 from mcp_interp.swap_server import register_swap_tools

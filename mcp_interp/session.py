@@ -26,7 +26,7 @@ import anyio.to_thread
 
 from mcp_interp.errors import InterpError, ModelLoadError
 from mcp_interp.models import LoadedModel, load_model
-from mcp_interp.schemas import ModelRef
+from mcp_interp.schemas.common import ModelRef
 from mcp_interp.store import Store
 
 log = logging.getLogger(__name__)

@@ -19,20 +19,22 @@ from pydantic import BaseModel, Field
 from mcp_interp import __version__, figures
 from mcp_interp.core import artifact
 from mcp_interp.core import causal_swap as swap_core
-from mcp_interp.core.lenses import FitLensJob, FitSettings, resolve_lens
-from mcp_interp.core.swap_corpus import SwapCorpus, load_corpus
-from mcp_interp.schemas import Measurement
-from mcp_interp.session import Session
-from mcp_interp.store import NotFound
-from mcp_interp.swap_schemas import (
+from mcp_interp.core.lenses import FitLensJob, resolve_lens
+from mcp_interp.core.swap_corpus import load_corpus
+from mcp_interp.schemas.common import Measurement
+from mcp_interp.schemas.swap import (
     FitLensMeasurement,
     FitLensResult,
+    FitSettings,
     PositionSetting,
     SwapBenchmarkResult,
+    SwapCorpus,
     SwapSettings,
     SwapTrialResult,
     VerifyArtifactResult,
 )
+from mcp_interp.session import Session
+from mcp_interp.store import NotFound
 
 R = TypeVar("R", bound=BaseModel)
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False, destructive_hint=False)
@@ -260,7 +262,7 @@ def register_swap_tools(
         ctx: Context,
         texts: Annotated[
             list[str] | None,
-            Field(description="Texts to fit on (default: the 48 paragraphs shipped in prompts/lens_corpus.json)."),
+            Field(description="Texts to fit on (default: the 48 shipped paragraphs, data/corpora/lens_corpus.json)."),
         ] = None,
         corpus_name: Annotated[str | None, Field(description="A name for your texts, recorded in provenance.")] = None,
         max_prompts: Annotated[int, Field(ge=1, le=1000, description="Use at most this many texts.")] = 48,

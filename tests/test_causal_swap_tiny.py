@@ -17,7 +17,7 @@ from mcp_interp.core.lenses import logit_lens
 from mcp_interp.core.swap_controls import control_pool, distances_from, draw_control
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.swap_schemas import SwapSettings
+from mcp_interp.schemas.swap import SwapSettings
 
 TEMPLATE = "The capital of {arg} is the city of"
 
@@ -187,7 +187,7 @@ def test_a_template_without_a_slot_is_an_input_error(tiny: LoadedModel) -> None:
 
 
 def test_a_corpus_with_no_runnable_trial_is_an_error_naming_the_words(tiny: LoadedModel) -> None:
-    from mcp_interp.core.swap_corpus import SwapCorpus
+    from mcp_interp.schemas.swap import SwapCorpus
 
     corpus = SwapCorpus.model_validate(
         {

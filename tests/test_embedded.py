@@ -215,7 +215,7 @@ def test_causal_swap_benchmark_on_the_country_corpus(embedded: LoadedModel) -> N
     from mcp_interp.core.causal_swap import SwapBenchmarkJob
     from mcp_interp.core.lenses import logit_lens
     from mcp_interp.core.swap_corpus import load_corpus
-    from mcp_interp.swap_schemas import SwapSettings
+    from mcp_interp.schemas.swap import SwapSettings
 
     corpus = load_corpus("countries")
     lens, info = logit_lens(embedded)

@@ -15,7 +15,7 @@ from mcp_interp.core.patch_heads import PatchHeadsJob
 from mcp_interp.core.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, boot, build_tiny
-from mcp_interp.schemas import AblationSpec, Intervention
+from mcp_interp.schemas.common import AblationSpec, Intervention
 
 CLEAN = [
     "when mary and john went to the store , john gave a drink to",

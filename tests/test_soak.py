@@ -1,4 +1,4 @@
-"""A reduced soak (the full 500-call run is `python tools/soak.py`): memory, descriptors and the
+"""A reduced soak (the full 500-call run is `python scripts/soak.py`): memory, descriptors and the
 store stay flat over many mixed calls in one stdio session."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 from soak import soak
 

@@ -17,7 +17,8 @@ from mcp_interp.core.interventions import Ablation, prepare_ablation
 from mcp_interp.core.readouts import answer_logits
 from mcp_interp.core.tokens import encode, resolve_answers
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas import AblateHeadMeasurement, MetricSet, Score
+from mcp_interp.schemas.common import Score
+from mcp_interp.schemas.heads import AblateHeadMeasurement, MetricSet
 
 # Thresholds for disagreement notes, in the metrics' own units.
 LOGIT_DIFF_MOVED = 0.5  # nats of log-odds: a change worth reporting
@@ -56,15 +57,15 @@ def ablate_heads(
     def metric_set(logits: torch.Tensor) -> MetricSet:
         diff = None
         if correct_ids is not None and incorrect_ids is not None:
-            diff = Score.of(metrics.logit_diff(logits, correct_ids, incorrect_ids))
+            diff = metrics.logit_diff(logits, correct_ids, incorrect_ids)
         return MetricSet(
             logit_diff=diff,
-            log_prob=Score.of(metrics.answer_logprob(logits, answer_ids)),
-            rank=Score.of(metrics.answer_rank(logits, answer_ids)),
+            log_prob=metrics.answer_logprob(logits, answer_ids),
+            rank=metrics.answer_rank(logits, answer_ids),
         )
 
     before, after = metric_set(clean), metric_set(ablated)
-    kl = Score.of(metrics.kl_divergence(clean, ablated))
+    kl = metrics.kl_divergence(clean, ablated)
     if (correct_ids is None) != (incorrect_ids is None):
         notes.append("Give both `correct` and `incorrect` to get the logit difference.")
     notes.extend(disagreements(before, after, kl))

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from mcp_interp.core.lenses import canonical_json, sha256_hex
-from mcp_interp.swap_schemas import BlockCheck, VerifyArtifactResult
+from mcp_interp.schemas.swap import BlockCheck, VerifyArtifactResult
 
 SCHEMA_NAME = "mcp-interp/causal-swap-benchmark"
 SCHEMA_VERSION = 1

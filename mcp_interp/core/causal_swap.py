@@ -33,35 +33,28 @@ import torch
 from pydantic import ValidationError
 
 from mcp_interp.core import swap_stats
-from mcp_interp.core.lenses import LensInfo
 from mcp_interp.core.swap_controls import ControlPool, control_pool, distances_from, draw_control
-from mcp_interp.core.swap_corpus import (
-    SLOT,
-    Resolved,
-    SwapCorpus,
-    SwapFunction,
-    prompt_text,
-    resolve,
-    single_token,
-    token_reason,
-    trial_keys,
-)
+from mcp_interp.core.swap_corpus import Resolved, prompt_text, resolve, single_token, token_reason, trial_keys
 from mcp_interp.core.tokens import token_ids
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.swap_schemas import (
+from mcp_interp.schemas.swap import (
+    SLOT,
     AnswerScore,
     Atom,
     ClusterTest,
     ControlDraw,
     Exclusion,
     LayerSummary,
+    LensInfo,
     PairedTest,
     RateSummary,
     SeedMcNemar,
     SeedRate,
     SeedSpread,
     SwapBenchmarkMeasurement,
+    SwapCorpus,
+    SwapFunction,
     SwapSettings,
     SwapSummary,
     SwapTrialMeasurement,

@@ -17,15 +17,10 @@ from mcp_interp.core.patch_heads import PatchHeadsJob
 from mcp_interp.core.tokens import resolve_answer
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas import (
-    AttentionMeasurement,
-    CausalHead,
-    DLAMeasurement,
-    ExplainMeasurement,
-    LogitLensMeasurement,
-    ModelRef,
-    PatchHeadsMeasurement,
-)
+from mcp_interp.schemas.common import ModelRef
+from mcp_interp.schemas.explain import CausalHead, ExplainMeasurement
+from mcp_interp.schemas.heads import PatchHeadsMeasurement
+from mcp_interp.schemas.lens import AttentionMeasurement, DLAMeasurement, LogitLensMeasurement
 
 
 @dataclass

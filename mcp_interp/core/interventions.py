@@ -22,7 +22,7 @@ import torch
 from mcp_interp.core.heads import Head, PositionSpec, parse_heads, position_mask
 from mcp_interp.core.tokens import Batch
 from mcp_interp.errors import InputError
-from mcp_interp.schemas import AblationSpec, Intervention
+from mcp_interp.schemas.common import AblationSpec, Intervention
 
 AblationMethod = Literal["zero", "mean", "resample"]
 Hook = tuple[str, Callable[[torch.Tensor, Any], torch.Tensor]]

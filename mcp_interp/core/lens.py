@@ -21,7 +21,7 @@ from mcp_interp.core.heads import parse_head
 from mcp_interp.core.tokens import encode, resolve_answer, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas import (
+from mcp_interp.schemas.lens import (
     AttendedToken,
     AttentionMeasurement,
     Contribution,

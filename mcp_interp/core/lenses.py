@@ -6,7 +6,7 @@ sparse decomposition, coordinate patch) is the library's own code:
 * ``logit`` — J = I at every source layer (blocks 0 … n_layers − 2): the atom of token t is
   the unembedding column ``W_U[:, t]``. Needs no fitting.
 * ``jacobian`` — J_ℓ fitted here with ``JacobianLens.fit`` on an offline text corpus (by
-  default the 48 paragraphs in ``prompts/lens_corpus.json``, written for this project), one
+  default the 48 paragraphs in ``mcp_interp/data/corpora/lens_corpus.json``, written for this project), one
   prompt at a time so the fit reports progress and can be cancelled; shards are combined with
   ``JacobianLens.merge`` (a prompt-weighted mean, exactly the full fit's average). The result is
   cached on disk, keyed by the model's weight fingerprint, the corpus hash and every fit setting,
@@ -30,28 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
 
 from mcp_interp.core.tokens import adds_bos
-from mcp_interp.corpora import prompts_dir
+from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, cache_dir
+from mcp_interp.schemas.swap import FitSettings, LensInfo
 
 LENS_CORPUS = "lens_corpus"
 LENS_FILE_SUFFIX = ".pt"
-
-
-class LensInfo(BaseModel):
-    """What a lens is, precisely enough to reproduce or compare results."""
-
-    kind: str = Field(description="'logit' (J = I, no fitting) or 'jacobian' (a fitted Jacobian lens).")
-    sha256: str | None = Field(description="SHA-256 of the lens file (jacobian); None for the logit lens.")
-    path: str | None = Field(description="Where the lens file is (jacobian).")
-    source_layers: list[int] = Field(description="Layers the lens can edit (outputs of these blocks).")
-    corpus: str | None = Field(default=None, description="Text corpus the lens was fitted on.")
-    corpus_sha256: str | None = Field(default=None, description="SHA-256 of the fitted texts (canonical JSON list).")
-    n_prompts: int = Field(default=0, description="Texts that contributed to the fit.")
-    settings: dict[str, Any] = Field(default_factory=dict, description="Fit settings and provenance.")
 
 
 def canonical_json(value: Any) -> bytes:
@@ -78,20 +65,12 @@ def logit_lens(model: LoadedModel) -> tuple[Any, LensInfo]:
 
 
 def shipped_texts() -> list[str]:
-    data = json.loads((prompts_dir() / f"{LENS_CORPUS}.json").read_text(encoding="utf-8"))
+    data = json.loads((corpora_dir() / f"{LENS_CORPUS}.json").read_text(encoding="utf-8"))
     return [str(t) for t in data["texts"]]
 
 
 def lens_folder() -> Path:
     return cache_dir() / "jacobian-lens"
-
-
-class FitSettings(BaseModel):
-    max_prompts: int = Field(default=48, ge=1, le=1000)
-    max_seq_len: int = Field(default=64, ge=18, le=512)
-    dim_batch: int = Field(default=32, ge=1, le=1024)
-    skip_first_positions: int = Field(default=16, ge=0, le=256)
-    source_layers: list[int] | None = None
 
 
 class FitLensJob:

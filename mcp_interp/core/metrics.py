@@ -17,22 +17,16 @@ What each metric can and cannot see (the reason every tool reports several):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
+from mcp_interp.schemas.common import Score
 
-@dataclass(frozen=True)
-class Score:
-    """A metric over a batch: ``value`` is the mean, ``per_example`` one number per prompt."""
 
-    value: float
-    per_example: list[float]
-
-    @classmethod
-    def of(cls, per_example: torch.Tensor) -> Score:
-        values = [float(v) for v in per_example.detach().to("cpu", torch.float64)]
-        return cls(value=float(sum(values) / len(values)) if values else math.nan, per_example=values)
+def score_of(per_example: torch.Tensor) -> Score:
+    """A ``Score`` from one value per prompt: ``value`` is their mean (NaN for an empty batch)."""
+    values = [float(v) for v in per_example.detach().to("cpu", torch.float64)]
+    return Score(value=float(sum(values) / len(values)) if values else math.nan, per_example=values)
 
 
 def at_answer_positions(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -56,7 +50,7 @@ def logit_diff(logits: torch.Tensor, correct: torch.Tensor | list[int], incorrec
 
     Unbounded, in nats of log-odds between the two tokens (the normaliser cancels).
     """
-    return Score.of(answer_logits(logits, correct) - answer_logits(logits, incorrect))
+    return score_of(answer_logits(logits, correct) - answer_logits(logits, incorrect))
 
 
 def kl_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor) -> Score:
@@ -67,14 +61,14 @@ def kl_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor) -> Score:
     log_p = torch.log_softmax(p_logits.to(torch.float64), dim=-1)
     log_q = torch.log_softmax(q_logits.to(torch.float64), dim=-1)
     per_example = (log_p.exp() * (log_p - log_q)).sum(dim=-1)
-    return Score.of(per_example.clamp_min(0.0))
+    return score_of(per_example.clamp_min(0.0))
 
 
 def answer_logprob(logits: torch.Tensor, ids: torch.Tensor | list[int], as_loss: bool = False) -> Score:
     """log P(answer) per prompt (≤ 0; 0 = certain). ``as_loss`` negates it: cross-entropy, ≥ 0."""
     log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
     values = log_probs.gather(1, _ids(ids, logits).unsqueeze(1)).squeeze(1)
-    return Score.of(-values if as_loss else values)
+    return score_of(-values if as_loss else values)
 
 
 def answer_rank(logits: torch.Tensor, ids: torch.Tensor | list[int]) -> Score:
@@ -83,7 +77,7 @@ def answer_rank(logits: torch.Tensor, ids: torch.Tensor | list[int]) -> Score:
     Ties count in the answer's favour (optimistic), so a rank is never worsened by a tie.
     """
     target = answer_logits(logits, ids).unsqueeze(1)
-    return Score.of((logits.to(torch.float64) > target).sum(dim=1).to(torch.float64))
+    return score_of((logits.to(torch.float64) > target).sum(dim=1).to(torch.float64))
 
 
 def recovered_fraction(

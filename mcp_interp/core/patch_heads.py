@@ -34,7 +34,8 @@ from mcp_interp.core.suffix_sweep import SuffixHeadPatchSweep
 from mcp_interp.core.tokens import Batch, encode, resolve_answers, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas import HeadScore, PatchHeadsMeasurement, Score, VerifiedHead
+from mcp_interp.schemas.common import Score
+from mcp_interp.schemas.heads import HeadScore, PatchHeadsMeasurement, VerifiedHead
 
 Direction = Literal["denoise", "noise"]
 Method = Literal["exact", "attribution"]
@@ -177,11 +178,11 @@ class PatchHeadsJob:
         assert sweep.values is not None
         return sweep.values
 
-    def _score(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> metrics.Score:
+    def _score(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> Score:
         fraction = metrics.recovered_fraction(patched, clean, corrupt)
         if self.direction == "denoise":
             return fraction
-        return metrics.Score(1.0 - fraction.value, [1.0 - v for v in fraction.per_example])
+        return Score(value=1.0 - fraction.value, per_example=[1.0 - v for v in fraction.per_example])
 
     def _ranked(
         self, heads: list[Head], patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor
@@ -252,8 +253,8 @@ class PatchHeadsJob:
             approximate=self.method == "attribution",
             direction=self.direction,
             positions=self.positions if self.positions is not None else "all",  # type: ignore[arg-type]
-            clean_logit_diff=Score.of(metrics.Score.of(clean_ld)),
-            corrupt_logit_diff=Score.of(metrics.Score.of(corrupt_ld)),
+            clean_logit_diff=metrics.score_of(clean_ld),
+            corrupt_logit_diff=metrics.score_of(corrupt_ld),
             differing_positions=[d.positions for d in diffs],
             scores=scores,
             patched_logit_diff=patched_grid,

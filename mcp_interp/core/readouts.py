@@ -25,16 +25,15 @@ from mcp_interp.core.tokens import (
 )
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas import (
+from mcp_interp.schemas.common import Intervention
+from mcp_interp.schemas.readouts import (
     AnswerRankExample,
     AnswerRankMeasurement,
-    Intervention,
     KLExample,
     KLMeasurement,
     LogitDiffExample,
     LogitDiffMeasurement,
     ModelInfoMeasurement,
-    Score,
     TokenizedText,
     TokenizeMeasurement,
 )
@@ -160,7 +159,7 @@ def logit_diff(
             "there only says correct beats incorrect, not that the model would say it."
         )
     return LogitDiffMeasurement(
-        logit_diff=Score.of(score),
+        logit_diff=score,
         examples=examples,
         notes=notes,
         intervention=ablation.describe() if ablation else None,
@@ -205,7 +204,7 @@ def kl(
     if identical and ablation is None:
         notes.append(f"Pairs {identical} are token-for-token identical, so their KL is 0 by construction.")
     return KLMeasurement(
-        kl=Score.of(score), examples=examples, notes=notes, intervention=ablation.describe() if ablation else None
+        kl=score, examples=examples, notes=notes, intervention=ablation.describe() if ablation else None
     )
 
 
@@ -242,8 +241,8 @@ def answer_rank(
             "show a change that keeps the answer on top; read the logit difference or log-prob too."
         )
     return AnswerRankMeasurement(
-        rank=Score.of(rank),
-        log_prob=Score.of(log_prob),
+        rank=rank,
+        log_prob=log_prob,
         examples=examples,
         notes=notes,
         intervention=ablation.describe() if ablation else None,

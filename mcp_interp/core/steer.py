@@ -20,7 +20,7 @@ from mcp_interp import limits
 from mcp_interp.core.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas import SteerMeasurement
+from mcp_interp.schemas.lens import SteerMeasurement
 
 DEGENERATE = 0.5  # fraction of repeated 3-grams above which a continuation is called degenerate
 

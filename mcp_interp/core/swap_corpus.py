@@ -18,55 +18,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
-
-from mcp_interp.corpora import prompts_dir
+from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
-
-SLOT = "{arg}"
-
-
-class SwapFunction(BaseModel):
-    name: str = Field(description="Short name of the relation, e.g. 'capital'.")
-    template: str = Field(description="Prompt with exactly one '{arg}' slot for the concept.")
-    answers: dict[str, str] = Field(description="The one-word answer for each concept, e.g. {'France': 'Paris'}.")
-
-    @field_validator("template")
-    @classmethod
-    def _one_slot(cls, template: str) -> str:
-        if template.count(SLOT) != 1:
-            raise ValueError(f"template {template!r} must contain '{SLOT}' exactly once")
-        return template
-
-
-class SwapCorpus(BaseModel):
-    """The shape of the shipped ``countries`` corpus; pass your own in the same shape."""
-
-    name: str = Field(description="Corpus name, recorded in the artifact.")
-    description: str = ""
-    concepts: list[str] = Field(min_length=2, description="Concept words, e.g. ['France', 'Canada'].")
-    functions: list[SwapFunction] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _complete(self) -> SwapCorpus:
-        if len({c.strip() for c in self.concepts}) != len(self.concepts):
-            raise ValueError("concepts must be distinct (after stripping spaces)")
-        names = [f.name for f in self.functions]
-        if len(set(names)) != len(names):
-            raise ValueError("function names must be distinct")
-        for function in self.functions:
-            missing = [c for c in self.concepts if c not in function.answers]
-            extra = [c for c in function.answers if c not in self.concepts]
-            if missing or extra:
-                raise ValueError(
-                    f"function {function.name!r} must give one answer per concept: missing {missing}, unknown {extra}"
-                )
-        return self
+from mcp_interp.schemas.swap import SLOT, SwapCorpus, SwapFunction
 
 
 def load_corpus(name: str) -> SwapCorpus:
-    """A corpus shipped in ``prompts/`` (``countries``)."""
-    path = prompts_dir() / f"{name}.json"
+    """A corpus shipped in ``mcp_interp/data/corpora/`` (``countries``)."""
+    path = corpora_dir() / f"{name}.json"
     if not name.isidentifier() or not path.is_file():
         raise InputError(f"No shipped causal-swap corpus named {name!r}; shipped: 'countries' (or pass a corpus).")
     return SwapCorpus.model_validate(json.loads(path.read_text(encoding="utf-8")))

@@ -7,7 +7,7 @@ per run: wall time, trial-status counts, the ledger size, real and control succe
 test, executed trials per layer, and the artifact path. ``--lens jacobian`` needs a fitted lens
 (``mcp-interp fit-lens``).
 
-Usage: ``python tools/causal_swap_report.py [--lens logit,jacobian] [--positions last,concept]
+Usage: ``python scripts/causal_swap_report.py [--lens logit,jacobian] [--positions last,concept]
 [--layers 4,8,12] [--model smollm2-135m]``.
 """
 

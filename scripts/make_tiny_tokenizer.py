@@ -1,8 +1,8 @@
 """Regenerate the word-level tokenizer of the `tiny` model (package data).
 
-Run from a checkout: ``python tools/make_tiny_tokenizer.py``. The output is committed, so
+Run from a checkout: ``python scripts/make_tiny_tokenizer.py``. The output is committed, so
 users never run this; it exists so the vocabulary is reproducible and reviewable. The
-vocabulary covers the prompt corpora in ``prompts/`` (IOI, capitals) so the tiny model can
+vocabulary covers the prompt corpora in ``mcp_interp/data/corpora/`` (IOI, capitals) so the tiny model can
 run every workflow end to end, with random weights.
 """
 

@@ -1,6 +1,7 @@
 """Pydantic I/O of the causal-swap tools (``causal_swap_trial``, ``causal_swap_benchmark``,
-``verify_artifact``, ``fit_lens``); kept apart from ``schemas.py`` because the protocol has
-its own vocabulary (trials, controls, exclusion ledger, intervals).
+``verify_artifact``, ``fit_lens``); with the corpus, lens and fit-setting
+models they take as input. The protocol has its own vocabulary (trials, controls, exclusion
+ledger, intervals).
 
 Conventions: ``rank`` counts tokens with a strictly larger logit (0 = top-1, ties optimistic);
 ``margin`` is the answer's logit minus the best other token's (> 0 = strict top-1); a trial
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from mcp_interp.core.lenses import LensInfo
-from mcp_interp.schemas import Measurement, Provenance
+from mcp_interp.schemas.common import Measurement, Provenance
+
+SLOT = "{arg}"
 
 TrialStatus = Literal[
     "executed",
@@ -24,6 +26,71 @@ TrialStatus = Literal[
     "excluded_target_unknown",
 ]
 PositionSetting = Literal["last", "concept"] | int
+
+
+# --- inputs: corpora, lenses, fit settings ---------------------------------------------------
+
+
+class SwapFunction(BaseModel):
+    name: str = Field(description="Short name of the relation, e.g. 'capital'.")
+    template: str = Field(description="Prompt with exactly one '{arg}' slot for the concept.")
+    answers: dict[str, str] = Field(description="The one-word answer for each concept, e.g. {'France': 'Paris'}.")
+
+    @field_validator("template")
+    @classmethod
+    def _one_slot(cls, template: str) -> str:
+        if template.count(SLOT) != 1:
+            raise ValueError(f"template {template!r} must contain '{SLOT}' exactly once")
+        return template
+
+
+class SwapCorpus(BaseModel):
+    """The shape of the shipped ``countries`` corpus; pass your own in the same shape."""
+
+    name: str = Field(description="Corpus name, recorded in the artifact.")
+    description: str = ""
+    concepts: list[str] = Field(min_length=2, description="Concept words, e.g. ['France', 'Canada'].")
+    functions: list[SwapFunction] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _complete(self) -> SwapCorpus:
+        if len({c.strip() for c in self.concepts}) != len(self.concepts):
+            raise ValueError("concepts must be distinct (after stripping spaces)")
+        names = [f.name for f in self.functions]
+        if len(set(names)) != len(names):
+            raise ValueError("function names must be distinct")
+        for function in self.functions:
+            missing = [c for c in self.concepts if c not in function.answers]
+            extra = [c for c in function.answers if c not in self.concepts]
+            if missing or extra:
+                raise ValueError(
+                    f"function {function.name!r} must give one answer per concept: missing {missing}, unknown {extra}"
+                )
+        return self
+
+
+class LensInfo(BaseModel):
+    """What a lens is, precisely enough to reproduce or compare results."""
+
+    kind: str = Field(description="'logit' (J = I, no fitting) or 'jacobian' (a fitted Jacobian lens).")
+    sha256: str | None = Field(description="SHA-256 of the lens file (jacobian); None for the logit lens.")
+    path: str | None = Field(description="Where the lens file is (jacobian).")
+    source_layers: list[int] = Field(description="Layers the lens can edit (outputs of these blocks).")
+    corpus: str | None = Field(default=None, description="Text corpus the lens was fitted on.")
+    corpus_sha256: str | None = Field(default=None, description="SHA-256 of the fitted texts (canonical JSON list).")
+    n_prompts: int = Field(default=0, description="Texts that contributed to the fit.")
+    settings: dict[str, Any] = Field(default_factory=dict, description="Fit settings and provenance.")
+
+
+class FitSettings(BaseModel):
+    max_prompts: int = Field(default=48, ge=1, le=1000)
+    max_seq_len: int = Field(default=64, ge=18, le=512)
+    dim_batch: int = Field(default=32, ge=1, le=1024)
+    skip_first_positions: int = Field(default=16, ge=0, le=256)
+    source_layers: list[int] | None = None
+
+
+# --- trials ----------------------------------------------------------------------------------
 
 
 class AnswerScore(BaseModel):

@@ -5,7 +5,7 @@ measured by bench_spine.py), then times ``explain`` on the IOI prompt with its c
 — the goal is ≤ 20 s on 2 CPU cores — and prints the time per stage as the server reports it,
 plus the findings. Run twice in the same server (first and second call).
 
-Usage: ``python tools/bench_explain.py [--model smollm2-135m]``.
+Usage: ``python scripts/bench_explain.py [--model smollm2-135m]``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
    forward pass of the same batch in this process (median of repeats), and their ratio;
 3. peak RSS (VmHWM) of the server process.
 
-Usage: ``python tools/bench_spine.py [--model smollm2-135m] [--repeats 20] [--skip-first-load]``.
+Usage: ``python scripts/bench_spine.py [--model smollm2-135m] [--repeats 20] [--skip-first-load]``.
 Prints a table to stdout; nothing is asserted (goals are read off the ratio).
 """
 

@@ -2,10 +2,10 @@
 
 Spawns ``python -m mcp_interp serve`` as a stdio subprocess — exactly as Claude Code or Cursor
 would — and calls ``model_info``, ``tokenize``, ``logit_diff`` and ``answer_rank`` on the IOI
-pairs shipped in ``prompts/ioi.json``, then ``explain`` on the first pair and one controlled
+pairs shipped in ``mcp_interp/data/corpora/ioi.json``, then ``explain`` on the first pair and one controlled
 ``causal_swap_trial`` (France→Canada), printing the numbers a client receives.
 
-Usage: ``python tools/demo.py [--model smollm2-135m]`` (``./run demo`` sets everything up first).
+Usage: ``python scripts/demo.py [--model smollm2-135m]`` (``./run demo`` sets everything up first).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark: head patching on the embedded model, against TransformerLens in the same process.
 
-On the 8 IOI pairs of ``prompts/ioi.json`` (denoise: run corrupt, patch in clean ``hook_z`` at
+On the 8 IOI pairs of ``mcp_interp/data/corpora/ioi.json`` (denoise: run corrupt, patch in clean ``hook_z`` at
 every position, metric = mean logit difference at the answer position), times:
 
 1. the reference — ``transformer_lens.patching.get_act_patch_attn_head_out_all_pos`` (one full
@@ -12,7 +12,7 @@ and prints the wall times, the speed-up ratios, the max |difference| of exact vs
 and for attribution its Spearman rank correlation and top-10 overlap with exact. Also the top 5
 heads by exact patching and by zero-ablation (each head alone, logit difference drop).
 
-Usage: ``python tools/bench_patching.py [--model smollm2-135m] [--skip-reference]``.
+Usage: ``python scripts/bench_patching.py [--model smollm2-135m] [--skip-reference]``.
 """
 
 from __future__ import annotations

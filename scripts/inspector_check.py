@@ -10,7 +10,7 @@ the machine's Node is older) and by CI. Against ``mcp-interp serve --model tiny`
 * a deliberately bad call (a multi-token answer) — the Inspector must exit with its tool-error
   code 5 and show our error text.
 
-Usage: ``python tools/inspector_check.py INSPECTOR_BIN`` (the ``mcp-inspector`` executable).
+Usage: ``python scripts/inspector_check.py INSPECTOR_BIN`` (the ``mcp-inspector`` executable).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ calls (every tool, bad inputs included, figures and reports written, resources r
 prints the same figures again with the RSS growth in percent. Goals: RSS growth ≤ 5 % after
 warm-up, the store within its bound (oldest evicted), no file-descriptor growth.
 
-Usage: ``python tools/soak.py [--model tiny] [--calls 500] [--warmup 60] [--store-max 40]``.
+Usage: ``python scripts/soak.py [--model tiny] [--calls 500] [--warmup 60] [--store-max 40]``.
 Exit status 1 when a goal is missed (the CI test runs a reduced size through ``soak()``).
 """
 

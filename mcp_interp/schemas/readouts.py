@@ -1,0 +1,132 @@
+"""Outputs of the readout tools: ``model_info``, ``tokenize``, ``logit_diff``, ``kl``, ``answer_rank``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from mcp_interp.schemas.common import Measurement, Provenance, Score
+
+# --- model_info -----------------------------------------------------------------------------
+
+
+class ModelInfoMeasurement(Measurement):
+    name: str
+    source: Literal["embedded", "hub", "local", "tiny"]
+    architecture: str = Field(description="HF architecture class, e.g. LlamaForCausalLM.")
+    n_layers: int
+    n_heads: int = Field(description="Query heads per layer; heads are numbered 0..n_heads-1.")
+    n_kv_heads: int = Field(description="Key/value heads per layer (< n_heads: grouped-query attention).")
+    d_model: int
+    d_head: int
+    d_mlp: int
+    d_vocab: int
+    n_ctx: int = Field(description="Longest context the model was configured for, in tokens.")
+    dtype: str
+    device: str
+    fingerprint: str
+    load_seconds: float = Field(description="Seconds to load and boot the model in this process.")
+    prepends_bos: bool = Field(description="Whether every prompt starts with a BOS token under the rule.")
+    tokenization_rule: str = Field(description="How every tool tokenizes text.")
+
+
+class ModelInfoResult(Provenance, ModelInfoMeasurement):
+    pass
+
+
+# --- tokenize -------------------------------------------------------------------------------
+
+
+class TokenizedText(BaseModel):
+    text: str
+    ids: list[int] = Field(description="Token ids exactly as every tool feeds them to the model.")
+    tokens: list[str] = Field(description="Each id decoded on its own; leading spaces are kept.")
+    n_tokens: int
+
+
+class TokenizeMeasurement(Measurement):
+    texts: list[TokenizedText]
+    tokenization_rule: str
+
+
+class TokenizeResult(Provenance, TokenizeMeasurement):
+    pass
+
+
+# --- logit_diff -----------------------------------------------------------------------------
+
+
+class LogitDiffExample(BaseModel):
+    prompt: str
+    correct: str
+    incorrect: str
+    correct_id: int
+    incorrect_id: int
+    logit_diff: float = Field(description="logit(correct) − logit(incorrect); > 0 prefers correct.")
+    top1_token: str = Field(description="The model's most likely next token at the answer position.")
+    top1_id: int
+    answer_position: int = Field(description="Index of the last real token (where the prediction is read).")
+
+
+class LogitDiffMeasurement(Measurement):
+    intervention: str | None = Field(default=None, description="The intervention applied to the measured run, if any.")
+    logit_diff: Score = Field(
+        description="logit(correct) − logit(incorrect) at the answer position; positive means "
+        "the model prefers the correct answer; unbounded; 0 = indifferent."
+    )
+    examples: list[LogitDiffExample]
+
+
+class LogitDiffResult(Provenance, LogitDiffMeasurement):
+    pass
+
+
+# --- kl -------------------------------------------------------------------------------------
+
+
+class KLExample(BaseModel):
+    prompt: str
+    compare_prompt: str
+    kl: float = Field(description="KL(P‖Q) for this pair, nats, ≥ 0.")
+    differing_positions: list[int] = Field(description="Token positions where the two prompts differ.")
+    top1_p: str = Field(description="Top-1 next token of the run on `prompt` (P).")
+    top1_q: str = Field(description="Top-1 next token of the run on `compare_prompt` (Q).")
+
+
+class KLMeasurement(Measurement):
+    intervention: str | None = Field(default=None, description="The intervention applied to the measured run, if any.")
+    kl: Score = Field(
+        description="KL(P‖Q) of the next-token distributions at the answer position, in nats; "
+        "P = run on `prompts`, Q = run on `compare_prompts`; ≥ 0, 0 = identical."
+    )
+    examples: list[KLExample]
+
+
+class KLResult(Provenance, KLMeasurement):
+    pass
+
+
+# --- answer_rank ----------------------------------------------------------------------------
+
+
+class AnswerRankExample(BaseModel):
+    prompt: str
+    correct: str
+    correct_id: int
+    rank: int = Field(description="Tokens with a strictly higher logit; 0 = top-1 (ties count for the answer).")
+    log_prob: float = Field(description="log P(correct) at the answer position, ≤ 0.")
+    prob: float
+    top1_token: str
+    top1_id: int
+
+
+class AnswerRankMeasurement(Measurement):
+    intervention: str | None = Field(default=None, description="The intervention applied to the measured run, if any.")
+    rank: Score = Field(description="Rank of the correct answer: 0 = top-1; saturates at 0.")
+    log_prob: Score = Field(description="log P(correct), ≤ 0; the negative is the loss.")
+    examples: list[AnswerRankExample]
+
+
+class AnswerRankResult(Provenance, AnswerRankMeasurement):
+    pass
