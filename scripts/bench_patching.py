@@ -27,6 +27,7 @@ from scipy.stats import spearmanr
 from mcp_interp.core.ablate import ablate_heads
 from mcp_interp.core.heads import Head
 from mcp_interp.core.interventions import Ablation
+from mcp_interp.core.jobs import drain
 from mcp_interp.core.patch_heads import PatchHeadsJob
 from mcp_interp.core.tokens import encode, resolve_answers
 from mcp_interp.corpora import ioi_pairs
@@ -35,8 +36,7 @@ from mcp_interp.models import load_model
 
 def run_job(job: PatchHeadsJob) -> float:
     started = time.perf_counter()
-    for _ in job.steps():
-        pass
+    drain(job)
     return time.perf_counter() - started
 
 

@@ -11,6 +11,7 @@ from mcp_interp.core import readouts
 from mcp_interp.core.ablate import ablate_heads
 from mcp_interp.core.heads import Head, parse_head, parse_heads, position_mask
 from mcp_interp.core.interventions import Ablation, derangement, mean_replacement, prepare_ablation
+from mcp_interp.core.jobs import drain
 from mcp_interp.core.patch_heads import PatchHeadsJob
 from mcp_interp.core.tokens import encode
 from mcp_interp.errors import InputError
@@ -32,10 +33,9 @@ CARRIER = Head(1, 2)
 
 
 def run(job: PatchHeadsJob):
-    for _ in job.steps():
-        pass
+    result = drain(job)
     assert job.result is not None
-    return job.result
+    return result
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from mcp_interp.core.jobs import Job
 from mcp_interp.core.lens import attention, dla, logit_lens
 from mcp_interp.core.patch_heads import PatchHeadsJob
 from mcp_interp.core.tokens import resolve_answer
@@ -24,7 +25,9 @@ from mcp_interp.schemas.lens import AttentionMeasurement, DLAMeasurement, LogitL
 
 
 @dataclass
-class ExplainJob:
+class ExplainJob(Job[ExplainMeasurement]):
+    """The stages above as a ``core.jobs.Job``: one step per stage, and one per layer of head patching."""
+
     model: LoadedModel
     prompt: str
     answer: str

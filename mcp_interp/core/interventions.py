@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import torch
 
+from mcp_interp.core.bridge import hook_z
 from mcp_interp.core.heads import Head, PositionSpec, parse_heads, position_mask
 from mcp_interp.core.tokens import Batch
 from mcp_interp.errors import InputError
@@ -121,8 +122,7 @@ def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedA
         return hook
 
     hooks: list[Hook] = [
-        (f"blocks.{layer}.attn.hook_z", make_hook(layer, [h.head for h in ablation.heads if h.layer == layer]))
-        for layer in layers
+        (hook_z(layer), make_hook(layer, [h.head for h in ablation.heads if h.layer == layer])) for layer in layers
     ]
     return PreparedAblation(hooks=hooks, mean_over=mean_over, permutation=permutation)  # type: ignore[arg-type]
 

@@ -17,6 +17,20 @@ from typing import Any
 import torch
 
 from mcp_interp import limits
+from mcp_interp.core.bridge import (
+    FINAL_NORM_SCALE,
+    HOOK_EMBED,
+    attn_output_projection,
+    final_norm_module,
+    hook_attn_out,
+    hook_in,
+    hook_mlp_out,
+    hook_out,
+    hook_pattern,
+    hook_z,
+    logits_from_residual,
+    unembed_linear,
+)
 from mcp_interp.core.heads import parse_head
 from mcp_interp.core.tokens import encode, resolve_answer, token_strings
 from mcp_interp.errors import InputError
@@ -52,11 +66,9 @@ def _run_with_cache(model: LoadedModel, input_ids: torch.Tensor, names: Sequence
 
 def _unembed(model: LoadedModel, residual: torch.Tensor) -> torch.Tensor:
     """Final norm + unembedding of residual vectors [..., d_model] → logits [..., vocab]."""
-    bridge = model.bridge
     shape = residual.shape
-    flat = residual.reshape(-1, 1, shape[-1])
     with torch.inference_mode():
-        return bridge.unembed(bridge.ln_final(flat))[:, 0].reshape(*shape[:-1], -1)
+        return logits_from_residual(model.bridge, residual.reshape(-1, shape[-1])).reshape(*shape[:-1], -1)
 
 
 def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k: int = 5) -> LogitLensMeasurement:
@@ -65,7 +77,7 @@ def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k
         raise InputError(f"top_k must be between 1 and 50, got {top_k}.")
     batch = _single_prompt(model, prompt)
     n_layers = model.bridge.cfg.n_layers
-    names = ["hook_embed"] + [f"blocks.{layer}.hook_out" for layer in range(n_layers)]
+    names = [HOOK_EMBED] + [hook_out(layer) for layer in range(n_layers)]
     logits, cache = _run_with_cache(model, batch.input_ids, names)
     position = int(batch.answer_positions[0])
     final = logits[0, position].to(torch.float64)
@@ -114,15 +126,15 @@ def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k
 
 
 def _unembedding(model: LoadedModel) -> tuple[torch.Tensor, torch.Tensor | None]:
-    linear = getattr(model.bridge.unembed, "_original_component", None)
-    if not isinstance(linear, torch.nn.Linear):
+    linear = unembed_linear(model.bridge)
+    if linear is None:
         raise InputError("Direct logit attribution needs a linear unembedding; this model's is not one.")
     return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
 
 
 def _final_norm(model: LoadedModel) -> tuple[str, torch.Tensor | None, torch.Tensor | None]:
     """('rms' | 'layer', weight, bias) of the final norm."""
-    inner = getattr(model.bridge.ln_final, "_original_component", None)
+    inner = final_norm_module(model.bridge)
     weight, bias = getattr(inner, "weight", None), getattr(inner, "bias", None)
     kind = "layer" if isinstance(inner, torch.nn.LayerNorm) else "rms"
     return kind, None if weight is None else weight.detach(), None if bias is None else bias.detach()
@@ -138,7 +150,7 @@ def head_outputs(model: LoadedModel, layer: int, z: torch.Tensor) -> tuple[torch
     n_heads, d_head = z.shape
     inputs = torch.zeros(n_heads + 1, n_heads, d_head, dtype=z.dtype, device=z.device)
     inputs[torch.arange(n_heads), torch.arange(n_heads)] = z
-    o_proj = model.bridge.blocks[layer].attn.o._original_component
+    o_proj = attn_output_projection(model.bridge, layer)
     with torch.inference_mode():
         out = o_proj(inputs.reshape(n_heads + 1, n_heads * d_head))
     bias = out[-1]
@@ -160,9 +172,9 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
     n_layers, n_heads = cfg.n_layers, cfg.n_heads
     answer_id = resolve_answer(model.tokenizer, answer)
     baseline_id = resolve_answer(model.tokenizer, baseline) if baseline is not None else None
-    names = ["blocks.0.hook_in", "ln_final.hook_scale", f"blocks.{n_layers - 1}.hook_out"]
+    names = [hook_in(0), FINAL_NORM_SCALE, hook_out(n_layers - 1)]
     for layer in range(n_layers):
-        names += [f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.hook_mlp_out", f"blocks.{layer}.hook_attn_out"]
+        names += [hook_z(layer), hook_mlp_out(layer), hook_attn_out(layer)]
     logits, cache = _run_with_cache(model, batch.input_ids, names)
     pos = int(batch.answer_positions[0])
     w_u, b_u = _unembedding(model)
@@ -174,7 +186,7 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
         direction = direction - w_u[baseline_id].to(torch.float64)
         measured -= float(logits[0, pos, baseline_id])
         bias_term -= float(b_u[baseline_id]) if b_u is not None else 0.0
-    scale = float(cache["ln_final.hook_scale"][0, pos].reshape(-1)[0])
+    scale = float(cache[FINAL_NORM_SCALE][0, pos].reshape(-1)[0])
     gain = norm_w.to(torch.float64) if norm_w is not None else torch.ones_like(direction)
     read = direction * gain / scale  # d(quantity)/d(residual) with the scale frozen
     if kind == "layer" and norm_b is not None:
@@ -187,15 +199,15 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
         return float((vector * read).sum(dim=-1))
 
     # The residual entering block 0: token (and, where the model has them, position) embeddings.
-    embed = contribution(cache["blocks.0.hook_in"][0, pos])
+    embed = contribution(cache[hook_in(0)][0, pos])
     heads: list[list[float]] = []
     mlps: list[float] = []
     attn_biases: list[float] = []
     for layer in range(n_layers):
-        per_head, bias = head_outputs(model, layer, cache[f"blocks.{layer}.attn.hook_z"][0, pos])
+        per_head, bias = head_outputs(model, layer, cache[hook_z(layer)][0, pos])
         heads.append([contribution(per_head[h]) for h in range(n_heads)])
         attn_biases.append(contribution(bias) if bool(bias.any()) else 0.0)
-        mlps.append(contribution(cache[f"blocks.{layer}.hook_mlp_out"][0, pos]))
+        mlps.append(contribution(cache[hook_mlp_out(layer)][0, pos]))
     total = embed + sum(map(sum, heads)) + sum(mlps) + sum(attn_biases) + bias_term
     components = [Contribution(component="embed", value=embed)]
     components += [
@@ -240,7 +252,7 @@ def attention(model: LoadedModel, prompt: str, layer: int, head: int, top_k: int
     cfg = model.bridge.cfg
     parse_head({"layer": layer, "head": head}, cfg.n_layers, cfg.n_heads)
     batch = _single_prompt(model, prompt)
-    name = f"blocks.{layer}.attn.hook_pattern"
+    name = hook_pattern(layer)
     _, cache = _run_with_cache(model, batch.input_ids, [name])
     pattern = cache[name][0, head].to(torch.float64)  # [query, key]
     ids = batch.ids(0)
@@ -293,7 +305,7 @@ def induction(model: LoadedModel, seq_len: int = 50, n_seqs: int = 8, seed: int 
     if 2 * seq_len > cfg.n_ctx:
         raise InputError(f"2 × seq_len = {2 * seq_len} exceeds the model's context of {cfg.n_ctx} tokens.")
     tokens = induction_tokens(model, seq_len, n_seqs, seed).to(model.device)
-    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(cfg.n_layers)]
+    names = [hook_pattern(layer) for layer in range(cfg.n_layers)]
     _, cache = _run_with_cache(model, tokens, names)
     queries = torch.arange(seq_len, 2 * seq_len)
     keys = queries - seq_len + 1

@@ -22,9 +22,11 @@ import torch
 
 from mcp_interp.core import metrics, suffix_sweep
 from mcp_interp.core.heads import Head, PositionSpec, parse_heads, position_mask
+from mcp_interp.core.jobs import Job
 from mcp_interp.core.patching import (
     BlockTrace,
     HeadPatchSweep,
+    HeadSweep,
     LogitDiffReadout,
     attribution_estimates,
     capture_forward,
@@ -45,7 +47,9 @@ TOP_WITH_EXAMPLES = 10
 
 
 @dataclass
-class PatchHeadsJob:
+class PatchHeadsJob(Job[PatchHeadsMeasurement]):
+    """Per-head patching scores (see the module docstring); a ``core.jobs.Job``, one step per layer swept."""
+
     model: LoadedModel
     clean_prompts: Sequence[str]
     corrupt_prompts: Sequence[str]
@@ -155,8 +159,7 @@ class PatchHeadsJob:
         row_metric: Any,
     ) -> Generator[str, None, torch.Tensor]:
         bridge = self.model.bridge
-        sweep: HeadPatchSweep | SuffixHeadPatchSweep
-        sweep = HeadPatchSweep(bridge, trace, source_z, heads, mask, answer_positions, row_metric)
+        sweep: HeadSweep = HeadPatchSweep(bridge, trace, source_z, heads, mask, answer_positions, row_metric)
         self.engine = "generic: each block called through the TransformerBridge on every position"
         if suffix_sweep.supports(bridge):
             start = min(self.first_diff, int(answer_positions.min()))

@@ -13,9 +13,13 @@ head. Three facts make the same numbers far cheaper, and this module uses all of
    Every block runs once per sweep, on big matrices, instead of once per head.
 3. Only the answer positions are unembedded (the vocabulary projection is the largest matmul).
 
-Blocks are called through the TransformerBridge with the keyword arguments (attention mask,
-position embeddings, ...) captured from a real forward of the base batch, so the computation
-is the model's own, hooks included. Agreement with TransformerLens' patching module is a test.
+``HeadSweep`` is that sweep — the rows, who joins when, the chunking into block calls, each
+chunk's patch, the read-out — written once. An engine only says how one block runs on a chunk
+of rows: ``HeadPatchSweep`` (here, any model) calls each block through the TransformerBridge
+with the keyword arguments (attention mask, position embeddings, ...) captured from a real
+forward of the base batch, so the computation is the model's own, hooks included;
+``core.suffix_sweep.SuffixHeadPatchSweep`` (Llama) recomputes only the positions after the
+pairs' shared prefix. Agreement with TransformerLens' patching module is a test.
 
 Attribution patching is the first-order estimate (Δz · ∂metric/∂z) from one forward on each
 input and one backward on the base run: cheap, approximate, and labelled as such.
@@ -23,12 +27,21 @@ input and one backward on the base run: cheap, approximate, and labelled as such
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from mcp_interp.core.bridge import (
+    block_output,
+    final_norm,
+    hook_z,
+    logits_from_residual,
+    run_block,
+    unembed_linear,
+)
 from mcp_interp.core.heads import Head
 
 # A metric maps final residuals at the answer position [rows, d_model] (before the final norm)
@@ -47,9 +60,9 @@ class LogitDiffReadout:
 
     def __init__(self, bridge: Any, correct: torch.Tensor, incorrect: torch.Tensor) -> None:
         self.bridge, self.correct, self.incorrect = bridge, correct, incorrect
-        linear = getattr(bridge.unembed, "_original_component", None)
-        self.weight = linear.weight if isinstance(linear, torch.nn.Linear) else None
-        self.bias = linear.bias if isinstance(linear, torch.nn.Linear) else None
+        linear = unembed_linear(bridge)
+        self.weight = linear.weight if linear is not None else None
+        self.bias = linear.bias if linear is not None else None
 
     def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         good = logits.gather(1, self.correct[prompts].unsqueeze(1))
@@ -58,8 +71,8 @@ class LogitDiffReadout:
 
     def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         if self.weight is None:
-            return self.from_logits(answer_logits_from_residual(self.bridge, residual), prompts)
-        normed = self.bridge.ln_final(residual.unsqueeze(1))[:, 0]
+            return self.from_logits(logits_from_residual(self.bridge, residual), prompts)
+        normed = final_norm(self.bridge, residual)
         good, bad = self.correct[prompts], self.incorrect[prompts]
         diff = (normed * (self.weight[good] - self.weight[bad])).sum(dim=-1)
         if self.bias is not None:
@@ -117,7 +130,7 @@ def capture_forward(
         return hook
 
     def stop(module: Any, args: Any, output: Any) -> None:
-        final.append(_block_output(output).detach())
+        final.append(block_output(output).detach())
         raise _StopForward
 
     handles = []
@@ -126,7 +139,7 @@ def capture_forward(
             block.register_forward_pre_hook(recorder(i), with_kwargs=True) for i, block in enumerate(bridge.blocks)
         ]
     handles.append(bridge.blocks[n_layers - 1].register_forward_hook(stop))
-    fwd_hooks = [(f"blocks.{layer}.attn.hook_z", keep_z(layer)) for layer in z_layers]
+    fwd_hooks = [(hook_z(layer), keep_z(layer)) for layer in z_layers]
     try:
         with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd_hooks):
             bridge(input_ids, return_type=None)
@@ -152,6 +165,178 @@ def trace_blocks(bridge: Any, input_ids: torch.Tensor) -> BlockTrace:
     return trace
 
 
+def collect_z(bridge: Any, input_ids: torch.Tensor, layers: list[int]) -> dict[int, torch.Tensor]:
+    """``hook_z`` of the given layers from one forward of ``input_ids``."""
+    return capture_forward(bridge, input_ids, z_layers=layers).z
+
+
+# --- exact patching: one sweep, two engines ---------------------------------------------------
+
+
+@dataclass
+class HeadPatch:
+    """The patch of one block call: rows ``rows`` of the call get their head's source z.
+
+    ``heads`` [k] is each such row's head index, ``source`` [k, s, d_head] the source run's z of
+    that head and prompt over the call's s positions, ``where`` [k, s, 1] the positions patched.
+    """
+
+    rows: torch.Tensor
+    heads: torch.Tensor
+    source: torch.Tensor
+    where: torch.Tensor
+
+    def apply(self, z: torch.Tensor) -> torch.Tensor:
+        """Patch ``z`` [rows, s, n_heads, d_head] in place and return it."""
+        z[self.rows, :, self.heads] = torch.where(self.where, self.source.to(z.dtype), z[self.rows, :, self.heads])
+        return z
+
+
+@dataclass
+class HeadSweep(ABC):
+    """Exact patching of many heads in one sweep over the layers (see the module docstring).
+
+    The bookkeeping every engine shares: each head's rows (one per prompt) join the batch at
+    their head's layer as copies of the base run's residual there; the batch runs through each
+    later layer in chunks of ``rows_per_call()`` rows, each chunk carrying the ``HeadPatch`` of
+    the rows joining at that layer; at the end the metric is read at each row's answer position.
+    An engine implements ``run_block`` and ``rows_per_call``, and may recompute only positions
+    ``first_position()..`` and, when ``ANSWER_ONLY_AT_LAST``, only the answer position at the
+    last layer.
+
+    ``steps()`` runs one layer per step (for progress and cancellation between layers); when it
+    is exhausted, ``values`` holds the metric per head and prompt, ``[len(heads), batch]``.
+    """
+
+    bridge: Any
+    base: BlockTrace
+    source_z: dict[int, torch.Tensor]  # layer -> source run's hook_z, [batch, seq, n_heads, d_head]
+    heads: list[Head]
+    patch_mask: torch.Tensor  # [batch, seq] bool: positions whose z is patched
+    answer_positions: torch.Tensor  # [batch]
+    metric: RowMetric
+    values: torch.Tensor | None = field(default=None, init=False)
+
+    # The last layer's ``run_block`` returns only the query position of each row, [rows, 1, d_model].
+    ANSWER_ONLY_AT_LAST: ClassVar[bool] = False
+
+    def first_position(self) -> int:
+        """Positions before this one are not recomputed (identical in every patched run)."""
+        return 0
+
+    @abstractmethod
+    def rows_per_call(self) -> int:
+        """How many rows one block call takes."""
+
+    @abstractmethod
+    def run_block(
+        self,
+        layer: int,
+        residual: torch.Tensor,
+        rows_prompt: torch.Tensor,
+        patch: HeadPatch | None,
+        query: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Block ``layer`` on ``residual`` [rows, s, d_model] (positions ``first_position()..`` of
+        prompts ``rows_prompt``), with ``patch`` applied to its z. ``query`` [rows] is given at the
+        last layer of an ``ANSWER_ONLY_AT_LAST`` engine: the answer's index among the s positions."""
+
+    def layers(self) -> list[int]:
+        first = min(h.layer for h in self.heads)
+        return list(range(first, len(self.bridge.blocks)))
+
+    def steps(self) -> Iterator[int]:
+        batch, start = self.base.batch_size, self.first_position()
+        rows_per_call = self.rows_per_call()
+        order = sorted(range(len(self.heads)), key=lambda i: self.heads[i].layer)
+        residual: torch.Tensor | None = None
+        rows_prompt = torch.empty(0, dtype=torch.long)
+        rows_head = torch.empty(0, dtype=torch.long)  # index into self.heads
+        rows_layer = torch.empty(0, dtype=torch.long)  # the layer each row's head is patched at
+        with torch.inference_mode():
+            for layer in self.layers():
+                joining = [i for i in order if self.heads[i].layer == layer]
+                if joining:
+                    new = self.base.inputs[layer][:, start:].repeat(len(joining), 1, 1)
+                    residual = new if residual is None else torch.cat([residual, new])
+                    rows_prompt = torch.cat([rows_prompt, torch.arange(batch).repeat(len(joining))])
+                    rows_head = torch.cat([rows_head, torch.tensor(joining).repeat_interleave(batch)])
+                    rows_layer = torch.cat([rows_layer, torch.full((len(joining) * batch,), layer)])
+                assert residual is not None
+                answer_only = self.ANSWER_ONLY_AT_LAST and layer == len(self.bridge.blocks) - 1
+                pieces = []
+                for lo in range(0, residual.shape[0], rows_per_call):
+                    hi = min(lo + rows_per_call, residual.shape[0])
+                    prompts = rows_prompt[lo:hi]
+                    query = self.answer_positions[prompts] - start if answer_only else None
+                    patch = self._patch(layer, prompts, rows_head[lo:hi], rows_layer[lo:hi], query)
+                    pieces.append(self.run_block(layer, residual[lo:hi], prompts, patch, query))
+                residual = torch.cat(pieces)
+                yield layer
+            assert residual is not None
+            if self.ANSWER_ONLY_AT_LAST:
+                final = residual[:, 0]  # the last layer returned only each row's answer position
+            else:
+                final = residual[torch.arange(residual.shape[0]), self.answer_positions[rows_prompt] - start]
+            row_values = self.metric(final, rows_prompt)
+        values = torch.empty(len(self.heads), batch, dtype=row_values.dtype)
+        values[rows_head, rows_prompt] = row_values
+        self.values = values
+
+    def _patch(
+        self,
+        layer: int,
+        rows_prompt: torch.Tensor,
+        rows_head: torch.Tensor,
+        rows_layer: torch.Tensor,
+        query: torch.Tensor | None,
+    ) -> HeadPatch | None:
+        """The patch of the rows (of one chunk) whose head is at ``layer``; None if there are none."""
+        joining = (rows_layer == layer).nonzero().squeeze(1)
+        if not joining.numel():
+            return None
+        start = self.first_position()
+        heads = torch.tensor([self.heads[i].head for i in rows_head[joining].tolist()])
+        prompts = rows_prompt[joining]
+        source = self.source_z[layer][prompts, start:, heads]  # [k, s, d_head]
+        where = self.patch_mask[prompts, start:].unsqueeze(-1)  # [k, s, 1]
+        if query is not None:  # only the answer position is computed
+            at = query[joining]
+            every = torch.arange(len(joining))
+            source, where = source[every, at].unsqueeze(1), where[every, at].unsqueeze(1)
+        return HeadPatch(joining, heads, source, where)
+
+
+@dataclass
+class HeadPatchSweep(HeadSweep):
+    """The generic engine: every block called through the TransformerBridge on every position,
+    the patch applied by a ``hook_z`` hook. Works for any model the bridge runs."""
+
+    max_rows_per_call: int = 512
+
+    def rows_per_call(self) -> int:
+        return self.max_rows_per_call
+
+    def run_block(
+        self,
+        layer: int,
+        residual: torch.Tensor,
+        rows_prompt: torch.Tensor,
+        patch: HeadPatch | None,
+        query: torch.Tensor | None,
+    ) -> torch.Tensor:
+        fwd_hooks = []
+        if patch is not None:
+
+            def patch_z(z: torch.Tensor, hook: Any) -> torch.Tensor:
+                return patch.apply(z.clone())  # the hook's z may be a view the bridge still uses
+
+            fwd_hooks.append((hook_z(layer), patch_z))
+        call_kwargs = _rows_kwargs(self.base.kwargs[layer], rows_prompt, self.base.batch_size)
+        with self.bridge.hooks(fwd_hooks=fwd_hooks):
+            return run_block(self.bridge, layer, residual, call_kwargs)
+
+
 def _rows_kwargs(call_kwargs: dict[str, Any], rows_prompt: torch.Tensor, batch_size: int) -> dict[str, Any]:
     """Block kwargs for a batch whose row r is a copy of prompt ``rows_prompt[r]``."""
 
@@ -168,98 +353,7 @@ def _rows_kwargs(call_kwargs: dict[str, Any], rows_prompt: torch.Tensor, batch_s
     return out
 
 
-def _block_output(output: Any) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output
-
-
-def answer_logits_from_residual(bridge: Any, residual_rows: torch.Tensor) -> torch.Tensor:
-    """Final norm and unembedding of ``[rows, d_model]`` residuals → ``[rows, vocab]`` logits."""
-    normed = bridge.ln_final(residual_rows.unsqueeze(1))
-    return bridge.unembed(normed)[:, 0]
-
-
-@dataclass
-class HeadPatchSweep:
-    """Exact patching of many heads in one sweep over the layers (see the module docstring).
-
-    ``steps()`` runs one layer per step (for progress and cancellation between layers); when it
-    is exhausted, ``values`` holds the metric per head and prompt, ``[len(heads), batch]``.
-    """
-
-    bridge: Any
-    base: BlockTrace
-    source_z: dict[int, torch.Tensor]  # layer -> source run's hook_z, [batch, seq, n_heads, d_head]
-    heads: list[Head]
-    patch_mask: torch.Tensor  # [batch, seq] bool: positions whose z is patched
-    answer_positions: torch.Tensor  # [batch]
-    metric: RowMetric
-    max_rows_per_call: int = 512
-    values: torch.Tensor | None = field(default=None, init=False)
-
-    def layers(self) -> list[int]:
-        first = min(h.layer for h in self.heads)
-        return list(range(first, len(self.bridge.blocks)))
-
-    def steps(self) -> Iterator[int]:
-        batch = self.base.batch_size
-        order = sorted(range(len(self.heads)), key=lambda i: self.heads[i].layer)
-        residual: torch.Tensor | None = None
-        rows_prompt = torch.empty(0, dtype=torch.long)
-        rows_head_index = torch.empty(0, dtype=torch.long)  # index into self.heads
-        with torch.inference_mode():
-            for layer in self.layers():
-                joining = [i for i in order if self.heads[i].layer == layer]
-                if joining:
-                    new = self.base.inputs[layer].repeat(len(joining), 1, 1)
-                    residual = new if residual is None else torch.cat([residual, new])
-                    rows_prompt = torch.cat([rows_prompt, torch.arange(batch).repeat(len(joining))])
-                    rows_head_index = torch.cat([rows_head_index, torch.tensor(joining).repeat_interleave(batch)])
-                assert residual is not None
-                outputs = []
-                for start in range(0, residual.shape[0], self.max_rows_per_call):
-                    stop = min(start + self.max_rows_per_call, residual.shape[0])
-                    outputs.append(
-                        self._run_block(
-                            layer, residual[start:stop], rows_prompt[start:stop], rows_head_index[start:stop]
-                        )
-                    )
-                residual = torch.cat(outputs)
-                yield layer
-            assert residual is not None
-            final = residual[torch.arange(residual.shape[0]), self.answer_positions[rows_prompt]]
-            row_values = self.metric(final, rows_prompt)
-        values = torch.empty(len(self.heads), batch, dtype=row_values.dtype)
-        values[rows_head_index, rows_prompt] = row_values
-        self.values = values
-
-    def _run_block(
-        self, layer: int, residual: torch.Tensor, rows_prompt: torch.Tensor, rows_head_index: torch.Tensor
-    ) -> torch.Tensor:
-        heads_here = torch.tensor([self.heads[i].layer == layer for i in rows_head_index.tolist()], dtype=torch.bool)
-        hook_name = f"blocks.{layer}.attn.hook_z"
-        fwd_hooks = []
-        if bool(heads_here.any()):
-            rows = heads_here.nonzero().squeeze(1)
-            head_ids = torch.tensor([self.heads[i].head for i in rows_head_index[rows].tolist()])
-            prompts = rows_prompt[rows]
-            source = self.source_z[layer][prompts, :, head_ids]  # [k, seq, d_head]
-            mask = self.patch_mask[prompts].unsqueeze(-1)  # [k, seq, 1]
-
-            def patch(z: torch.Tensor, hook: Any) -> torch.Tensor:
-                z = z.clone()
-                current = z[rows, :, head_ids]
-                z[rows, :, head_ids] = torch.where(mask, source, current)
-                return z
-
-            fwd_hooks.append((hook_name, patch))
-        call_kwargs = _rows_kwargs(self.base.kwargs[layer], rows_prompt, self.base.batch_size)
-        with self.bridge.hooks(fwd_hooks=fwd_hooks):
-            return _block_output(self.bridge.blocks[layer](residual, **call_kwargs))
-
-
-def collect_z(bridge: Any, input_ids: torch.Tensor, layers: list[int]) -> dict[int, torch.Tensor]:
-    """``hook_z`` of the given layers from one forward of ``input_ids``."""
-    return capture_forward(bridge, input_ids, z_layers=layers).z
+# --- attribution patching -------------------------------------------------------------------------
 
 
 def attribution_estimates(
@@ -289,7 +383,7 @@ def attribution_estimates(
 
         return hook
 
-    fwd_hooks = [(f"blocks.{layer}.attn.hook_z", keep(layer)) for layer in layers]
+    fwd_hooks = [(hook_z(layer), keep(layer)) for layer in layers]
     batch = base_ids.shape[0]
     with torch.enable_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
         logits = bridge(base_ids, return_type="logits")

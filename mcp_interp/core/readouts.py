@@ -13,6 +13,7 @@ import torch
 
 from mcp_interp import limits
 from mcp_interp.core import metrics
+from mcp_interp.core.bridge import hf_config, hf_model
 from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
 from mcp_interp.core.tokens import (
     Batch,
@@ -63,12 +64,12 @@ def _ablation(model: LoadedModel, intervention: Intervention | None) -> Ablation
 
 def model_info(model: LoadedModel) -> ModelInfoMeasurement:
     cfg = model.bridge.cfg
-    hf_config = model.bridge.original_model.config
-    n_kv = getattr(hf_config, "num_key_value_heads", None) or cfg.n_heads
+    config = hf_config(model.bridge)
+    n_kv = getattr(config, "num_key_value_heads", None) or cfg.n_heads
     return ModelInfoMeasurement(
         name=model.name,
         source=model.source,
-        architecture=(hf_config.architectures or [type(model.bridge.original_model).__name__])[0],
+        architecture=(config.architectures or [type(hf_model(model.bridge)).__name__])[0],
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
         n_kv_heads=int(n_kv),

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from mcp_interp import limits
+from mcp_interp.core.bridge import hook_in
 from mcp_interp.core.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -40,7 +41,7 @@ def repetition(ids: list[int]) -> float:
 
 def _resid_at_last(model: LoadedModel, text: str, layer: int) -> torch.Tensor:
     batch = encode(model.tokenizer, [text], model.device)
-    name = f"blocks.{layer}.hook_in"
+    name = hook_in(layer)
     with torch.inference_mode():
         _, cache = model.bridge.run_with_cache(batch.input_ids, names_filter=lambda n: n == name)
     return cache[name][0, int(batch.answer_positions[0])].detach().clone()
@@ -90,7 +91,7 @@ def steer(
         return resid + coefficient * vector.to(resid.dtype)
 
     baseline_ids = greedy(model, prompt_ids, max_new_tokens, [])
-    steered_ids = greedy(model, prompt_ids, max_new_tokens, [(f"blocks.{layer}.hook_in", add)])
+    steered_ids = greedy(model, prompt_ids, max_new_tokens, [(hook_in(layer), add)])
     rep_base, rep_steer = repetition(baseline_ids), repetition(steered_ids)
     notes = []
     if rep_steer >= DEGENERATE:
