@@ -139,12 +139,12 @@ def _serve(args: argparse.Namespace) -> int:
         protocol = claim_stdout()  # before the heavy imports below, which may print
         import anyio
 
-        from mcp_interp.server import build_server
+        from mcp_interp.mcp.server import build_server
         from mcp_interp.stdio import serve_stdio
 
         anyio.run(serve_stdio, build_server(_session(args)), protocol)
         return 0
-    from mcp_interp.server import build_server
+    from mcp_interp.mcp.server import build_server
 
     server = build_server(_session(args))
     from mcp_interp.http import HttpConfigError, run_http
@@ -161,7 +161,7 @@ def _call(args: argparse.Namespace) -> int:
     import anyio
     from mcp import Client
 
-    from mcp_interp.server import build_server
+    from mcp_interp.mcp.server import build_server
 
     try:
         arguments = json.loads(args.args)
@@ -189,7 +189,7 @@ def _fit_lens(args: argparse.Namespace) -> int:
     """Fit in this process (no server), reporting each text on stderr; the JSON result on stdout."""
     import time
 
-    from mcp_interp.core.lenses import FitLensJob
+    from mcp_interp.core.swap.lenses import FitLensJob
     from mcp_interp.errors import InterpError
     from mcp_interp.models import load_model
     from mcp_interp.schemas.swap import FitSettings

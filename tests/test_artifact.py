@@ -6,7 +6,7 @@ import copy
 import hashlib
 import json
 
-from mcp_interp.core import artifact
+from mcp_interp.core.swap import artifact
 
 
 def sample() -> dict:

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 import torch
 
-from mcp_interp.core import causal_swap
-from mcp_interp.core.lenses import logit_lens
-from mcp_interp.core.swap_controls import control_pool, distances_from, draw_control
+from mcp_interp.core.jobs import drain
+from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
+from mcp_interp.core.swap.controls import control_pool, distances_from, draw_control
+from mcp_interp.core.swap.lenses import logit_lens
+from mcp_interp.core.swap.trial import causal_swap_trial, edit_position, never_drawn, prompt_run
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.swap import SwapSettings
@@ -45,15 +47,15 @@ def top_word(model: LoadedModel, concept: str) -> str:
 
 def source_active(model: LoadedModel, concept: str, layer: int, position: str) -> bool:
     lens, _ = logit_lens(model)
-    ids, index = causal_swap.edit_position(model.tokenizer, TEMPLATE, concept, position)
-    run = causal_swap.prompt_run(model, ids, index, [layer])
+    ids, index = edit_position(model.tokenizer, TEMPLATE, concept, position)
+    run = prompt_run(model, ids, index, [layer])
     support = lens.decompose(model.bridge, run.activations[layer], layer, k=25).support.tolist()
     return model.tokenizer(" " + concept, add_special_tokens=False)["input_ids"][0] in support
 
 
 def trial(model: LoadedModel, layer: int, **change: Any) -> Any:
     lens, info = logit_lens(model)
-    return causal_swap.causal_swap_trial(
+    return causal_swap_trial(
         model,
         lens,
         info,
@@ -95,7 +97,7 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
     source, target = (tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in ("France", "Canada"))
     dictionary = lens.lens_vector_dictionary(tiny.bridge, layer)
     # Controls: drawn from the pool rebuilt here from its definition.
-    x = causal_swap.prompt_run(tiny, ids[0].tolist(), ids.shape[1] - 1, [layer]).activations[layer]
+    x = prompt_run(tiny, ids[0].tolist(), ids.shape[1] - 1, [layer]).activations[layer]
     full_support = lens.decompose(tiny.bridge, x, layer, k=25).support.tolist()
     assert record.support_size == len(full_support)
     assert {a.token_id for a in record.support} <= set(full_support)
@@ -126,20 +128,20 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
 
 
 def test_concept_position_is_the_concept_token(tiny: LoadedModel) -> None:
-    ids, index = causal_swap.edit_position(tiny.tokenizer, TEMPLATE, "France", "concept")
+    ids, index = edit_position(tiny.tokenizer, TEMPLATE, "France", "concept")
     assert tiny.tokenizer.decode([ids[index]]).strip() == "france" and index == 3
-    ids, index = causal_swap.edit_position(tiny.tokenizer, "{arg} is a country", "Canada", "concept")
+    ids, index = edit_position(tiny.tokenizer, "{arg} is a country", "Canada", "concept")
     assert index == 0
-    ids, index = causal_swap.edit_position(tiny.tokenizer, TEMPLATE, "France", -2)
+    ids, index = edit_position(tiny.tokenizer, TEMPLATE, "France", -2)
     assert index == len(ids) - 2 == 6
     with pytest.raises(InputError, match="outside the prompt"):
-        causal_swap.edit_position(tiny.tokenizer, TEMPLATE, "France", 99)
+        edit_position(tiny.tokenizer, TEMPLATE, "France", 99)
 
 
 def test_baseline_filter_excludes_a_prompt_the_model_cannot_answer(tiny: LoadedModel) -> None:
     lens, info = logit_lens(tiny)
     wrong = next(w for w in ("paris", "six", "the") if w != top_word(tiny, "France"))
-    record = causal_swap.causal_swap_trial(
+    record = causal_swap_trial(
         tiny, lens, info, TEMPLATE, "France", "Canada", wrong, top_word(tiny, "Canada"), 1, settings()
     ).trial
     assert record.status == "excluded_not_capable"
@@ -163,11 +165,11 @@ def test_bad_settings_are_input_errors(tiny: LoadedModel, change: dict[str, Any]
 def test_bad_words_and_layers_are_input_errors(tiny: LoadedModel) -> None:
     lens, info = logit_lens(tiny)
     with pytest.raises(InputError, match="cannot be edited with this lens"):
-        causal_swap.causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", ".", "six", 2, settings())
+        causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", ".", "six", 2, settings())
     with pytest.raises(InputError, match="one known token with a leading space, but ' zzqx' is the unknown token"):
-        causal_swap.causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", "zzqx", "six", 1, settings())
+        causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", "zzqx", "six", 1, settings())
     with pytest.raises(InputError, match="same token"):
-        causal_swap.causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "France", ".", "six", 1, settings())
+        causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "France", ".", "six", 1, settings())
 
 
 def test_special_and_padding_ids_are_never_drawn() -> None:
@@ -177,13 +179,13 @@ def test_special_and_padding_ids_are_never_drawn() -> None:
         def __len__(self) -> int:
             return 6
 
-    assert causal_swap.never_drawn(Tok(), d_vocab=8) == [0, 3, 6, 7]
+    assert never_drawn(Tok(), d_vocab=8) == [0, 3, 6, 7]
 
 
 def test_a_template_without_a_slot_is_an_input_error(tiny: LoadedModel) -> None:
     lens, info = logit_lens(tiny)
     with pytest.raises(InputError, match="exactly once"):
-        causal_swap.causal_swap_trial(tiny, lens, info, "no slot", "France", "Canada", ".", "six", 1, settings())
+        causal_swap_trial(tiny, lens, info, "no slot", "France", "Canada", ".", "six", 1, settings())
 
 
 def test_a_corpus_with_no_runnable_trial_is_an_error_naming_the_words(tiny: LoadedModel) -> None:
@@ -198,5 +200,31 @@ def test_a_corpus_with_no_runnable_trial_is_an_error_naming_the_words(tiny: Load
     )
     lens, info = logit_lens(tiny)
     with pytest.raises(InputError, match="No trial of corpus 'half-known' can run") as raised:
-        causal_swap.SwapBenchmarkJob(tiny, corpus, [1], lens, info, settings())
+        SwapBenchmarkJob(tiny, corpus, [1], lens, info, settings())
     assert "zzqx" in str(raised.value)
+
+
+def test_the_benchmark_document_records_the_finished_job(tiny: LoadedModel) -> None:
+    from mcp_interp.core.swap import artifact
+    from mcp_interp.schemas.common import ModelRef
+    from mcp_interp.schemas.swap import SwapCorpus
+    from tests.mcp_helpers import tiny_corpus
+
+    lens, info = logit_lens(tiny)
+    job = SwapBenchmarkJob(tiny, SwapCorpus.model_validate(tiny_corpus(tiny)), [1], lens, info, settings())
+    ref = ModelRef(
+        name=tiny.name, source="tiny", fingerprint=tiny.fingerprint, dtype=tiny.dtype, device=tiny.device, versions={}
+    )
+    with pytest.raises(ValueError, match="not finished"):
+        artifact.benchmark_document(job, ref, "0.0.test")
+    drain(job)
+    assert job.result is not None
+    document = artifact.benchmark_document(job, ref, "0.0.test")
+    manifest, results = document["manifest"], document["results"]
+    assert manifest["mcp_interp_version"] == "0.0.test"
+    assert manifest["model"]["fingerprint"] == tiny.fingerprint
+    assert manifest["corpus"]["name"] == "tiny-capitals" and manifest["layers"] == [1]
+    assert manifest["mechanism"] == job.settings.mechanism
+    assert results["summary"] == job.result.summary.model_dump(mode="json")
+    assert len(results["trials"]) == len(job.trials) and len(results["exclusions"]) == len(job.result.exclusions)
+    assert artifact.verify(document).valid

@@ -10,6 +10,7 @@ import torch
 from mcp import Client
 
 from mcp_interp.core import readouts
+from mcp_interp.core.jobs import drain
 from mcp_interp.core.tokens import resolve_answer
 from mcp_interp.corpora import ioi_arguments, ioi_pairs
 from mcp_interp.errors import InputError
@@ -94,8 +95,7 @@ def test_exact_head_patching_matches_transformer_lens_on_smollm2(embedded: Loade
     clean, corrupt = [p.clean for p in pairs], [p.corrupt for p in pairs]
     correct, incorrect = [p.correct for p in pairs], [p.incorrect for p in pairs]
     job = PatchHeadsJob(embedded, clean, corrupt, correct, incorrect)
-    for _ in job.steps():
-        pass
+    drain(job)
     assert job.result is not None and job.engine is not None and job.engine.startswith("suffix")
     clean_batch, corrupt_batch = encode(embedded.tokenizer, clean), encode(embedded.tokenizer, corrupt)
     good = torch.tensor([embedded.tokenizer(c, add_special_tokens=False).input_ids[0] for c in correct])
@@ -157,13 +157,11 @@ def test_explain_on_smollm2_agrees_with_single_tools(embedded: LoadedModel) -> N
 
     pair = ioi_pairs()[0]
     job = ExplainJob(embedded, pair.clean, pair.correct, pair.incorrect, pair.corrupt)
-    for _ in job.steps():
-        pass
+    drain(job)
     assert job.result is not None
     single_dla = lens.dla(embedded, pair.clean, pair.correct, pair.incorrect, top_k=10)
     patch = PatchHeadsJob(embedded, [pair.clean], [pair.corrupt], pair.correct, pair.incorrect)
-    for _ in patch.steps():
-        pass
+    drain(patch)
     assert patch.result is not None
     assert job.result.top_dla == single_dla.top[:5]
     assert [c.head for c in job.result.causal_heads or []] == [h.head for h in patch.result.heads[:5]]
@@ -177,7 +175,7 @@ async def test_cancelled_patch_heads_stops_at_the_next_layer(embedded: LoadedMod
 
     import anyio
 
-    from mcp_interp.server import build_server
+    from mcp_interp.mcp.server import build_server
     from mcp_interp.session import Session
 
     session = Session("smollm2-135m", tmp_path / "out", loader=lambda name, device, dtype: embedded)
@@ -212,9 +210,9 @@ async def test_cancelled_patch_heads_stops_at_the_next_layer(embedded: LoadedMod
 def test_causal_swap_benchmark_on_the_country_corpus(embedded: LoadedModel) -> None:
     """Structure only (no success-rate claims): every slot accounted for, ' Pound' ledgered with how it
     splits, baselines checked against a direct forward, summary consistent with the trials."""
-    from mcp_interp.core.causal_swap import SwapBenchmarkJob
-    from mcp_interp.core.lenses import logit_lens
-    from mcp_interp.core.swap_corpus import load_corpus
+    from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
+    from mcp_interp.core.swap.corpus import load_corpus
+    from mcp_interp.core.swap.lenses import logit_lens
     from mcp_interp.schemas.swap import SwapSettings
 
     corpus = load_corpus("countries")

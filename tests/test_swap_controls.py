@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mcp_interp.core.swap_controls import control_pool, distances_from, draw_control
+from mcp_interp.core.swap.controls import control_pool, distances_from, draw_control
 
 
 def line_dictionary() -> torch.Tensor:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from mcp_interp.core.swap_corpus import load_corpus, prompt_text, resolve, token_reason, trial_keys
+from mcp_interp.core.swap.corpus import load_corpus, prompt_text, resolve, token_reason, trial_keys
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.swap import SwapCorpus
 

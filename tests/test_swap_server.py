@@ -13,8 +13,8 @@ from mcp.shared.exceptions import MCPError
 from scipy import stats
 
 from mcp_interp.core.tokens import adds_bos
+from mcp_interp.mcp.server import build_server
 from mcp_interp.models import LoadedModel
-from mcp_interp.server import build_server
 from mcp_interp.session import Session
 from tests.mcp_helpers import TEMPLATE, assert_valid_structured, error_text, tiny_corpus, tools_by_name, top_word
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats
 
-from mcp_interp.core import swap_stats
+from mcp_interp.core.swap import stats as swap_stats
 
 
 def test_score_answer_rank_margin_and_ties() -> None:

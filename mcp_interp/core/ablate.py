@@ -13,11 +13,11 @@ from collections.abc import Sequence
 import torch
 
 from mcp_interp.core import metrics
-from mcp_interp.core.interventions import Ablation, prepare_ablation
+from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
 from mcp_interp.core.readouts import answer_logits
 from mcp_interp.core.tokens import encode, resolve_answers
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import Score
+from mcp_interp.schemas.common import AblationSpec, Score
 from mcp_interp.schemas.heads import AblateHeadMeasurement, MetricSet
 
 # Thresholds for disagreement notes, in the metrics' own units.
@@ -28,10 +28,15 @@ KL_SMALL = 0.1  # nats
 def ablate_heads(
     model: LoadedModel,
     prompts: Sequence[str],
-    ablation: Ablation,
+    ablation: Ablation | AblationSpec,
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
 ) -> AblateHeadMeasurement:
+    if isinstance(ablation, AblationSpec):  # a tool's arguments: heads named as strings or objects
+        cfg = model.bridge.cfg
+        parsed = ablation_from_spec(ablation, cfg.n_layers, cfg.n_heads)
+        assert parsed is not None
+        ablation = parsed
     batch = encode(model.tokenizer, prompts, model.device)
     n = len(batch.texts)
     correct_ids = resolve_answers(model.tokenizer, correct, n, "correct") if correct is not None else None

@@ -1,0 +1,216 @@
+"""The causal-swap benchmark: every (function, source, target) of a corpus at every chosen layer.
+
+Each prompt is run once, unedited, and that run (its answer scores and the residuals at every
+layer) is shared by all its trials. A prompt the model cannot answer (strict top-1) and a trial
+that cannot run (a word that is not one token, the same answer token for source and target, an
+incapable source, an unknown target) go to the exclusion ledger once, with the reason, and are
+never counted. Steps yield once per trial slot, so the job reports progress and can be
+cancelled between trials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from mcp_interp.core.swap.corpus import Resolved, load_corpus, prompt_text, resolve, token_reason, trial_keys
+from mcp_interp.core.swap.lenses import resolve_lens
+from mcp_interp.core.swap.summary import benchmark_notes, summarize
+from mcp_interp.core.swap.trial import (
+    PromptRun,
+    TrialTokens,
+    answer_score,
+    capability_reason,
+    check_settings,
+    edit_position,
+    new_record,
+    prompt_run,
+    run_edit_trial,
+)
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.swap import (
+    AnswerScore,
+    Exclusion,
+    LensInfo,
+    SwapBenchmarkMeasurement,
+    SwapCorpus,
+    SwapSettings,
+    TrialBaseline,
+    TrialRecord,
+)
+
+
+class SwapBenchmarkJob:
+    """Every trial of a corpus at the given layers; ``steps()`` yields once per trial slot."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        corpus: SwapCorpus,
+        layers: Sequence[int],
+        lens: Any,
+        lens_info: LensInfo,
+        settings: SwapSettings,
+    ) -> None:
+        check_settings(model, settings, layers, lens_info)
+        self.model, self.corpus, self.lens, self.lens_info, self.settings = model, corpus, lens, lens_info, settings
+        self.layers = sorted(set(layers))
+        self.resolved: Resolved = resolve(corpus, model.tokenizer)
+        self.keys = trial_keys(corpus)
+        self.trials: list[TrialRecord] = []
+        self.exclusions: list[Exclusion] = []
+        self.notes: list[str] = []
+        runnable = [k for k in self.keys if token_reason(self.resolved, corpus, k.function, k.source, k.target) is None]
+        if not runnable:
+            raise InputError(
+                f"No trial of corpus {corpus.name!r} can run with this model's tokenizer: every (function, source, "
+                f"target) needs a word that is not a single token. Not single tokens: {self.resolved.unusable}."
+            )
+        self.result: SwapBenchmarkMeasurement | None = None
+
+    def total_steps(self) -> int:
+        return 1 + len(self.keys) * len(self.layers)
+
+    def steps(self) -> Iterator[str]:
+        try:
+            yield from self._steps()
+        finally:  # also when cancelled: a lens object may outlive the call (it is cached)
+            self.lens.clear_device_cache()
+
+    def _steps(self) -> Iterator[str]:
+        tokenizer = self.model.tokenizer
+        runs, scores = self._baselines()
+        yield f"baselines: {len(runs)} prompts run, {len(self.exclusions)} excluded"
+        blocked = self._blocked_trials(scores)
+        distances: dict[tuple[int, int], torch.Tensor] = {}
+        for layer in self.layers:
+            for key in self.keys:
+                reason = blocked.get((key.function, key.source, key.target))
+                if reason is not None:
+                    yield f"layer {layer}: {key.function} {key.source}→{key.target} excluded"
+                    continue
+                run = runs[(key.function, key.source)]
+                record = new_record(
+                    tokenizer, key.function, key.source, key.target, layer, self._prompt(key.function, key.source), run
+                )
+                record.baseline = TrialBaseline(
+                    source_answer=scores[(key.function, key.source)],
+                    target_answer=answer_score(
+                        tokenizer, run.last_logits, self.resolved.answer_ids[(key.function, key.target)]
+                    ),
+                    target_prompt_answer=scores[(key.function, key.target)],
+                )
+                tokens = TrialTokens(
+                    source_id=self.resolved.concept_ids[key.source],
+                    target_id=self.resolved.concept_ids[key.target],
+                    source_answer_id=self.resolved.answer_ids[(key.function, key.source)],
+                    target_answer_id=self.resolved.answer_ids[(key.function, key.target)],
+                )
+                self.trials.append(
+                    run_edit_trial(self.model, self.lens, run, layer, tokens, self.settings, record, distances)
+                )
+                yield f"layer {layer}: {key.function} {key.source}→{key.target} {record.status}"
+            self.lens.clear_device_cache()  # the dictionary is vocabulary-sized, one per layer
+            distances.clear()
+        n_slots = sum(1 for _ in blocked) * len(self.layers)
+        self.result = SwapBenchmarkMeasurement(
+            corpus=self.corpus.name,
+            settings=self.settings,
+            lens=self.lens_info,
+            summary=summarize(self.trials, self.layers, self.settings.control_seeds, n_slots),
+            exclusions=self.exclusions,
+            notes=self.notes + benchmark_notes(self.trials, self.settings),
+        )
+
+    def _prompt(self, function: str, concept: str) -> str:
+        return prompt_text(next(f for f in self.corpus.functions if f.name == function), concept)
+
+    def _baselines(self) -> tuple[dict[tuple[str, str], PromptRun], dict[tuple[str, str], AnswerScore]]:
+        """Run every usable prompt once; ledger the ones the model cannot answer (strict top-1)."""
+        tokenizer = self.model.tokenizer
+        runs: dict[tuple[str, str], PromptRun] = {}
+        scores: dict[tuple[str, str], AnswerScore] = {}
+        mismatched: set[str] = set()
+        for function in self.corpus.functions:
+            for concept in self.corpus.concepts:
+                prompt = prompt_text(function, concept)
+                reason = token_reason(self.resolved, self.corpus, function.name, concept)
+                if reason is not None:
+                    self.exclusions.append(
+                        Exclusion(kind="prompt", function=function.name, concept=concept, prompt=prompt, reason=reason)
+                    )
+                    continue
+                ids, position = edit_position(tokenizer, function.template, concept, self.settings.position)
+                if self.settings.position == "concept" and ids[position] != self.resolved.concept_ids[concept]:
+                    mismatched.add(function.name)
+                run = prompt_run(self.model, ids, position, self.layers)
+                score = answer_score(tokenizer, run.last_logits, self.resolved.answer_ids[(function.name, concept)])
+                runs[(function.name, concept)] = run
+                scores[(function.name, concept)] = score
+                if not score.top1:
+                    self.exclusions.append(
+                        Exclusion(
+                            kind="prompt",
+                            function=function.name,
+                            concept=concept,
+                            prompt=prompt,
+                            reason="not capable: " + capability_reason(score),
+                            rank=score.rank,
+                            margin=score.margin,
+                            top_token=score.top_token,
+                        )
+                    )
+        if mismatched:
+            self.notes.append(
+                f"position='concept': in {sorted(mismatched)} the concept's token in the prompt is not the concept "
+                "atom (a sentence-initial word has no leading space, so it is a different token, and the first "
+                "position is where attention sinks): those edits act where the atom's own token never was."
+            )
+        return runs, scores
+
+    def _blocked_trials(self, scores: dict[tuple[str, str], AnswerScore]) -> dict[tuple[str, str, str], str]:
+        """(function, source, target) → why its trials cannot run; each goes to the ledger once."""
+        blocked: dict[tuple[str, str, str], str] = {}
+        for key in self.keys:
+            reason = token_reason(self.resolved, self.corpus, key.function, key.source, key.target)
+            if reason is None and (
+                self.resolved.answer_ids[(key.function, key.source)]
+                == self.resolved.answer_ids[(key.function, key.target)]
+            ):
+                reason = "source and target have the same answer token, so a success could not be told apart"
+            if reason is None and not scores[(key.function, key.source)].top1:
+                reason = "the source prompt is not capable (see its prompt exclusion)"
+            if reason is None and self.settings.require_target_known and not scores[(key.function, key.target)].top1:
+                reason = "the model does not know the target's answer (see the target prompt's exclusion)"
+            if reason is not None:
+                blocked[(key.function, key.source, key.target)] = reason
+                self.exclusions.append(
+                    Exclusion(
+                        kind="trial",
+                        function=key.function,
+                        source=key.source,
+                        target=key.target,
+                        reason=f"{reason}; excluded at all {len(self.layers)} layers",
+                    )
+                )
+        return blocked
+
+
+def prepare_benchmark(
+    model: LoadedModel,
+    corpus: str | SwapCorpus,
+    layers: Sequence[int] | None,
+    lens_kind: str,
+    lens_path: str | None,
+    settings: SwapSettings,
+) -> SwapBenchmarkJob:
+    """A benchmark job from a tool's arguments: a shipped corpus by name or a corpus object, the lens by kind
+    (and file), and by default every layer the lens can edit. Runs no forward pass."""
+    corpus_object = load_corpus(corpus) if isinstance(corpus, str) else corpus
+    lens, info = resolve_lens(model, lens_kind, lens_path)
+    return SwapBenchmarkJob(
+        model, corpus_object, layers if layers is not None else info.source_layers, lens, info, settings
+    )

@@ -1,0 +1,110 @@
+"""Causal-swap corpora: relations ("functions") over concepts, and the trials they imply.
+
+A corpus names concepts (``France``) and functions, each a template with one ``{arg}`` slot and
+a one-word answer per concept (``capital``: "The capital of {arg} is the city of" → ``Paris``).
+A trial is (function, source, target, layer) with source ≠ target: edit the source prompt's
+representation of the source concept toward the target and ask whether the model now gives the
+target's answer.
+
+Tokens: a concept is the lens atom of ``" " + concept`` and an answer the token of
+``" " + word``; each must be a single token of the loaded model. A word that is not sends
+every prompt and trial that needs it to the exclusion ledger with that reason, and the rest of
+the corpus runs; a corpus in which nothing is usable is an ``InputError`` naming the words.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_interp.corpora import corpora_dir
+from mcp_interp.errors import InputError
+from mcp_interp.schemas.swap import SLOT, SwapCorpus, SwapFunction
+
+
+def load_corpus(name: str) -> SwapCorpus:
+    """A corpus shipped in ``mcp_interp/data/corpora/`` (``countries``)."""
+    path = corpora_dir() / f"{name}.json"
+    if not name.isidentifier() or not path.is_file():
+        raise InputError(f"No shipped causal-swap corpus named {name!r}; shipped: 'countries' (or pass a corpus).")
+    return SwapCorpus.model_validate(json.loads(path.read_text(encoding="utf-8")))
+
+
+def prompt_text(function: SwapFunction, concept: str) -> str:
+    return function.template.replace(SLOT, concept)
+
+
+@dataclass(frozen=True)
+class TrialKey:
+    function: str
+    source: str
+    target: str
+
+
+def trial_keys(corpus: SwapCorpus) -> list[TrialKey]:
+    """Every (function, source, target) with source ≠ target, in corpus order."""
+    return [
+        TrialKey(f.name, source, target)
+        for f in corpus.functions
+        for source in corpus.concepts
+        for target in corpus.concepts
+        if source != target
+    ]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Token ids of a corpus under one tokenizer, and why any word could not be used."""
+
+    concept_ids: dict[str, int]
+    answer_ids: dict[tuple[str, str], int]  # (function, concept) → id
+    unusable: dict[str, str]  # word → how it tokenizes (not a single token)
+
+
+def single_token(tokenizer: Any, word: str) -> tuple[int | None, str]:
+    """The one known token of ``" " + word.strip()``, or None and how it tokenizes instead."""
+    text = " " + word.strip()
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if len(ids) == 1 and (unknown is None or ids[0] != unknown):
+        return int(ids[0]), ""
+    if len(ids) == 1:
+        return None, f"{text!r} is the unknown token {tokenizer.decode(ids)!r}"
+    return None, f"{text!r} is {len(ids)} tokens {[tokenizer.decode([i]) for i in ids]}"
+
+
+def resolve(corpus: SwapCorpus, tokenizer: Any) -> Resolved:
+    unusable: dict[str, str] = {}
+
+    def single(word: str) -> int | None:
+        token, why = single_token(tokenizer, word)
+        if token is None:
+            unusable[word] = why
+        return token
+
+    concept_ids = {c: i for c in corpus.concepts if (i := single(c)) is not None}
+    answer_ids = {
+        (f.name, c): i for f in corpus.functions for c in corpus.concepts if (i := single(f.answers[c])) is not None
+    }
+    same = [c for c in concept_ids if list(concept_ids.values()).count(concept_ids[c]) > 1]
+    if same:
+        raise InputError(f"Concepts {same} resolve to the same token: a swap needs distinct concept atoms.")
+    if len(concept_ids) < 2 or not answer_ids:
+        raise InputError(
+            f"Nothing in corpus {corpus.name!r} is usable with this model's tokenizer: concepts and answers must be "
+            f"single tokens with a leading space. Not single tokens: {unusable}."
+        )
+    return Resolved(concept_ids=concept_ids, answer_ids=answer_ids, unusable=unusable)
+
+
+def token_reason(resolved: Resolved, corpus: SwapCorpus, function: str, *concepts: str) -> str | None:
+    """Why prompts/trials over these concepts cannot run (a word is not one token), or None."""
+    answers = next(f.answers for f in corpus.functions if f.name == function)
+    for concept in concepts:
+        if concept not in resolved.concept_ids:
+            return f"concept {concept!r} is not a single token: {resolved.unusable[concept]}"
+        if (function, concept) not in resolved.answer_ids:
+            word = answers[concept]
+            return f"answer {word!r} is not a single token: {resolved.unusable[word]}"
+    return None

@@ -1,0 +1,387 @@
+"""One trial of the controlled causal-swap protocol (``benchmark`` runs many over a corpus).
+
+Claim under test: editing the model's representation of concept *source* toward *target* at
+layer ℓ makes the model answer as if the prompt were about *target*. A trial:
+
+1. **Baseline filter.** The unedited source prompt must give its own answer as the strict
+   argmax; otherwise the prompt is excluded (with its rank), never counted. By default the model
+   must also know the target's fact (the target's own prompt gives the target answer, strict
+   top-1): a swap toward a fact the model does not know cannot be scored as the swap's failure.
+2. **Real edit.** The activation at (ℓ, position) is decomposed into lens atoms
+   (``get_sparse_decomposition`` via ``JacobianLens.decompose``). If the source atom is not in
+   the active support the trial is ``skipped_source_inactive``. Otherwise the library's anchored
+   coordinate patch (``solve_coordinate_patch``, mode ``substitute``: h += α·c_src·(v_tgt − v_src))
+   is applied and the target's answer scored.
+3. **Displacement-matched controls**, one per seed, edited and scored identically
+   (``swap.controls``); no qualifying token → ``skipped_no_control_token``.
+
+Implementation note: the real and control edits of one trial differ only in the target atom, so
+their patched activations are computed with the library's ``solve_coordinate_patch`` (what
+``coordinate_patch_hooks`` calls inside its hook) and run as one batch with a hook that writes
+them at (ℓ, position). Upstream of that hook the batch equals the unedited run, so this is the
+same computation as one ``coordinate_patch_hooks`` run per edit (a test checks it), six times
+cheaper. Any other error propagates: a skip status is only ever one of the two named conditions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import torch
+from pydantic import ValidationError
+
+from mcp_interp.core.bridge import hook_out
+from mcp_interp.core.swap import stats
+from mcp_interp.core.swap.controls import ControlPool, control_pool, distances_from, draw_control
+from mcp_interp.core.swap.corpus import prompt_text, single_token
+from mcp_interp.core.swap.lenses import resolve_lens
+from mcp_interp.core.tokens import token_ids
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.swap import (
+    SLOT,
+    AnswerScore,
+    Atom,
+    ControlDraw,
+    LensInfo,
+    SwapFunction,
+    SwapSettings,
+    SwapTrialMeasurement,
+    TrialBaseline,
+    TrialRecord,
+)
+
+EXECUTED: Final = "executed"
+INACTIVE: Final = "skipped_source_inactive"
+NO_CONTROL: Final = "skipped_no_control_token"
+TRIAL_STATUSES = (EXECUTED, INACTIVE, NO_CONTROL)
+SUPPORT_SHOWN = 10
+
+
+def check_settings(model: LoadedModel, settings: SwapSettings, layers: Sequence[int], lens_info: LensInfo) -> None:
+    if not settings.control_seeds:
+        raise InputError("`control_seeds` must name at least one seed: the controls are the point of the protocol.")
+    if len(set(settings.control_seeds)) != len(settings.control_seeds):
+        raise InputError("`control_seeds` must be distinct.")
+    if not 1 <= settings.k <= 25:
+        raise InputError(f"`k` (atoms in the sparse decomposition) must be between 1 and 25, got {settings.k}.")
+    if not settings.control_tolerance >= 0:
+        raise InputError(f"`control_tolerance` must be >= 0, got {settings.control_tolerance}.")
+    if not layers:
+        raise InputError("Name at least one layer.")
+    bad = [layer for layer in layers if layer not in lens_info.source_layers]
+    if bad:
+        first, last = lens_info.source_layers[0], lens_info.source_layers[-1]
+        raise InputError(
+            f"Layers {bad} cannot be edited with this lens: it covers the outputs of blocks {first}..{last} "
+            f"(the last block, {model.bridge.cfg.n_layers - 1}, is the model's output itself)."
+        )
+
+
+def word_token(tokenizer: Any, word: str, what: str) -> int:
+    """The single token of ``" " + word.strip()`` (how the corpus writes concepts and answers)."""
+    token, why = single_token(tokenizer, word)
+    if token is None:
+        raise InputError(
+            f"The {what} {word!r} must be one known token with a leading space, but {why}. "
+            "Pick a word that is a single token (the `tokenize` tool shows how text splits)."
+        )
+    return token
+
+
+def edit_position(tokenizer: Any, template: str, concept: str, position: str | int) -> tuple[list[int], int]:
+    """The prompt's token ids and the index of the activation to edit.
+
+    ``"last"``: the last token (where the answer is read). ``"concept"``: the last token of the
+    concept word in the prompt (found from the tokenizer's character offsets), where the concept
+    is complete. An int: that index (negative counts from the end).
+    """
+    prompt = template.replace(SLOT, concept)
+    ids = token_ids(tokenizer, prompt)
+    n = len(ids)
+    if position == "last":
+        return ids, n - 1
+    if position == "concept":
+        start = template.index(SLOT)
+        end = start + len(concept)
+        try:
+            encoded = tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
+        except (NotImplementedError, ValueError):  # slow (Python) tokenizers have no offsets
+            encoded = {"input_ids": ids}
+        offsets = encoded.get("offset_mapping")
+        if offsets is None or list(encoded["input_ids"]) != ids:
+            raise InputError("position='concept' needs a tokenizer with character offsets; pass an index instead.")
+        covering = [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
+        if not covering:
+            raise InputError(f"No token of {prompt!r} covers the concept {concept!r}; pass an index instead.")
+        return ids, covering[-1]
+    if isinstance(position, int) and not isinstance(position, bool):
+        index = position + n if position < 0 else position
+        if not 0 <= index < n:
+            raise InputError(f"position {position} is outside the prompt {prompt!r}, which has {n} tokens.")
+        return ids, index
+    raise InputError(f"position must be 'last', 'concept' or a token index, got {position!r}.")
+
+
+def answer_score(tokenizer: Any, logits: torch.Tensor, answer_id: int) -> AnswerScore:
+    score = stats.score_answer(logits, answer_id)
+    return AnswerScore(
+        token=tokenizer.decode([answer_id]),
+        token_id=answer_id,
+        logit=score.logit,
+        rank=score.rank,
+        margin=score.margin,
+        top1=score.strict_top1,
+        top_token=tokenizer.decode([score.top_token]),
+    )
+
+
+@dataclass
+class PromptRun:
+    """One unedited forward of a prompt and the residuals the trials at each layer will edit."""
+
+    ids: list[int]
+    position: int
+    last_logits: torch.Tensor  # [vocab] float32 CPU
+    activations: dict[int, torch.Tensor]  # layer → [d_model] at `position`
+    decompositions: dict[int, Any] = field(default_factory=dict)
+
+
+def prompt_run(model: LoadedModel, ids: list[int], position: int, layers: Sequence[int]) -> PromptRun:
+    names = {hook_out(layer) for layer in layers}
+    tokens = torch.tensor([ids], device=model.device)
+    with torch.no_grad():
+        logits, cache = model.bridge.run_with_cache(tokens, names_filter=lambda name: name in names)
+    return PromptRun(
+        ids=ids,
+        position=position,
+        last_logits=logits[0, -1].float().cpu(),
+        activations={layer: cache[hook_out(layer)][0, position].detach().clone() for layer in layers},
+    )
+
+
+def edited_last_logits(model: LoadedModel, run: PromptRun, layer: int, patched: torch.Tensor) -> torch.Tensor:
+    """Next-token logits ``[n_edits, vocab]`` with row i's activation at (layer, position) set to ``patched[i]``."""
+    tokens = torch.tensor([run.ids], device=model.device).expand(patched.shape[0], -1)
+
+    def write(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+        activation = activation.clone()
+        activation[:, run.position, :] = patched.to(device=activation.device, dtype=activation.dtype)
+        return activation
+
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=[(hook_out(layer), write)]):
+        logits = model.bridge(tokens, return_type="logits")
+    return logits[:, -1].float().cpu()
+
+
+def top_atoms(tokenizer: Any, decomposition: Any, dictionary: torch.Tensor) -> list[Atom]:
+    support = decomposition.support.tolist()
+    coordinates = decomposition.coordinates.detach().float().cpu().tolist()
+    norms = torch.linalg.vector_norm(dictionary[decomposition.support.to(dictionary.device)].float(), dim=1).cpu()
+    atoms = [
+        Atom(token=tokenizer.decode([t]), token_id=int(t), coordinate=c, contribution=c * float(n))
+        for t, c, n in zip(support, coordinates, norms.tolist(), strict=True)
+    ]
+    return sorted(atoms, key=lambda a: -a.contribution)[:SUPPORT_SHOWN]
+
+
+@dataclass(frozen=True)
+class TrialTokens:
+    source_id: int
+    target_id: int
+    source_answer_id: int
+    target_answer_id: int
+
+
+def never_drawn(tokenizer: Any, d_vocab: int) -> list[int]:
+    """Ids a control may never be: special tokens, and unembedding rows beyond the tokenizer's vocabulary
+    (padding rows of a padded vocabulary are untrained, some have zero norm)."""
+    return sorted({int(i) for i in tokenizer.all_special_ids} | set(range(len(tokenizer), d_vocab)))
+
+
+def run_edit_trial(
+    model: LoadedModel,
+    lens: Any,
+    run: PromptRun,
+    layer: int,
+    tokens: TrialTokens,
+    settings: SwapSettings,
+    record: TrialRecord,
+    distance_cache: dict[tuple[int, int], torch.Tensor],
+) -> TrialRecord:
+    """Steps 2–3 of a trial whose baseline passed; fills ``record`` and returns it.
+
+    ``distance_cache`` maps (layer, source id) to ‖v_t − v_source‖ for every t (it depends on nothing
+    else, so a benchmark shares it across prompts and targets of one layer).
+    """
+    from transformer_lens.tools.analysis.jacobian_lens_coordinate_patch import solve_coordinate_patch
+
+    tokenizer = model.tokenizer
+    dictionary = lens.lens_vector_dictionary(model.bridge, layer)
+    x = run.activations[layer].float().to(dictionary.device)
+    if layer not in run.decompositions:
+        run.decompositions[layer] = lens.decompose(model.bridge, x, layer, k=settings.k)
+    decomposition = run.decompositions[layer]
+    support = [int(t) for t in decomposition.support.tolist()]
+    record.support = top_atoms(tokenizer, decomposition, dictionary)
+    record.support_size = len(support)
+    if tokens.source_id not in support:
+        shown = ", ".join(repr(a.token) for a in record.support)
+        record.status = INACTIVE
+        record.detail = (
+            f"the source atom {tokenizer.decode([tokens.source_id])!r} is not in the active support of the "
+            f"activation at layer {layer}, position {run.position} ({len(support)} atoms; top: {shown})"
+        )
+        return record
+    record.source_coordinate = float(decomposition.coordinates[support.index(tokens.source_id)])
+    key = (layer, tokens.source_id)
+    if key not in distance_cache:
+        distance_cache[key] = distances_from(dictionary, tokens.source_id)
+    distances = distance_cache[key]
+    excluded = {tokens.source_answer_id, tokens.target_answer_id, *support}
+    excluded.update(never_drawn(tokenizer, dictionary.shape[0]))
+    pool: ControlPool = control_pool(
+        dictionary, tokens.source_id, tokens.target_id, excluded, settings.control_tolerance, distances
+    )
+    record.target_displacement = pool.reference_distance
+    record.control_pool_size = int(pool.candidates.numel())
+    if pool.candidates.numel() == 0:
+        nearest = "no token left to compare" if pool.nearest_ratio is None else f"{pool.nearest_ratio:.4f}"
+        record.status = NO_CONTROL
+        record.detail = (
+            f"no token's displacement from the source matches ‖v_target − v_source‖ = {pool.reference_distance:.4f} "
+            f"within tolerance {settings.control_tolerance} (closest relative mismatch: {nearest}); the tolerance is "
+            "never widened silently — pass a larger control_tolerance to allow looser controls"
+        )
+        return record
+    controls = [draw_control(pool, seed) for seed in settings.control_seeds]
+    edits = [tokens.target_id, *controls]
+    patches = [
+        solve_coordinate_patch(
+            x, dictionary, tokens.source_id, edit, decomposition=decomposition, k=settings.k, alpha=settings.alpha
+        )
+        for edit in edits
+    ]
+    logits = edited_last_logits(model, run, layer, torch.stack([x + patch.delta for patch in patches]))
+    record.status = EXECUTED
+    record.real = answer_score(tokenizer, logits[0], tokens.target_answer_id)
+    record.real_source_answer = answer_score(tokenizer, logits[0], tokens.source_answer_id)
+    record.target_was_active = not patches[0].target_was_appended
+    record.real_edit_norm = float(torch.linalg.vector_norm(patches[0].delta))
+    record.controls = [
+        ControlDraw(
+            seed=seed,
+            token=tokenizer.decode([token]),
+            token_id=token,
+            displacement=float(distances[token]),
+            edit_norm=float(torch.linalg.vector_norm(patch.delta)),
+            score=answer_score(tokenizer, logits[i + 1], tokens.target_answer_id),
+        )
+        for i, (seed, token, patch) in enumerate(zip(settings.control_seeds, controls, patches[1:], strict=True))
+    ]
+    return record
+
+
+def causal_swap_trial(
+    model: LoadedModel,
+    lens: Any,
+    lens_info: LensInfo,
+    template: str,
+    source: str,
+    target: str,
+    source_answer: str,
+    target_answer: str,
+    layer: int,
+    settings: SwapSettings,
+) -> SwapTrialMeasurement:
+    check_settings(model, settings, [layer], lens_info)
+    try:
+        function = SwapFunction(
+            name="trial", template=template, answers={source.strip(): source_answer, target.strip(): target_answer}
+        )
+    except ValidationError as exc:
+        raise InputError(f"Bad template: {exc.errors()[0]['msg']}.") from None
+    tokenizer = model.tokenizer
+    tokens = TrialTokens(
+        source_id=word_token(tokenizer, source, "source concept"),
+        target_id=word_token(tokenizer, target, "target concept"),
+        source_answer_id=word_token(tokenizer, source_answer, "source answer"),
+        target_answer_id=word_token(tokenizer, target_answer, "target answer"),
+    )
+    if tokens.source_id == tokens.target_id:
+        raise InputError("source and target are the same token: a swap needs two different concepts.")
+    if tokens.source_answer_id == tokens.target_answer_id:
+        raise InputError("source_answer and target_answer are the same token: success would be indistinguishable.")
+    ids, position = edit_position(tokenizer, template, source.strip(), settings.position)
+    run = prompt_run(model, ids, position, [layer])
+    record = new_record(tokenizer, function.name, source, target, layer, prompt_text(function, source.strip()), run)
+    baseline = TrialBaseline(
+        source_answer=answer_score(tokenizer, run.last_logits, tokens.source_answer_id),
+        target_answer=answer_score(tokenizer, run.last_logits, tokens.target_answer_id),
+    )
+    if settings.require_target_known:
+        target_ids, _ = edit_position(tokenizer, template, target.strip(), "last")
+        target_run = prompt_run(model, target_ids, len(target_ids) - 1, [])
+        baseline.target_prompt_answer = answer_score(tokenizer, target_run.last_logits, tokens.target_answer_id)
+    record.baseline = baseline
+    notes = []
+    if not baseline.source_answer.top1:
+        record.status = "excluded_not_capable"
+        record.detail = capability_reason(baseline.source_answer)
+    elif baseline.target_prompt_answer is not None and not baseline.target_prompt_answer.top1:
+        record.status = "excluded_target_unknown"
+        record.detail = "target fact not known: " + capability_reason(baseline.target_prompt_answer)
+    else:
+        try:
+            run_edit_trial(model, lens, run, layer, tokens, settings, record, {})
+        finally:
+            lens.clear_device_cache()  # the dictionary is vocabulary-sized
+    if record.status == EXECUTED:
+        assert record.real is not None
+        wins = sum(c.score.top1 for c in record.controls)
+        notes.append(
+            f"One trial is an anecdote: real edit {'succeeded' if record.real.top1 else 'failed'}, "
+            f"{wins}/{len(record.controls)} controls succeeded. Use causal_swap_benchmark for rates with intervals."
+        )
+    return SwapTrialMeasurement(trial=record, settings=settings, lens=lens_info, notes=notes)
+
+
+def capability_reason(score: AnswerScore) -> str:
+    return (
+        f"the answer {score.token!r} is not the strict top-1 unedited (rank {score.rank}, margin {score.margin:+.3f}; "
+        f"top token {score.top_token!r})"
+    )
+
+
+def new_record(
+    tokenizer: Any, function: str, source: str, target: str, layer: int, prompt: str, run: PromptRun
+) -> TrialRecord:
+    return TrialRecord(
+        function=function,
+        source=source.strip(),
+        target=target.strip(),
+        layer=layer,
+        prompt=prompt,
+        position=run.position,
+        position_token=tokenizer.decode([run.ids[run.position]]),
+        status=EXECUTED,  # provisional; every path below sets the real status
+    )
+
+
+def trial_with_lens(
+    model: LoadedModel,
+    lens_kind: str,
+    lens_path: str | None,
+    template: str,
+    source: str,
+    target: str,
+    source_answer: str,
+    target_answer: str,
+    layer: int,
+    settings: SwapSettings,
+) -> SwapTrialMeasurement:
+    """``causal_swap_trial`` with the lens named as a tool names it (kind, optional file)."""
+    lens, info = resolve_lens(model, lens_kind, lens_path)
+    return causal_swap_trial(model, lens, info, template, source, target, source_answer, target_answer, layer, settings)
