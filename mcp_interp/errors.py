@@ -1,7 +1,8 @@
 """Errors whose text is written for the caller (usually an LLM): what was wrong, how to fix it.
 
-The MCP adapters turn these into tool errors (``isError``) verbatim. Any other exception is a
-bug in mcp-interp and is logged with its traceback.
+The adapters' one error boundary (``mcp/toolkit.py:error_boundary``) turns these into tool errors
+(``isError``) with the message verbatim. Any other exception is a bug in mcp-interp: the caller gets a
+short tool error naming its type, and the traceback is logged to stderr.
 """
 
 

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_interp.server import build_server
+from mcp_interp.mcp.server import build_server
 from mcp_interp.session import Session
 from tests.mcp_helpers import stdio_params
 

@@ -12,7 +12,7 @@ from mcp import Client
 from mcp.types import ResourceLink
 
 from mcp_interp.figures import png_size
-from mcp_interp.server import build_server
+from mcp_interp.mcp.server import build_server
 from mcp_interp.session import Session
 from tests.mcp_helpers import assert_valid_structured, stdio_params, tools_by_name
 

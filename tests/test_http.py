@@ -108,7 +108,7 @@ async def test_bearer_token_required(token_server: int) -> None:
 
 
 def test_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
-    from mcp_interp.server import build_server
+    from mcp_interp.mcp.server import build_server
     from mcp_interp.session import Session
 
     server = build_server(Session("tiny", tmp_path / "out"))

@@ -11,8 +11,8 @@ from mcp_interp import limits
 from mcp_interp.core import readouts
 from mcp_interp.core.heads import parse_heads
 from mcp_interp.errors import InputError
+from mcp_interp.mcp.server import build_server
 from mcp_interp.models import LoadedModel
-from mcp_interp.server import build_server
 from mcp_interp.session import Session
 from tests.mcp_helpers import error_text
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from mcp_interp import limits
+from mcp_interp.mcp.server import build_server
 from mcp_interp.models import LoadedModel
-from mcp_interp.server import build_server
 from mcp_interp.session import Session
 from tests.mcp_helpers import EXPECTED_TOOLS
 

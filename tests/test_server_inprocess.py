@@ -9,8 +9,8 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.mcp.server import build_server
 from mcp_interp.models import LoadedModel, load_model
-from mcp_interp.server import build_server
 from mcp_interp.session import Session
 from tests.mcp_helpers import (
     EXPECTED_TOOLS,

@@ -9,7 +9,7 @@ from mcp import Client
 from mcp.types import ImageContent, ResourceLink
 
 from mcp_interp.figures import heatmap_size, png_size
-from mcp_interp.server import build_server
+from mcp_interp.mcp.server import build_server
 from mcp_interp.session import Session
 from tests.mcp_helpers import assert_valid_structured, error_text, tools_by_name
 

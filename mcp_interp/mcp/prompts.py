@@ -1,4 +1,4 @@
-"""MCP prompts: workflow templates shipped in ``mcp_interp/data/prompt_templates/`` that teach an assistant the traps.
+"""MCP prompts: workflow templates (``mcp_interp/data/prompt_templates/``) that teach an assistant the traps.
 
 Templates use ``string.Template`` placeholders (``$prompt``) so the braces of JSON examples in
 the text need no escaping.
@@ -7,9 +7,11 @@ the text need no escaping.
 from __future__ import annotations
 
 from string import Template
-from typing import Any
 
 from mcp_interp.corpora import templates_dir
+from mcp_interp.mcp.toolkit import Family
+
+family = Family("prompts")
 
 
 def render(name: str, **values: str) -> str:
@@ -17,17 +19,16 @@ def render(name: str, **values: str) -> str:
     return Template(text).safe_substitute(values)
 
 
-def register_prompts(server: Any) -> None:
-    @server.prompt(
-        name="explain-prediction", description="Explain why the model predicts an answer, with cited numbers."
-    )
-    def explain_prediction(prompt: str, answer: str, baseline: str) -> str:
-        return render("explain-prediction", prompt=prompt, answer=repr(answer), baseline=repr(baseline))
+@family.prompt(name="explain-prediction", description="Explain why the model predicts an answer, with cited numbers.")
+def explain_prediction(prompt: str, answer: str, baseline: str) -> str:
+    return render("explain-prediction", prompt=prompt, answer=repr(answer), baseline=repr(baseline))
 
-    @server.prompt(name="find-circuit", description="Find the heads behind a behaviour from minimal pairs.")
-    def find_circuit(task: str, pairs: str) -> str:
-        return render("find-circuit", task=task, pairs=pairs)
 
-    @server.prompt(name="test-causal-claim", description="Test a causal claim about a model component.")
-    def test_causal_claim(claim: str) -> str:
-        return render("test-causal-claim", claim=claim)
+@family.prompt(name="find-circuit", description="Find the heads behind a behaviour from minimal pairs.")
+def find_circuit(task: str, pairs: str) -> str:
+    return render("find-circuit", task=task, pairs=pairs)
+
+
+@family.prompt(name="test-causal-claim", description="Test a causal claim about a model component.")
+def test_causal_claim(claim: str) -> str:
+    return render("test-causal-claim", claim=claim)

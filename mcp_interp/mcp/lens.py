@@ -1,0 +1,153 @@
+"""Lens tools: reading the residual stream and the heads of one prompt — ``logit_lens``, ``dla``,
+``attention``, ``induction``, ``steer``. The figure helpers here are also what ``explain`` draws."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, ResourceLink
+from pydantic import Field
+
+from mcp_interp import figures
+from mcp_interp.core import lens
+from mcp_interp.core.steer import steer as steer_core
+from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.schemas.lens import (
+    AttentionMeasurement,
+    AttentionResult,
+    DLAMeasurement,
+    DLAResult,
+    InductionResult,
+    LogitLensMeasurement,
+    LogitLensResult,
+    SteerResult,
+)
+
+family = Family("lens")
+
+
+async def logit_lens_figure(kit: Toolkit, measurement: LogitLensMeasurement, name: str) -> tuple[str, ResourceLink]:
+    """The target's probability and rank across layers."""
+    rows = measurement.layers
+    layers, probs, ranks = [r.layer for r in rows], [r.target_prob for r in rows], [r.target_rank for r in rows]
+    return await kit.figure(name, figures.logit_lens_figure, layers, probs, ranks, measurement.target)
+
+
+async def dla_figure(kit: Toolkit, measurement: DLAMeasurement, name: str) -> tuple[str, ResourceLink]:
+    """Layer × head heatmap of direct contributions plus the MLPs' bars."""
+    return await kit.figure(name, figures.dla_figure, measurement.heads, measurement.mlps, measurement.quantity)
+
+
+async def attention_figure(kit: Toolkit, measurement: AttentionMeasurement) -> tuple[str, ResourceLink]:
+    """One head's query × key pattern with token labels."""
+    title = f"L{measurement.layer}H{measurement.head} attention"
+    return await kit.figure(title, figures.attention_figure, measurement.pattern, measurement.tokens, title)
+
+
+@family.tool()
+async def logit_lens(
+    prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
+    ctx: Context,
+    target: Annotated[str | None, Field(description="Token to track (default: the model's top-1).")] = None,
+    top_k: Annotated[int, Field(ge=1, le=50, description="Top tokens listed per layer.")] = 5,
+) -> Annotated[CallToolResult, LogitLensResult]:
+    """Logit lens: the final norm + unembedding applied to the residual after every layer at the
+    answer position — top-k tokens per layer, the target's probability and rank per layer, and the
+    first layer from which it stays top-1. Figure: probability and rank across layers."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    measurement = await kit.call(lens.logit_lens, model, prompt, target, top_k)
+    measurement.figure_uri, link = await logit_lens_figure(kit, measurement, f"logit lens {measurement.target!r}")
+    result = kit.with_provenance(LogitLensResult, measurement, started)
+    summary = (
+        f"logit lens for {result.target!r}: final P = {result.final_prob:.3f}, top-1 from layer "
+        f"{result.first_top1_layer}. Figure: {result.figure_uri}"
+    )
+    return kit.finish(result, summary, [link])
+
+
+@family.tool()
+async def dla(
+    prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
+    answer: Annotated[str, Field(description="Single-token answer, e.g. ' Mary'.")],
+    ctx: Context,
+    baseline: Annotated[
+        str | None, Field(description="Single-token baseline; decomposes logit(answer) − logit(baseline).")
+    ] = None,
+    top_k: Annotated[int, Field(ge=1, le=100, description="Components listed in `top`.")] = 10,
+) -> Annotated[CallToolResult, DLAResult]:
+    """Direct logit attribution: what every attention head, every MLP and the embeddings write
+    directly to logit(answer) − logit(baseline) (or logit(answer)), with the final norm's scale
+    frozen from the real run. The parts sum to the measured value (see residual_error).
+    Correlational, not causal. Figure: layer × head heatmap plus MLP bars."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    measurement = await kit.call(lens.dla, model, prompt, answer, baseline, top_k)
+    measurement.figure_uri, link = await dla_figure(kit, measurement, f"DLA {measurement.quantity}")
+    result = kit.with_provenance(DLAResult, measurement, started)
+    tops = ", ".join(f"{c.component} {c.value:+.3f}" for c in result.top[:5])
+    summary = f"DLA of {result.quantity} = {result.measured:+.3f}: {tops}. Figure: {result.figure_uri}"
+    return kit.finish(result, summary, [link])
+
+
+@family.tool()
+async def attention(
+    prompt: Annotated[str, Field(description="One prompt.")],
+    layer: Annotated[int, Field(description="Layer index, 0-based.")],
+    head: Annotated[int, Field(description="Query-head index, 0-based.")],
+    ctx: Context,
+) -> Annotated[CallToolResult, AttentionResult]:
+    """Attention pattern of one head (query × key, token labels) and the tokens the answer
+    position attends to most, with weights."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    measurement = await kit.call(lens.attention, model, prompt, layer, head)
+    measurement.figure_uri, link = await attention_figure(kit, measurement)
+    result = kit.with_provenance(AttentionResult, measurement, started)
+    tops = ", ".join(f"{t.token!r}@{t.position} {t.weight:.2f}" for t in result.top_attended)
+    return kit.finish(result, f"L{layer}H{head} at the answer position attends to: {tops}", [link])
+
+
+@family.tool()
+async def induction(
+    ctx: Context,
+    seq_len: Annotated[int, Field(ge=2, le=512, description="Length of the random sequence (repeated once).")] = 50,
+    n_seqs: Annotated[int, Field(ge=1, le=64, description="Number of random sequences.")] = 8,
+    seed: Annotated[int, Field(description="Seed of the random tokens (CPU generator).")] = 0,
+) -> Annotated[CallToolResult, InductionResult]:
+    """Induction score of every head: on random tokens repeated twice, the mean attention from each
+    token of the second copy to the token after its earlier occurrence. Heatmap; heads sorted."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    measurement = await kit.call(lens.induction, model, seq_len, n_seqs, seed)
+    measurement.figure_uri, link = await kit.figure(
+        "induction scores", figures.layer_head_heatmap, measurement.scores, "induction score", "score", 0.0
+    )
+    result = kit.with_provenance(InductionResult, measurement, started)
+    tops = ", ".join(f"{c.component} {c.value:.3f}" for c in result.heads[:5])
+    return kit.finish(result, f"top induction heads: {tops}. Figure: {result.figure_uri}", [link])
+
+
+@family.tool()
+async def steer(
+    prompt: Annotated[str, Field(description="Prompt to continue.")],
+    positive: Annotated[str, Field(description="Text whose direction to add, e.g. 'Love'.")],
+    negative: Annotated[str, Field(description="Text whose direction to subtract, e.g. 'Hate'.")],
+    layer: Annotated[int, Field(description="Block whose input residual is steered.")],
+    coefficient: Annotated[float, Field(description="Multiplier of the steering vector.")],
+    ctx: Context,
+    max_new_tokens: Annotated[int, Field(ge=1, description="Tokens to generate (server limit applies).")] = 20,
+    seed: Annotated[int, Field(description="Recorded; greedy decoding is deterministic.")] = 0,
+) -> SteerResult:
+    """Activation addition: add coefficient × (resid(positive) − resid(negative)) at `layer` and
+    compare greedy continuations with and without it. `notes` say when the steered text only
+    degenerates (repetition) rather than shifting meaning."""
+    return await Toolkit.of(ctx).run(
+        ctx, SteerResult, steer_core, prompt, positive, negative, layer, coefficient, max_new_tokens, seed
+    )

@@ -1,0 +1,60 @@
+"""Stored outputs every family produces: the ``figure://`` and ``report://`` resources and ``get_figure``
+(for clients that drop resource links when structured content is present)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ImageContent
+from pydantic import Field
+
+from mcp_interp import figures
+from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.schemas.common import FigureInfo
+from mcp_interp.store import NotFound
+
+family = Family("stored")
+
+
+@family.tool()
+async def get_figure(
+    uri: Annotated[str, Field(description="A figure URI from a result, e.g. figure://0123…")],
+    ctx: Context,
+) -> Annotated[CallToolResult, FigureInfo]:
+    """Return a stored figure as image content, for clients that do not read resources."""
+    kind, _, figure_id = uri.partition("://")
+    try:
+        if kind != "figure":
+            raise NotFound(f"{uri[:100]!r} is not a figure URI; figure URIs look like figure://<32 hex>.")
+        png = Toolkit.of(ctx).session.store.get("figure", figure_id)
+        width, height = figures.png_size(png)
+    except (NotFound, ValueError) as exc:
+        raise ToolError(str(exc)) from exc
+    info = FigureInfo(uri=uri, mime_type="image/png", bytes=len(png), width=width, height=height)
+    return CallToolResult(
+        content=[ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png")],
+        structured_content=info.model_dump(mode="json"),
+    )
+
+
+@family.resource(
+    "figure://{figure_id}",
+    name="figure",
+    description="A PNG figure produced by a tool; its URI is in that tool's result.",
+    mime_type="image/png",
+)
+def figure(figure_id: str, ctx: Context) -> bytes:
+    return Toolkit.of(ctx).read("figure", figure_id)
+
+
+@family.resource(
+    "report://{report_id}",
+    name="report",
+    description="A Markdown report written by `explain`; it cites every number and links every figure.",
+    mime_type="text/markdown",
+)
+def report(report_id: str, ctx: Context) -> str:
+    return Toolkit.of(ctx).read("report", report_id).decode("utf-8")

@@ -1,0 +1,238 @@
+"""Causal-swap tools: ``causal_swap_trial``, ``causal_swap_benchmark``, ``verify_artifact``, ``fit_lens`` and
+the ``artifact://`` resource. The protocol, its statistics and the artifact document are in ``core/swap/``."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, ResourceLink
+from pydantic import Field
+
+from mcp_interp import __version__, figures
+from mcp_interp.core.swap import artifact
+from mcp_interp.core.swap.benchmark import SwapBenchmarkJob, prepare_benchmark
+from mcp_interp.core.swap.lenses import FitLensJob
+from mcp_interp.core.swap.trial import trial_with_lens
+from mcp_interp.mcp.toolkit import WRITES_CACHE, Family, Toolkit
+from mcp_interp.schemas.swap import (
+    FitLensResult,
+    FitSettings,
+    PositionSetting,
+    RateSummary,
+    SwapBenchmarkMeasurement,
+    SwapBenchmarkResult,
+    SwapCorpus,
+    SwapSettings,
+    SwapTrialResult,
+    VerifyArtifactResult,
+)
+
+family = Family("swap")
+
+Lens = Annotated[
+    Literal["logit", "jacobian"],
+    Field(
+        description="logit: J = I (atoms are unembedding columns; no fitting). jacobian: a Jacobian lens fitted with "
+        "fit_lens for this model (the newest one, or the file in lens_path)."
+    ),
+]
+LensPath = Annotated[str | None, Field(description="A .pt Jacobian-lens file to use (lens='jacobian').")]
+Position = Annotated[
+    PositionSetting,
+    Field(
+        description="Which activation to edit: 'last' (the answer position), 'concept' (the last token of the source "
+        "word in the prompt) or a token index."
+    ),
+]
+Alpha = Annotated[float, Field(ge=-10, le=10, description="Edit strength: h += α·c_src·(v_target − v_source).")]
+K = Annotated[int, Field(ge=1, le=25, description="Most atoms in the sparse non-negative decomposition.")]
+Seeds = Annotated[
+    list[int],
+    Field(min_length=1, max_length=20, description="One displacement-matched control draw per seed (CPU generator)."),
+]
+Tolerance = Annotated[
+    float,
+    Field(ge=0, le=10, description="Control tokens satisfy |‖v_t−v_src‖ − ‖v_tgt−v_src‖| ≤ tol·‖v_tgt−v_src‖."),
+]
+TargetKnown = Annotated[
+    bool,
+    Field(description="Exclude trials whose target fact the model does not know (target prompt not strict top-1)."),
+]
+
+
+@family.tool()
+async def causal_swap_trial(
+    template: Annotated[str, Field(description="Prompt with one '{arg}' slot: 'The capital of {arg} is the'.")],
+    source: Annotated[str, Field(description="The concept in the prompt, e.g. 'France' (atom: ' France').")],
+    target: Annotated[str, Field(description="The concept to swap in, e.g. 'Canada'.")],
+    source_answer: Annotated[str, Field(description="The source prompt's answer word, e.g. 'Paris'.")],
+    target_answer: Annotated[str, Field(description="The answer a successful swap gives, e.g. 'Ottawa'.")],
+    layer: Annotated[int, Field(ge=0, description="Edit the output of this block.")],
+    ctx: Context,
+    lens: Lens = "logit",
+    lens_path: LensPath = None,
+    position: Position = "last",
+    alpha: Alpha = 1.0,
+    k: K = 25,
+    control_seeds: Seeds = [0, 1, 2, 3, 4],  # noqa: B006 - pydantic copies defaults
+    control_tolerance: Tolerance = 0.1,
+    require_target_known: TargetKnown = True,
+) -> SwapTrialResult:
+    """One controlled causal-swap trial: does editing the source concept's lens coordinate toward the
+    target (at one layer and position) make the model give the target's answer? Runs the baseline filter
+    (the source answer must be the strict top-1), the real edit (skipped if the source atom is not in the
+    activation's active sparse support) and one displacement-matched control edit per seed, all scored on the
+    target answer (success = strict top-1; rank 0 = top-1; margin = its logit − best other). Words are
+    resolved as the single token of ' ' + word. One trial is an anecdote: use causal_swap_benchmark for rates."""
+    settings = SwapSettings(
+        lens=lens,
+        position=position,
+        alpha=alpha,
+        k=k,
+        control_seeds=control_seeds,
+        control_tolerance=control_tolerance,
+        require_target_known=require_target_known,
+    )
+    trial = (template, source, target, source_answer, target_answer, layer, settings)
+    return await Toolkit.of(ctx).run(ctx, SwapTrialResult, trial_with_lens, lens, lens_path, *trial)
+
+
+async def rates_figure(kit: Toolkit, measurement: SwapBenchmarkMeasurement, title: str) -> tuple[str, ResourceLink]:
+    """Real and control success rate by layer, with their exact intervals."""
+    by_layer = measurement.summary.by_layer
+
+    def rows(rates: list[RateSummary]) -> list[tuple[float | None, float, float, int]]:
+        return [(r.rate, r.ci_low, r.ci_high, r.n) for r in rates]
+
+    real, control = rows([s.real for s in by_layer]), rows([s.control for s in by_layer])
+    return await kit.figure(title, figures.swap_rates_figure, measurement.summary.layers, real, control, title)
+
+
+def benchmark_text(result: SwapBenchmarkResult, layers: list[int]) -> str:
+    """The one-paragraph summary: statuses, ledger size, both rates with intervals, the paired test, the URIs."""
+    summary, settings = result.summary, result.settings
+    counts = ", ".join(f"{name} {n}" for name, n in summary.status_counts.items())
+
+    def fmt(r: RateSummary) -> str:
+        shown = "n/a" if r.rate is None else f"{r.rate:.3f}"
+        return f"{r.successes}/{r.n} = {shown} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+
+    return (
+        f"causal_swap_benchmark ({settings.lens} lens, position {settings.position}, layers {layers}): {counts}; "
+        f"{len(result.exclusions)} exclusions. Real {fmt(summary.real)}, control {fmt(summary.control)}, "
+        f"{summary.n_independent_prompts} independent prompts; paired sign test p = {summary.paired.p_value:.3g}. "
+        f"Figure: {result.figure_uri}; artifact: {result.artifact_uri}"
+    )
+
+
+async def store_artifact(kit: Toolkit, job: SwapBenchmarkJob, measurement: SwapBenchmarkMeasurement) -> ResourceLink:
+    """The versioned, fingerprinted JSON document of the run, stored and named in the result."""
+    document = artifact.benchmark_document(job, kit.session.model_ref(), __version__)
+    uri, link = kit.store("artifact", artifact.encode(document), "causal swap artifact")
+    measurement.artifact_uri = uri
+    measurement.artifact_path = str(kit.session.store.path("artifact", uri.partition("://")[2]))
+    measurement.fingerprints = document["fingerprints"]
+    return link
+
+
+@family.tool()
+async def causal_swap_benchmark(
+    ctx: Context,
+    corpus: Annotated[
+        Literal["countries"] | SwapCorpus,
+        Field(
+            description="'countries' (shipped: capital, language, continent, currency × France, Canada, China, "
+            "Egypt) or your own corpus object of the same shape."
+        ),
+    ] = "countries",
+    layers: Annotated[
+        list[int] | None,
+        Field(description="Layers to edit, one trial per layer (default: every layer the lens covers)."),
+    ] = None,
+    lens: Lens = "logit",
+    lens_path: LensPath = None,
+    position: Position = "last",
+    alpha: Alpha = 1.0,
+    k: K = 25,
+    control_seeds: Seeds = [0, 1, 2, 3, 4],  # noqa: B006 - pydantic copies defaults
+    control_tolerance: Tolerance = 0.1,
+    require_target_known: TargetKnown = True,
+) -> Annotated[CallToolResult, SwapBenchmarkResult]:
+    """Run the causal-swap protocol over a corpus: every (function, source, target) at every layer. Returns
+    trial-status counts, the layers where trials executed, the exclusion ledger (prompts the model cannot answer,
+    words that are not one token), real and control success rates with exact Clopper–Pearson 95% intervals and
+    n_independent_prompts, the control rate's spread across seeds, a paired sign test (McNemar per seed), a
+    figure (rate by layer) and a versioned JSON artifact (artifact://…) with every trial, SHA-256-fingerprinted.
+    Progress per trial; cancellable. On the embedded model about 6 s per layer on 2 CPU cores."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    settings = SwapSettings(
+        lens=lens,
+        position=position,
+        alpha=alpha,
+        k=k,
+        control_seeds=control_seeds,
+        control_tolerance=control_tolerance,
+        require_target_known=require_target_known,
+    )
+    job = await kit.call(prepare_benchmark, model, corpus, layers, lens, lens_path, settings, locked=False)
+    await kit.run_job(ctx, job)
+    assert job.result is not None
+    title = f"causal swap ({settings.lens} lens, position {settings.position}): {model.name}"
+    job.result.figure_uri, figure_link = await rates_figure(kit, job.result, title)
+    artifact_link = await store_artifact(kit, job, job.result)
+    result = kit.with_provenance(SwapBenchmarkResult, job.result, started)
+    return kit.finish(result, benchmark_text(result, job.layers), [figure_link, artifact_link])
+
+
+@family.tool()
+async def verify_artifact(
+    artifact_json: Annotated[
+        str | dict[str, Any],
+        Field(description="A causal-swap artifact: its JSON text (as read from artifact://…) or the object."),
+    ],
+) -> VerifyArtifactResult:
+    """Check a causal-swap artifact: schema name and version, and the SHA-256 fingerprint of the manifest, the
+    results and each result block (summary, exclusions, trials). Names exactly which block was altered."""
+    return artifact.verify(artifact_json)
+
+
+@family.tool(annotations=WRITES_CACHE)
+async def fit_lens(
+    ctx: Context,
+    texts: Annotated[
+        list[str] | None,
+        Field(description="Texts to fit on (default: the 48 shipped paragraphs, data/corpora/lens_corpus.json)."),
+    ] = None,
+    corpus_name: Annotated[str | None, Field(description="A name for your texts, recorded in provenance.")] = None,
+    max_prompts: Annotated[int, Field(ge=1, le=1000, description="Use at most this many texts.")] = 48,
+    max_seq_len: Annotated[int, Field(ge=18, le=512, description="Tokens per text (first 16 not fitted).")] = 64,
+    dim_batch: Annotated[int, Field(ge=1, le=1024, description="Output dimensions per backward pass.")] = 32,
+    force: Annotated[bool, Field(description="Refit even when an identical fit is cached.")] = False,
+) -> FitLensResult:
+    """Fit a Jacobian lens (TransformerLens JacobianLens.fit: the average Jacobian of the final block's output
+    with respect to each earlier block's output) for the loaded model and cache it on disk, keyed by the weight
+    fingerprint, the texts' hash and these settings; an identical fit is reused. Needed for lens='jacobian'.
+    Costs one forward and ⌈d_model/dim_batch⌉ backward passes per text (about 50 s per 64-token text for the
+    embedded model on a 2-core CPU). Progress per text; cancellable (nothing is saved until the end)."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    settings = FitSettings(max_prompts=max_prompts, max_seq_len=max_seq_len, dim_batch=dim_batch)
+    job = await kit.call(FitLensJob, model, settings, texts, corpus_name, force, locked=False)
+    await kit.run_job(ctx, job)
+    assert job.result is not None
+    return kit.with_provenance(FitLensResult, job.result, started)
+
+
+@family.resource(
+    "artifact://{artifact_id}",
+    name="artifact",
+    description="A versioned JSON artifact of a causal_swap_benchmark run (manifest, results, SHA-256 prints).",
+    mime_type="application/json",
+)
+def artifact_resource(artifact_id: str, ctx: Context) -> str:
+    return Toolkit.of(ctx).read("artifact", artifact_id).decode("utf-8")

@@ -1,0 +1,195 @@
+"""What every tool family's adapter uses: the model, its thread, progress, figures, results, errors.
+
+One ``Toolkit`` lives as long as the server (it is the lifespan context, so a tool reaches it
+with ``Toolkit.of(ctx)``). Each method is a step every tool would otherwise write again:
+
+* ``model`` — wait for the model while it loads, telling the client how long so far;
+* ``call`` / ``run`` / ``run_job`` — core work on the model thread under the model lock (``run``
+  adds provenance; ``run_job`` drives a long job step by step with MCP progress, so a cancelled
+  request stops at the next step boundary);
+* ``figure`` / ``store`` — render on the figure thread, store, and link as a resource;
+* ``finish`` — summary text plus structured content (clients such as Claude Code read only the
+  structured part, so the summary repeats nothing the JSON lacks).
+
+It is also the one error boundary: ``InterpError`` (core's caller-facing errors) becomes a tool
+error with its text verbatim; any other exception is a bug in mcp-interp and becomes a tool error
+with a short message while its traceback goes to the server log (stderr).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
+from pydantic import BaseModel
+
+from mcp_interp.core.jobs import Job
+from mcp_interp.errors import InterpError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.common import Measurement, Provenance
+from mcp_interp.session import Session
+from mcp_interp.store import MIME_TYPES, NotFound
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=BaseModel)
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False, destructive_hint=False)
+WRITES_CACHE = ToolAnnotations(
+    read_only_hint=False, idempotent_hint=True, open_world_hint=False, destructive_hint=False
+)
+
+
+@contextmanager
+def error_boundary() -> Iterator[None]:
+    """Core's caller-facing errors → tool errors verbatim; anything else → a short tool error, traceback logged."""
+    try:
+        yield
+    except (ToolError, ResourceError):
+        raise
+    except InterpError as exc:
+        raise ToolError(str(exc)) from exc
+    except Exception as exc:
+        log.exception("internal error in mcp-interp")
+        raise ToolError(
+            f"Internal error in mcp-interp ({type(exc).__name__}); the server's log (stderr) has the traceback. "
+            "The server is still running and no stored result was lost."
+        ) from exc
+
+
+class Toolkit:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @staticmethod
+    def of(ctx: Context) -> Toolkit:
+        """The server's toolkit, from any tool's or resource's context."""
+        return cast(Toolkit, ctx.request_context.lifespan_context)
+
+    # --- the model and its thread ---------------------------------------------------------------
+
+    async def model(self, ctx: Context) -> LoadedModel:
+        """The loaded model; while it loads, report progress about once a second instead of failing."""
+
+        async def report_wait(seconds: float) -> None:
+            await ctx.report_progress(
+                0, None, f"waiting for model {self.session.model_name} to finish loading ({seconds:.0f} s so far)"
+            )
+
+        with error_boundary():
+            return await self.session.model(on_wait=report_wait)
+
+    async def call(self, fn: Callable[..., T], *args: Any, locked: bool = True) -> T:
+        """``fn(*args)`` on the model thread under the model lock (``locked=False``: a worker thread, for work
+        that runs no forward pass, so it never waits behind a long scan)."""
+        runner = self.session.run if locked else self.session.run_unlocked
+        with error_boundary():
+            return await runner(fn, *args)
+
+    async def run(
+        self, ctx: Context, result_type: type[R], fn: Callable[..., Measurement], *args: Any, locked: bool = True
+    ) -> R:
+        """The common tool body: ``fn(model, *args)`` → a measurement, returned with provenance."""
+        model = await self.model(ctx)
+        started = time.perf_counter()
+        measurement = await self.call(fn, model, *args, locked=locked)
+        return self.with_provenance(result_type, measurement, started)
+
+    async def run_job(self, ctx: Context, job: Job[Any]) -> None:
+        """Drive a long job one step per model-thread hop, reporting MCP progress after each step.
+
+        A cancelled request stops at the next step boundary; the job is closed on the model thread.
+        """
+        with error_boundary():
+            total = job.total_steps()
+
+            async def progress(done: int, message: str) -> None:
+                await ctx.report_progress(done, total, message)
+
+            await self.session.run_steps(job.steps(), progress)
+
+    def with_provenance(self, result_type: type[R], measurement: Measurement, started: float) -> R:
+        """The measurement plus which weights produced it, a fresh run id and the wall time since ``started``."""
+        provenance = Provenance(
+            model=self.session.model_ref(), run_id=uuid.uuid4().hex, elapsed_s=round(time.perf_counter() - started, 6)
+        )
+        return result_type(**dict(measurement), **dict(provenance))
+
+    # --- stored outputs -------------------------------------------------------------------------
+
+    async def figure(self, title: str, render: Callable[..., bytes], *args: Any) -> tuple[str, ResourceLink]:
+        """Render a PNG on the figure thread, store it, and return its ``figure://`` URI and a link."""
+        with error_boundary():
+            png = await self.session.render(render, *args)
+        return self.store("figure", png, title)
+
+    def store(self, kind: str, data: bytes, name: str) -> tuple[str, ResourceLink]:
+        """Store ``data`` as a new entry of ``kind`` (figure, report, artifact); its URI and a resource link."""
+        stored = self.session.store.put(kind, data)
+        link = ResourceLink(type="resource_link", uri=stored.uri, name=name, mime_type=MIME_TYPES[kind], size=len(data))
+        return stored.uri, link
+
+    def read(self, kind: str, entry_id: str) -> bytes:
+        """A stored entry's bytes for a resource read; an unknown or malformed id is a resource error."""
+        try:
+            return self.session.store.get(kind, entry_id)
+        except NotFound as exc:
+            raise ResourceError(str(exc)) from exc
+
+    @staticmethod
+    def finish(result: BaseModel, summary: str, links: list[ResourceLink]) -> CallToolResult:
+        """A result with a one-paragraph summary and resource links as content, the result as structured content."""
+        return CallToolResult(
+            content=[TextContent(type="text", text=summary), *links],
+            structured_content=result.model_dump(mode="json"),
+        )
+
+
+class Family:
+    """One tool family's tools and resources, declared where they are written and registered by ``server.py``.
+
+    Tools stay plain decorated functions at module level (their signatures are the input schemas, their return
+    annotations the output schemas); ``register`` hands them to the server, so adding a tool touches only its
+    family's module.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tools: list[Callable[..., Any]] = []
+        self._registrations: list[Callable[[MCPServer[Any]], object]] = []
+
+    def tool(self, annotations: ToolAnnotations = READ_ONLY) -> Callable[[F], F]:
+        def declare(fn: F) -> F:
+            self.tools.append(fn)
+            self._registrations.append(lambda server: server.add_tool(fn, annotations=annotations))
+            return fn
+
+        return declare
+
+    def resource(self, uri: str, **options: Any) -> Callable[[F], F]:
+        def declare(fn: F) -> F:
+            self._registrations.append(lambda server: server.resource(uri, **options)(fn))
+            return fn
+
+        return declare
+
+    def prompt(self, **options: Any) -> Callable[[F], F]:
+        def declare(fn: F) -> F:
+            self._registrations.append(lambda server: server.prompt(**options)(fn))
+            return fn
+
+        return declare
+
+    def register(self, server: MCPServer[Any]) -> None:
+        for add in self._registrations:
+            add(server)
