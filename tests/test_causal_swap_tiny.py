@@ -15,7 +15,7 @@ import torch
 from mcp_interp.core.jobs import drain
 from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
 from mcp_interp.core.swap.controls import control_pool, distances_from, draw_control
-from mcp_interp.core.swap.lenses import logit_lens
+from mcp_interp.core.swap.lenses import identity_lens
 from mcp_interp.core.swap.trial import causal_swap_trial, edit_position, never_drawn, prompt_run
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -46,7 +46,7 @@ def top_word(model: LoadedModel, concept: str) -> str:
 
 
 def source_active(model: LoadedModel, concept: str, layer: int, position: str) -> bool:
-    lens, _ = logit_lens(model)
+    lens, _ = identity_lens(model)
     ids, index = edit_position(model.tokenizer, TEMPLATE, concept, position)
     run = prompt_run(model, ids, index, [layer])
     support = lens.decompose(model.bridge, run.activations[layer], layer, k=25).support.tolist()
@@ -54,7 +54,7 @@ def source_active(model: LoadedModel, concept: str, layer: int, position: str) -
 
 
 def trial(model: LoadedModel, layer: int, **change: Any) -> Any:
-    lens, info = logit_lens(model)
+    lens, info = identity_lens(model)
     return causal_swap_trial(
         model,
         lens,
@@ -91,7 +91,7 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
     layer = next(layer for layer in (0, 1) if source_active(tiny, "France", layer, "last"))
     record = trial(tiny, layer)
     assert record.status == "executed" and len(record.controls) == 5
-    lens, _ = logit_lens(tiny)
+    lens, _ = identity_lens(tiny)
     tok = tiny.tokenizer
     ids = torch.tensor([tok(TEMPLATE.replace("{arg}", "France"))["input_ids"]])
     source, target = (tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in ("France", "Canada"))
@@ -139,7 +139,7 @@ def test_concept_position_is_the_concept_token(tiny: LoadedModel) -> None:
 
 
 def test_baseline_filter_excludes_a_prompt_the_model_cannot_answer(tiny: LoadedModel) -> None:
-    lens, info = logit_lens(tiny)
+    lens, info = identity_lens(tiny)
     wrong = next(w for w in ("paris", "six", "the") if w != top_word(tiny, "France"))
     record = causal_swap_trial(
         tiny, lens, info, TEMPLATE, "France", "Canada", wrong, top_word(tiny, "Canada"), 1, settings()
@@ -163,7 +163,7 @@ def test_bad_settings_are_input_errors(tiny: LoadedModel, change: dict[str, Any]
 
 
 def test_bad_words_and_layers_are_input_errors(tiny: LoadedModel) -> None:
-    lens, info = logit_lens(tiny)
+    lens, info = identity_lens(tiny)
     with pytest.raises(InputError, match="cannot be edited with this lens"):
         causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", ".", "six", 2, settings())
     with pytest.raises(InputError, match="one known token with a leading space, but ' zzqx' is the unknown token"):
@@ -183,7 +183,7 @@ def test_special_and_padding_ids_are_never_drawn() -> None:
 
 
 def test_a_template_without_a_slot_is_an_input_error(tiny: LoadedModel) -> None:
-    lens, info = logit_lens(tiny)
+    lens, info = identity_lens(tiny)
     with pytest.raises(InputError, match="exactly once"):
         causal_swap_trial(tiny, lens, info, "no slot", "France", "Canada", ".", "six", 1, settings())
 
@@ -198,7 +198,7 @@ def test_a_corpus_with_no_runnable_trial_is_an_error_naming_the_words(tiny: Load
             "functions": [{"name": "f", "template": TEMPLATE, "answers": {"France": "paris", "Canada": "zzqx"}}],
         }
     )
-    lens, info = logit_lens(tiny)
+    lens, info = identity_lens(tiny)
     with pytest.raises(InputError, match="No trial of corpus 'half-known' can run") as raised:
         SwapBenchmarkJob(tiny, corpus, [1], lens, info, settings())
     assert "zzqx" in str(raised.value)
@@ -210,7 +210,7 @@ def test_the_benchmark_document_records_the_finished_job(tiny: LoadedModel) -> N
     from mcp_interp.schemas.swap import SwapCorpus
     from tests.mcp_helpers import tiny_corpus
 
-    lens, info = logit_lens(tiny)
+    lens, info = identity_lens(tiny)
     job = SwapBenchmarkJob(tiny, SwapCorpus.model_validate(tiny_corpus(tiny)), [1], lens, info, settings())
     ref = ModelRef(
         name=tiny.name, source="tiny", fingerprint=tiny.fingerprint, dtype=tiny.dtype, device=tiny.device, versions={}

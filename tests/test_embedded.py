@@ -212,11 +212,11 @@ def test_causal_swap_benchmark_on_the_country_corpus(embedded: LoadedModel) -> N
     splits, baselines checked against a direct forward, summary consistent with the trials."""
     from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
     from mcp_interp.core.swap.corpus import load_corpus
-    from mcp_interp.core.swap.lenses import logit_lens
+    from mcp_interp.core.swap.lenses import identity_lens
     from mcp_interp.schemas.swap import SwapSettings
 
     corpus = load_corpus("countries")
-    lens, info = logit_lens(embedded)
+    lens, info = identity_lens(embedded)
     settings = SwapSettings(
         lens="logit",
         position="concept",

@@ -51,7 +51,9 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def logit_lens(model: LoadedModel) -> tuple[Any, LensInfo]:
+def identity_lens(model: LoadedModel) -> tuple[Any, LensInfo]:
+    """The protocol's ``lens="logit"``: a JacobianLens with J = I at every source layer, so atoms are unembedding
+    columns. (Not ``core.lens.logit_lens``, the read-out tool that decodes each layer's residual.)"""
     from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
 
     cfg = model.bridge.cfg
@@ -263,7 +265,7 @@ def resolve_lens(model: LoadedModel, kind: str, path: str | None = None) -> tupl
     if kind == "logit":
         if path is not None:
             raise InputError("`lens_path` is only used with lens='jacobian'.")
-        return logit_lens(model)
+        return identity_lens(model)
     if kind != "jacobian":
         raise InputError(f"Unknown lens {kind!r}: use 'logit' (no fitting) or 'jacobian'.")
     if path is not None:
