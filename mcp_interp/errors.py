@@ -16,3 +16,7 @@ class InputError(InterpError, ValueError):
 
 class ModelLoadError(InterpError, RuntimeError):
     """The model could not be loaded; the message names the fix."""
+
+
+class NumericalError(InterpError, ArithmeticError):
+    """The model produced non-finite numbers (NaN or ±inf) where a measurement needs finite ones."""

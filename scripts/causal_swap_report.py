@@ -49,13 +49,15 @@ def report(label: str, wall: float, data: dict[str, Any]) -> None:
         )
     p = s["paired"]
     print(
-        f"paired sign test: real better {p['real_better']}, control better {p['control_better']}, "
-        f"ties {p['ties']}, p = {p['p_value']:.3g}"
+        f"paired exact conditional test: real successes {p['real_successes']} vs {p['expected_real_successes']:.2f} "
+        f"expected if exchangeable with controls ({p['informative_trials']} informative trials); "
+        f"p two-sided {p['p_value']:.3g}, real better {p['p_real_better']:.3g}"
     )
     c = p["by_prompt"]
     print(
-        f"  by prompt: real better {c['real_better']}, control better {c['control_better']}, ties {c['ties']}, "
-        f"p = {c['p_value']:.3g}"
+        f"  by prompt ({c['method']}): statistic {c['statistic']:+.3f} vs {c['null_mean']:+.3f} under H0; prompts "
+        f"real better {c['real_better']}, control better {c['control_better']}, ties {c['ties']}; "
+        f"p two-sided {c['p_value']:.3g}"
     )
     per_layer = {row["layer"]: row["executed"] for row in s["by_layer"] if row["executed"]}
     print(f"executed per layer: {per_layer}")

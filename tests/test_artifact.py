@@ -6,25 +6,31 @@ import copy
 import hashlib
 import json
 
+import pytest
+
 from mcp_interp.core.swap import artifact
+
+DEFINED = {"success_definition": "s", "baseline_definition": "b", "rank_definition": "r"}
 
 
 def sample() -> dict:
-    manifest = {"corpus": {"name": "c", "concepts": ["Ä", "B"]}, "settings": {"alpha": 1.0, "k": 25}}
+    protocol = {"corpus": {"name": "c", "concepts": ["Ä", "B"]}, "settings": {"alpha": 1.0, "k": 25}, **DEFINED}
+    run = {"created": "2026-11-29T18:00:00+00:00", "device": "cpu"}
     results = {
         "summary": {"real": {"successes": 1, "n": 2}},
         "exclusions": [{"kind": "prompt", "reason": "not capable"}],
         "trials": [{"status": "executed", "real": {"top1": True}}, {"status": "executed", "real": {"top1": False}}],
     }
-    return artifact.build(manifest, results)
+    return artifact.build(protocol, run, results)
 
 
 def test_fingerprints_are_sha256_of_sorted_compact_json() -> None:
     document = sample()
     expected = hashlib.sha256(
-        b'{"corpus":{"concepts":["\xc3\x84","B"],"name":"c"},"settings":{"alpha":1.0,"k":25}}'
+        b'{"baseline_definition":"b","corpus":{"concepts":["\xc3\x84","B"],"name":"c"},"rank_definition":"r",'
+        b'"settings":{"alpha":1.0,"k":25},"success_definition":"s"}'
     ).hexdigest()
-    assert document["fingerprints"]["manifest"] == expected
+    assert document["fingerprints"]["protocol"] == expected
     trials = json.dumps(document["results"]["trials"], sort_keys=True, separators=(",", ":")).encode()
     assert document["fingerprints"]["results.trials"] == hashlib.sha256(trials).hexdigest()
     assert document["schema_version"] == artifact.SCHEMA_VERSION
@@ -47,10 +53,14 @@ def test_editing_one_trial_names_the_trials_block() -> None:
     assert "results.trials" in check.message
 
 
-def test_editing_the_manifest_or_a_fingerprint_is_caught() -> None:
+def test_editing_the_protocol_or_a_fingerprint_is_caught_but_the_run_block_is_not_hashed() -> None:
     document = copy.deepcopy(sample())
-    document["manifest"]["settings"]["alpha"] = 2.0
-    assert artifact.verify(document).altered == ["manifest"]
+    document["protocol"]["settings"]["alpha"] = 2.0
+    assert artifact.verify(document).altered == ["protocol"]
+    document = copy.deepcopy(sample())
+    document["run"]["created"] = "2027-01-01T00:00:00+00:00"
+    document["run"]["device"] = "cuda:0"
+    assert artifact.verify(document).valid
     document = copy.deepcopy(sample())
     document["fingerprints"]["results.summary"] = "0" * 64
     assert artifact.verify(document).altered == ["results.summary"]
@@ -70,3 +80,27 @@ def test_a_nan_smuggled_into_an_artifact_is_reported() -> None:
     text = json.dumps(sample()).replace('"alpha": 1.0', '"alpha": NaN')
     check = artifact.verify(text)
     assert not check.valid and "altered" in check.message
+
+
+def test_removing_a_result_block_with_its_fingerprint_and_rehashing_is_caught() -> None:
+    document = copy.deepcopy(sample())
+    del document["results"]["trials"]
+    del document["fingerprints"]["results.trials"]
+    document["fingerprints"]["results"] = artifact.fingerprint(document["results"])
+    check = artifact.verify(document)
+    assert not check.valid and check.altered == ["results.trials"]
+    assert "Missing: results.trials" in check.message
+
+
+def test_the_definitions_are_required_on_build_and_on_verify() -> None:
+    document = sample()
+    with pytest.raises(ValueError, match="rank_definition"):
+        artifact.build(
+            {k: v for k, v in document["protocol"].items() if k != "rank_definition"}, {}, document["results"]
+        )
+    stripped = copy.deepcopy(document)
+    del stripped["protocol"]["success_definition"]
+    stripped["fingerprints"]["protocol"] = artifact.fingerprint(stripped["protocol"])
+    check = artifact.verify(stripped)
+    assert not check.valid and "success_definition" in check.message
+    assert "0-based" in artifact.DEFINITIONS["rank_definition"] and "1-based" in artifact.DEFINITIONS["rank_definition"]

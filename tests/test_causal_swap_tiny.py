@@ -16,8 +16,8 @@ from mcp_interp.core.jobs import drain
 from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
 from mcp_interp.core.swap.controls import control_pool, distances_from, draw_control
 from mcp_interp.core.swap.lenses import identity_lens
-from mcp_interp.core.swap.trial import causal_swap_trial, edit_position, never_drawn, prompt_run
-from mcp_interp.errors import InputError
+from mcp_interp.core.swap.trial import causal_swap_trial, edit_position, edited_last_logits, never_drawn, prompt_run
+from mcp_interp.errors import InputError, NumericalError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.swap import SwapSettings
 
@@ -116,6 +116,12 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
         assert control.edit_norm == pytest.approx(record.source_coordinate * control.displacement, rel=1e-4)
     if not record.target_was_active:
         assert record.real_edit_norm == pytest.approx(record.source_coordinate * record.target_displacement, rel=1e-4)
+    # The solver's diagnostics are recorded on every edit: the cosine of the two atoms, recomputed here.
+    for edit, diagnostics in [(target, record.real_patch), *[(c.token_id, c.patch) for c in record.controls]]:
+        assert diagnostics is not None
+        cosine = torch.nn.functional.cosine_similarity(dictionary[source], dictionary[edit], dim=0)
+        assert diagnostics.source_target_cosine == pytest.approx(float(cosine), abs=1e-5)
+        assert diagnostics.residual_max_delta < 1e-4  # the anchored residual is preserved
     # Each edit, rerun alone through the library's live hook, gives the same target logit.
     for edit, score in [(target, record.real), *[(c.token_id, c.score) for c in record.controls]]:
         with warnings.catch_warnings():
@@ -125,6 +131,16 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
             logits = tiny.bridge(ids, return_type="logits")[0, -1]
         assert float(logits[score.token_id]) == pytest.approx(score.logit, abs=1e-4)
         assert int((logits > logits[score.token_id]).sum()) == score.rank
+
+
+def test_non_finite_logits_stop_the_trial_with_the_prompt_and_layer(tiny: LoadedModel) -> None:
+    ids, index = edit_position(tiny.tokenizer, TEMPLATE, "France", "last")
+    run = prompt_run(tiny, ids, index, [1])
+    poisoned = torch.full((1, tiny.bridge.cfg.d_model), float("nan"))
+    with pytest.raises(NumericalError, match=r"non-finite logits.*layer 1, position 7.*france"):
+        edited_last_logits(tiny, run, 1, poisoned)
+    finite = edited_last_logits(tiny, run, 1, run.activations[1].unsqueeze(0))
+    assert torch.allclose(finite[0], run.last_logits, atol=1e-4)  # writing back the activation changes nothing
 
 
 def test_concept_position_is_the_concept_token(tiny: LoadedModel) -> None:
@@ -204,14 +220,15 @@ def test_a_corpus_with_no_runnable_trial_is_an_error_naming_the_words(tiny: Load
     assert "zzqx" in str(raised.value)
 
 
-def test_the_benchmark_document_records_the_finished_job(tiny: LoadedModel) -> None:
+def test_the_benchmark_document_records_the_finished_job_and_fingerprints_only_the_protocol(tiny: LoadedModel) -> None:
     from mcp_interp.core.swap import artifact
     from mcp_interp.schemas.common import ModelRef
     from mcp_interp.schemas.swap import SwapCorpus
     from tests.mcp_helpers import tiny_corpus
 
     lens, info = identity_lens(tiny)
-    job = SwapBenchmarkJob(tiny, SwapCorpus.model_validate(tiny_corpus(tiny)), [1], lens, info, settings())
+    corpus = SwapCorpus.model_validate(tiny_corpus(tiny))
+    job = SwapBenchmarkJob(tiny, corpus, [1], lens, info, settings())
     ref = ModelRef(
         name=tiny.name, source="tiny", fingerprint=tiny.fingerprint, dtype=tiny.dtype, device=tiny.device, versions={}
     )
@@ -219,12 +236,25 @@ def test_the_benchmark_document_records_the_finished_job(tiny: LoadedModel) -> N
         artifact.benchmark_document(job, ref, "0.0.test")
     drain(job)
     assert job.result is not None
-    document = artifact.benchmark_document(job, ref, "0.0.test")
-    manifest, results = document["manifest"], document["results"]
-    assert manifest["mcp_interp_version"] == "0.0.test"
-    assert manifest["model"]["fingerprint"] == tiny.fingerprint
-    assert manifest["corpus"]["name"] == "tiny-capitals" and manifest["layers"] == [1]
-    assert manifest["mechanism"] == job.settings.mechanism
+    document = artifact.benchmark_document(job, ref, "0.0.test", {"elapsed_s": 1.5})
+    protocol, run, results = document["protocol"], document["run"], document["results"]
+    assert run["mcp_interp_version"] == "0.0.test" and run["elapsed_s"] == 1.5 and run["model"]["device"] == "cpu"
+    assert protocol["model"] == {"name": tiny.name, "fingerprint": tiny.fingerprint, "dtype": tiny.dtype}
+    assert protocol["corpus"]["name"] == "tiny-capitals" and protocol["layers"] == [1]
+    assert protocol["mechanism"] == job.settings.mechanism
     assert results["summary"] == job.result.summary.model_dump(mode="json")
     assert len(results["trials"]) == len(job.trials) and len(results["exclusions"]) == len(job.result.exclusions)
     assert artifact.verify(document).valid
+
+    # Another run of the same protocol — later, elsewhere, on another device — shares the protocol fingerprint.
+    again = SwapBenchmarkJob(tiny, corpus, [1], lens, info, settings())
+    drain(again)
+    elsewhere = ref.model_copy(update={"device": "cuda:0", "versions": {"torch": "other"}})
+    second = artifact.benchmark_document(again, elsewhere, "9.9.9", {"elapsed_s": 99.0})
+    assert second["fingerprints"]["protocol"] == document["fingerprints"]["protocol"]
+    assert second["fingerprints"]["results"] == document["fingerprints"]["results"]  # and the same numbers
+    # One setting changed: a different protocol.
+    changed = SwapBenchmarkJob(tiny, corpus, [1], lens, info, settings(alpha=0.5))
+    drain(changed)
+    third = artifact.benchmark_document(changed, ref, "0.0.test")
+    assert third["fingerprints"]["protocol"] != document["fingerprints"]["protocol"]

@@ -79,6 +79,6 @@ async def test_stdio_causal_swap_benchmark_artifact_round_trip(tmp_path: Path, t
     assert Path(out["artifact_path"]).read_text(encoding="utf-8") == text
     steps = [m for m in progress if not m.startswith("waiting for model")]
     assert len(steps) == 1 + 3 * 12 and steps[0].startswith("baselines")
-    assert document["manifest"]["settings"]["position"] == "concept"
+    assert document["protocol"]["settings"]["position"] == "concept"
     assert verdicts[0]["valid"] is True
     assert verdicts[1]["valid"] is False and verdicts[1]["altered"] == ["results", "results.trials"]

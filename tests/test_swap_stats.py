@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 
+import numpy as np
 import pytest
 import torch
 from scipy import stats
@@ -25,46 +28,149 @@ def test_score_answer_rank_margin_and_ties() -> None:
     assert last.rank == 4 and last.margin == -4.0
 
 
-def test_clopper_pearson_pinned_and_against_beta_quantiles() -> None:
-    low, high = swap_stats.clopper_pearson(0, 6)
-    assert low == 0.0 and round(high, 4) == 0.4593
-    assert math.isclose(high, 1 - 0.025 ** (1 / 6))  # closed form when k = 0
-    low, high = swap_stats.clopper_pearson(6, 6)
-    assert high == 1.0 and math.isclose(low, 0.025 ** (1 / 6))
-    for k, n in [(1, 10), (5, 10), (37, 120)]:
+def test_clopper_pearson_equals_scipy_binomtest_exact_interval() -> None:
+    for k, n in [(0, 6), (6, 6), (1, 10), (5, 10), (37, 120), (0, 1)]:
+        reference = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
         low, high = swap_stats.clopper_pearson(k, n)
-        assert math.isclose(low, stats.beta.ppf(0.025, k, n - k + 1))
-        assert math.isclose(high, stats.beta.ppf(0.975, k + 1, n - k))
-        assert low < k / n < high
+        assert math.isclose(low, reference.low, abs_tol=1e-12) and math.isclose(high, reference.high, abs_tol=1e-12)
+    assert round(swap_stats.clopper_pearson(0, 6)[1], 4) == 0.4593  # 1 − 0.025^(1/6), by hand
     assert swap_stats.clopper_pearson(0, 0) == (0.0, 1.0)
     with pytest.raises(ValueError):
         swap_stats.clopper_pearson(3, 2)
 
 
-def test_sign_test_matches_a_hand_count() -> None:
-    real = [True, True, True, False, True, False, True]
-    controls = [
-        [False, False],  # +1   real better
-        [True, False],  # +0.5 real better
-        [True, True],  # 0    tie
-        [True, False],  # -0.5 control better
-        [False, False],  # +1   real better
-        [False, False],  # 0    tie
-        [False, True],  # +0.5 real better
-    ]
-    test = swap_stats.sign_test(real, controls)
-    assert (test.real_better, test.control_better, test.ties) == (4, 1, 2)
-    # Two-sided exact binomial, 4 of 5 at p = 1/2: (1 + 5 + 5 + 1) / 32 = 0.375.
-    assert math.isclose(test.p_value, 12 / 32)
-
-
-def test_one_seed_sign_test_is_exact_mcnemar() -> None:
+def test_mcnemar_counts_discordant_pairs() -> None:
     real = [True] * 7 + [False] * 3
-    control = [[False]] * 6 + [[True]] * 1 + [[False]] * 3
-    test = swap_stats.sign_test(real, control)
-    assert (test.real_better, test.control_better) == (6, 0)
-    assert math.isclose(test.p_value, 2 / 2**6)  # McNemar exact: b = 6, c = 0
-    assert swap_stats.sign_test([], []).p_value == 1.0
+    control = [False] * 6 + [True] * 1 + [False] * 2 + [True]
+    test = swap_stats.mcnemar(real, control)
+    assert (test.real_better, test.control_better, test.ties) == (6, 1, 3)
+    assert math.isclose(test.p_value, 2 * (1 + 7) / 2**7)  # two-sided exact binomial, 6 of 7 at ½: by hand
+    assert swap_stats.mcnemar([], []).p_value == 1.0
+
+
+def brute_force_null(arms: list[list[bool]]) -> dict[int, float]:
+    """P(T = t) when each trial's real label sits on a uniformly random arm: by enumerating every labelling."""
+    counts: dict[int, float] = {}
+    total = math.prod(len(a) for a in arms)
+    for labelling in itertools.product(*[range(len(a)) for a in arms]):
+        t = sum(a[i] for a, i in zip(arms, labelling, strict=True))
+        counts[t] = counts.get(t, 0.0) + 1 / total
+    return counts
+
+
+def test_exchangeable_test_equals_enumeration_of_every_labelling() -> None:
+    real = [True, True, False, True, False, True]
+    controls = [[False, False], [True, False], [True, True], [False, True], [False, False], [True, True]]
+    arms = [[r, *c] for r, c in zip(real, controls, strict=True)]
+    null = brute_force_null(arms)
+    observed = sum(real)
+    test = swap_stats.exchangeable_test(real, controls)
+    greater = sum(p for t, p in null.items() if t >= observed)
+    less = sum(p for t, p in null.items() if t <= observed)
+    assert test.real_successes == 4
+    assert math.isclose(test.expected, 1 / 3 + 2 / 3 + 2 / 3 + 2 / 3 + 0 + 1)  # Σ s_i / (m + 1), by hand
+    assert test.informative_trials == 4  # trials 5 (no success) and 6 (all succeed) are fixed under H0
+    assert math.isclose(test.p_real_better, greater, rel_tol=1e-9)
+    assert math.isclose(test.p_control_better, less, rel_tol=1e-9)
+    assert math.isclose(test.p_value, min(1.0, 2 * min(greater, less)), rel_tol=1e-9)
+    assert swap_stats.exchangeable_test([], []).p_value == 1.0
+
+
+def prompt_statistic(real: list[bool], controls: list[list[bool]], clusters: list[str]) -> float:
+    """Mean over prompts of the mean over their trials of real − mean(controls), written out directly."""
+    by_prompt: dict[str, list[float]] = {}
+    for r, c, cluster in zip(real, controls, clusters, strict=True):
+        by_prompt.setdefault(cluster, []).append(r - sum(c) / len(c))
+    return sum(sum(d) / len(d) for d in by_prompt.values()) / len(by_prompt)
+
+
+def test_prompt_level_test_equals_enumeration_of_every_labelling() -> None:
+    real = [True, True, False, False, True, True]
+    controls = [[False, False], [True, False], [True, False], [False, False], [True, True], [False, True]]
+    clusters = ["a", "a", "b", "b", "c", "c"]
+    observed = prompt_statistic(real, controls, clusters)
+    arms = [[r, *c] for r, c in zip(real, controls, strict=True)]
+    greater = less = 0.0
+    mean = 0.0
+    total = math.prod(len(a) for a in arms)
+    for labelling in itertools.product(*[range(len(a)) for a in arms]):
+        relabelled_real = [a[i] for a, i in zip(arms, labelling, strict=True)]
+        relabelled_controls = [a[:i] + a[i + 1 :] for a, i in zip(arms, labelling, strict=True)]
+        value = prompt_statistic(relabelled_real, relabelled_controls, clusters)
+        mean += value / total
+        greater += (value >= observed - 1e-12) / total
+        less += (value <= observed + 1e-12) / total
+    test = swap_stats.prompt_level_test(real, controls, clusters)
+    assert test.method == "exact" and test.monte_carlo_draws == 0
+    assert math.isclose(test.statistic, observed, abs_tol=1e-12)
+    assert math.isclose(test.null_mean, mean, abs_tol=1e-12)
+    assert math.isclose(test.p_real_better, greater, rel_tol=1e-9)
+    assert math.isclose(test.p_control_better, less, rel_tol=1e-9)
+    # a: (1 − ½ + 1 − ½)/2 = ½ > 0; b: (−½ + 0)/2 < 0; c: (1 − 1 + 1 − ½)/2 > 0.
+    assert (test.real_better, test.control_better, test.ties) == (2, 1, 0)
+
+
+def test_prompt_level_monte_carlo_agrees_with_the_exact_null(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(3)
+    real = [rng.random() < 0.5 for _ in range(40)]
+    controls = [[rng.random() < 0.3 for _ in range(3)] for _ in range(40)]
+    clusters = [f"p{rng.randrange(7)}" for _ in range(40)]
+    exact = swap_stats.prompt_level_test(real, controls, clusters)
+    monkeypatch.setattr(swap_stats, "EXACT_SUPPORT_LIMIT", 10)
+    sampled = swap_stats.prompt_level_test(real, controls, clusters, seed=5)
+    assert exact.method == "exact" and sampled.method == "monte_carlo"
+    assert sampled.monte_carlo_draws == swap_stats.MONTE_CARLO_DRAWS and sampled.monte_carlo_se > 0
+    assert abs(sampled.p_real_better - exact.p_real_better) < 4 * sampled.monte_carlo_se + 1e-5
+    assert abs(sampled.p_control_better - exact.p_control_better) < 4 * sampled.monte_carlo_se + 1e-5
+
+
+def old_sign_test_p(real: np.ndarray, controls: np.ndarray) -> float:
+    """The statistic this project reported before: sign of real − mean(controls), binomial against ½."""
+    d = real - controls.mean(axis=1)
+    better, worse = int((d > 0).sum()), int((d < 0).sum())
+    return 1.0 if better + worse == 0 else float(stats.binomtest(better, better + worse, 0.5).pvalue)
+
+
+def rejection_rates(p_real: float, p_control: float, m: int, reps: int, seed: int) -> tuple[float, float]:
+    """Rejection rates at α = 0.05 over ``reps`` simulated benchmarks of 100 trials: (exchangeable test, old test)."""
+    rng = np.random.default_rng(seed)
+    new = old = 0
+    for _ in range(reps):
+        real = rng.random(100) < p_real
+        controls = rng.random((100, m)) < p_control
+        new += swap_stats.exchangeable_test(real.tolist(), controls.tolist()).p_value < 0.05
+        old += old_sign_test_p(real, controls) < 0.05
+    return new / reps, old / reps
+
+
+@pytest.mark.parametrize("m", [1, 5])
+def test_exchangeable_test_holds_its_size_under_the_null_and_has_power(m: int) -> None:
+    # H0: the real edit is one more control (same success probability p), 100 trials, 1000 seeded benchmarks.
+    sizes = {p: rejection_rates(p, p, m, reps=1000, seed=int(100 * p) + m) for p in (0.05, 0.3, 0.5, 0.7, 0.9)}
+    assert all(new <= 0.06 for new, _ in sizes.values()), sizes
+    power, _ = rejection_rates(0.3, 0.1, m, reps=1000, seed=7 + m)
+    assert power >= 0.9, power
+    if_old = max(old for _, old in sizes.values())
+    # The sign test of real − mean(controls) this replaces: exact when m = 1, far too liberal when m > 1.
+    assert (if_old <= 0.06) == (m == 1), sizes
+
+
+def test_prompt_level_test_holds_its_size_with_prompt_effects_and_has_power() -> None:
+    rng = np.random.default_rng(11)
+    clusters = [f"prompt{j}" for j in range(10) for _ in range(10)]
+    rejected_null = rejected_effect = 0
+    reps = 300
+    for _ in range(reps):
+        base = np.repeat(rng.beta(1, 3, size=10), 10)  # each prompt has its own success rate
+        controls = rng.random((100, 5)) < base[:, None]
+        null_real = rng.random(100) < base
+        effect_real = rng.random(100) < np.clip(base + 0.3, 0, 1)
+        rejected_null += swap_stats.prompt_level_test(null_real.tolist(), controls.tolist(), clusters).p_value < 0.05
+        rejected_effect += (
+            swap_stats.prompt_level_test(effect_real.tolist(), controls.tolist(), clusters).p_value < 0.05
+        )
+    assert rejected_null / reps <= 0.06
+    assert rejected_effect / reps >= 0.9
 
 
 def test_rate_and_spread() -> None:
@@ -75,18 +181,3 @@ def test_rate_and_spread() -> None:
     mean, sd, low, high = swap_stats.spread([0.2, 0.4, 0.6])
     assert math.isclose(mean, 0.4) and math.isclose(sd, 0.2) and (low, high) == (0.2, 0.6)
     assert swap_stats.spread([0.3])[1] == 0.0
-
-
-def test_prompt_clustered_sign_test_counts_prompts_not_trials() -> None:
-    real = [True, True, False, False, True]
-    controls = [[False, False], [True, False], [True, False], [False, False], [True, True]]
-    clusters = ["a", "a", "b", "b", "c"]
-    # a: 1 − 1/4 > 0; b: 0 − 1/4 < 0; c: 1 − 1 = 0 → one each way, one tie, p = 1.
-    test = swap_stats.by_cluster(real, controls, clusters)
-    assert (test.real_better, test.control_better, test.ties, test.p_value) == (1, 1, 1, 1.0)
-    # Many winning trials from one prompt are one piece of evidence at the prompt level.
-    one_prompt = swap_stats.by_cluster([True] * 20, [[False]] * 20, ["a"] * 20)
-    assert (one_prompt.real_better, one_prompt.p_value) == (1, 1.0)
-    assert swap_stats.sign_test([True] * 20, [[False]] * 20).p_value == 2 / 2**20
-    five = swap_stats.by_cluster([True] * 5, [[False]] * 5, list("abcde"))
-    assert math.isclose(five.p_value, 2 / 32)

@@ -122,14 +122,19 @@ def benchmark_text(result: SwapBenchmarkResult, layers: list[int]) -> str:
     return (
         f"causal_swap_benchmark ({settings.lens} lens, position {settings.position}, layers {layers}): {counts}; "
         f"{len(result.exclusions)} exclusions. Real {fmt(summary.real)}, control {fmt(summary.control)}, "
-        f"{summary.n_independent_prompts} independent prompts; paired sign test p = {summary.paired.p_value:.3g}. "
+        f"{summary.n_independent_prompts} independent prompts; real vs matched controls, exact conditional test: "
+        f"{summary.paired.real_successes} real successes vs {summary.paired.expected_real_successes:.2f} expected, "
+        f"two-sided p = {summary.paired.p_value:.3g} (by prompt p = {summary.paired.by_prompt.p_value:.3g}). "
         f"Figure: {result.figure_uri}; artifact: {result.artifact_uri}"
     )
 
 
-async def store_artifact(kit: Toolkit, job: SwapBenchmarkJob, measurement: SwapBenchmarkMeasurement) -> ResourceLink:
+async def store_artifact(
+    kit: Toolkit, job: SwapBenchmarkJob, measurement: SwapBenchmarkMeasurement, started: float
+) -> ResourceLink:
     """The versioned, fingerprinted JSON document of the run, stored and named in the result."""
-    document = artifact.benchmark_document(job, kit.session.model_ref(), __version__)
+    timing = {"elapsed_s": round(time.perf_counter() - started, 3)}
+    document = artifact.benchmark_document(job, kit.session.model_ref(), __version__, timing)
     uri, link = kit.store("artifact", artifact.encode(document), "causal swap artifact")
     measurement.artifact_uri = uri
     measurement.artifact_path = str(kit.session.store.path("artifact", uri.partition("://")[2]))
@@ -163,7 +168,8 @@ async def causal_swap_benchmark(
     """Run the causal-swap protocol over a corpus: every (function, source, target) at every layer. Returns
     trial-status counts, the layers where trials executed, the exclusion ledger (prompts the model cannot answer,
     words that are not one token), real and control success rates with exact Clopper–Pearson 95% intervals and
-    n_independent_prompts, the control rate's spread across seeds, a paired sign test (McNemar per seed), a
+    n_independent_prompts, the control rate's spread across seeds, an exact conditional test of real edits against
+    their matched controls (trial- and prompt-level; McNemar per seed), a
     figure (rate by layer) and a versioned JSON artifact (artifact://…) with every trial, SHA-256-fingerprinted.
     Progress per trial; cancellable. On the embedded model about 6 s per layer on 2 CPU cores."""
     kit = Toolkit.of(ctx)
@@ -183,7 +189,7 @@ async def causal_swap_benchmark(
     assert job.result is not None
     title = f"causal swap ({settings.lens} lens, position {settings.position}): {model.name}"
     job.result.figure_uri, figure_link = await rates_figure(kit, job.result, title)
-    artifact_link = await store_artifact(kit, job, job.result)
+    artifact_link = await store_artifact(kit, job, job.result, started)
     result = kit.with_provenance(SwapBenchmarkResult, job.result, started)
     return kit.finish(result, benchmark_text(result, job.layers), [figure_link, artifact_link])
 
@@ -195,8 +201,9 @@ async def verify_artifact(
         Field(description="A causal-swap artifact: its JSON text (as read from artifact://…) or the object."),
     ],
 ) -> VerifyArtifactResult:
-    """Check a causal-swap artifact: schema name and version, and the SHA-256 fingerprint of the manifest, the
-    results and each result block (summary, exclusions, trials). Names exactly which block was altered."""
+    """Check a causal-swap artifact: schema name and version, the definitions of success, baseline and rank, and the
+    SHA-256 fingerprint of the protocol, the results and each result block (summary, exclusions, trials), all of
+    which are required. Names exactly which block was altered or is missing."""
     return artifact.verify(artifact_json)
 
 
@@ -231,7 +238,7 @@ async def fit_lens(
 @family.resource(
     "artifact://{artifact_id}",
     name="artifact",
-    description="A versioned JSON artifact of a causal_swap_benchmark run (manifest, results, SHA-256 prints).",
+    description="A versioned JSON artifact of a causal_swap_benchmark run (protocol, run, results, SHA-256 prints).",
     mime_type="application/json",
 )
 def artifact_resource(artifact_id: str, ctx: Context) -> str:

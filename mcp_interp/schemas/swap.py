@@ -97,7 +97,10 @@ class AnswerScore(BaseModel):
     token: str = Field(description="The scored answer token as decoded, e.g. ' Ottawa'.")
     token_id: int
     logit: float
-    rank: int = Field(description="Tokens with a strictly larger logit: 0 = top-1 (a tie counts as 0).")
+    rank: int = Field(
+        description="Tokens with a strictly larger logit, 0-based: 0 = top-1 (a tie counts as 0). The reference "
+        "protocol's ranks are 1-based."
+    )
     margin: float = Field(description="Answer logit minus the largest other logit; > 0 means strict top-1.")
     top1: bool = Field(description="Strict top-1 (margin > 0): a tie for first is not a success.")
     top_token: str = Field(description="The model's actual top token in this run.")
@@ -110,6 +113,21 @@ class Atom(BaseModel):
     contribution: float = Field(description="coordinate × ‖atom‖: its share of the activation's norm.")
 
 
+class PatchDiagnostics(BaseModel):
+    """What TransformerLens' coordinate-patch solver reports about one edit (its postcondition witnesses)."""
+
+    source_target_cosine: float = Field(description="Signed cosine between the source and target atoms, in [−1, 1].")
+    basis_rank: int = Field(description="Rank of the column-normalised edit basis.")
+    basis_condition_number: float | None = Field(
+        description="Condition number of that basis; null when it is rank deficient (infinite). Large values mean "
+        "coordinate attribution is not unique (the edit itself inverts nothing)."
+    )
+    residual_max_delta: float = Field(
+        description="Largest change of the anchored residual (must be ~0: the edit preserves what the atoms miss)."
+    )
+    warnings: list[str] = Field(default_factory=list, description="Warnings the solver raised for this edit, verbatim.")
+
+
 class ControlDraw(BaseModel):
     seed: int = Field(description="Seed of the CPU generator that drew this control token.")
     token: str
@@ -117,6 +135,7 @@ class ControlDraw(BaseModel):
     displacement: float = Field(description="‖v_control − v_source‖ (matched to ‖v_target − v_source‖).")
     edit_norm: float = Field(description="‖Δh‖ of this control edit (= α·c_src·displacement).")
     score: AnswerScore = Field(description="The target's answer in the control-edited run.")
+    patch: PatchDiagnostics | None = Field(default=None, description="The solver's diagnostics of this control edit.")
 
 
 class TrialBaseline(BaseModel):
@@ -153,6 +172,7 @@ class TrialRecord(BaseModel):
         "the controls (never in the support) then made a differently sized edit. Reported separately.",
     )
     real_edit_norm: float | None = Field(default=None, description="‖Δh‖ of the real edit.")
+    real_patch: PatchDiagnostics | None = Field(default=None, description="The solver's diagnostics of the real edit.")
     real_source_answer: AnswerScore | None = Field(
         default=None, description="The source's own answer after the real edit (was it displaced?)."
     )
@@ -205,23 +225,46 @@ class SeedMcNemar(BaseModel):
     p_value: float = Field(description="Exact two-sided McNemar (binomial) p-value.")
 
 
-class ClusterTest(BaseModel):
-    real_better: int = Field(description="Prompts whose real success rate exceeds their control rate.")
-    control_better: int
-    ties: int
-    p_value: float = Field(description="Exact two-sided sign-test p-value over prompts; 1 when none differs.")
+class PromptLevelTest(BaseModel):
+    """The exchangeable-arm test with every prompt weighted equally (its n is the number of prompts)."""
+
+    statistic: float = Field(
+        description="Mean over prompts of each prompt's mean per-trial difference real − mean(controls); in [−1, 1], "
+        "> 0 = real edits beat their controls."
+    )
+    null_mean: float = Field(description="The statistic's expectation if the real edit were one more control.")
+    real_better: int = Field(description="Prompts whose mean difference is > 0.")
+    control_better: int = Field(description="Prompts whose mean difference is < 0.")
+    ties: int = Field(description="Prompts whose mean difference is 0.")
+    p_real_better: float = Field(description="One-sided p: the real edits succeed more than exchangeability allows.")
+    p_control_better: float = Field(description="One-sided p: the controls succeed more.")
+    p_value: float = Field(description="Two-sided p = 2 · min(one-sided), capped at 1.")
+    method: Literal["exact", "monte_carlo"] = Field(
+        description="exact: the null distribution by convolution; monte_carlo: seeded draws (see monte_carlo_se)."
+    )
+    monte_carlo_draws: int = Field(description="Draws of the Monte Carlo null (0 when exact).")
+    monte_carlo_se: float = Field(description="Standard error of the Monte Carlo p-values (0 when exact).")
 
 
 class PairedTest(BaseModel):
+    """Real edits against their own displacement-matched controls, by an exact conditional test."""
+
     test: str = Field(description="What was tested, in words.")
-    real_better: int
-    control_better: int
-    ties: int
-    p_value: float = Field(description="Exact two-sided sign-test p-value; 1 when no trial differs.")
-    per_seed: list[SeedMcNemar]
-    by_prompt: ClusterTest = Field(
-        description="The same sign test with one difference per prompt (mean real − mean control over its trials): "
-        "its n is n_independent_prompts, so it does not count one prompt's trials as independent evidence."
+    real_successes: int = Field(description="Executed trials whose real edit succeeded (T).")
+    expected_real_successes: float = Field(
+        description="E[T] if the real edit were one more control: Σ over trials of s_i / (m_i + 1), s_i = successes "
+        "among the trial's m_i + 1 arms (real + controls)."
+    )
+    informative_trials: int = Field(
+        description="Trials whose arms disagree (some but not all succeeded); the others cannot move T under H0."
+    )
+    p_real_better: float = Field(description="One-sided exact p = P(T ≥ observed) under H0 (Poisson-binomial).")
+    p_control_better: float = Field(description="One-sided exact p = P(T ≤ observed) under H0.")
+    p_value: float = Field(description="Two-sided exact p = 2 · min(one-sided), capped at 1.")
+    per_seed: list[SeedMcNemar] = Field(description="Exact McNemar test of the real edit against each seed's control.")
+    by_prompt: PromptLevelTest = Field(
+        description="The same relabelling test with prompts weighted equally, so one prompt's many trials do not count "
+        "as independent evidence."
     )
 
 
@@ -249,7 +292,9 @@ class Exclusion(BaseModel):
     target: str | None = None
     prompt: str | None = None
     reason: str
-    rank: int | None = Field(default=None, description="Rank of the prompt's own answer (prompt exclusions).")
+    rank: int | None = Field(
+        default=None, description="0-based rank of the prompt's own answer (0 = top-1; prompt exclusions)."
+    )
     margin: float | None = None
     top_token: str | None = None
 
@@ -288,7 +333,12 @@ class SwapBenchmarkMeasurement(Measurement):
     figure_uri: str | None = None
     artifact_uri: str | None = Field(default=None, description="artifact://… — the full versioned JSON artifact.")
     artifact_path: str | None = Field(default=None, description="Where the artifact is saved in the output folder.")
-    fingerprints: dict[str, Any] = Field(default_factory=dict, description="SHA-256 of the artifact's blocks.")
+    fingerprints: dict[str, Any] = Field(
+        default_factory=dict,
+        description="SHA-256 of the artifact's blocks; 'protocol' is the protocol fingerprint (model weights, lens, "
+        "corpus, settings, layers, mechanism, definitions — not the time, device or host), equal for two runs of the "
+        "same protocol.",
+    )
 
 
 class SwapBenchmarkResult(Provenance, SwapBenchmarkMeasurement):
@@ -298,7 +348,7 @@ class SwapBenchmarkResult(Provenance, SwapBenchmarkMeasurement):
 class BlockCheck(BaseModel):
     block: str
     expected: str | None = Field(description="Fingerprint recorded in the artifact.")
-    actual: str = Field(description="Fingerprint of the block as it is now.")
+    actual: str = Field(description="Fingerprint of the block as it is now, or 'missing' when the block is gone.")
     ok: bool
 
 

@@ -6,14 +6,15 @@ statistics themselves (and the choices behind them) are in ``swap.stats``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from mcp_interp.core.swap import stats
 from mcp_interp.core.swap.trial import EXECUTED, INACTIVE, NO_CONTROL, TRIAL_STATUSES
 from mcp_interp.schemas.swap import (
-    ClusterTest,
     LayerSummary,
     PairedTest,
+    PromptLevelTest,
     RateSummary,
     SeedMcNemar,
     SeedRate,
@@ -42,14 +43,14 @@ def summarize(trials: Sequence[TrialRecord], layers: Sequence[int], seeds: Seque
     for i, seed in enumerate(seeds):
         column = [row[i] for row in control_rows]
         by_seed.append(SeedRate(seed=seed, rate=rate_summary(column, prompts)))
-        test = stats.sign_test(real, [[c] for c in column])
+        test = stats.mcnemar(real, column)
         per_seed_tests.append(
             SeedMcNemar(seed=seed, real_only=test.real_better, control_only=test.control_better, p_value=test.p_value)
         )
     seed_rates = [s.rate.rate for s in by_seed if s.rate.rate is not None]
     mean, sd, low, high = stats.spread(seed_rates) if seed_rates else (None, None, None, None)
-    paired = stats.sign_test(real, control_rows)
-    clustered = stats.by_cluster(real, control_rows, [f"{t.function}/{t.source}" for t in executed])
+    paired = stats.exchangeable_test(real, control_rows)
+    clustered = stats.prompt_level_test(real, control_rows, [f"{t.function}/{t.source}" for t in executed])
     by_layer = []
     for layer in layers:
         at = [t for t in trials if t.layer == layer]
@@ -74,19 +75,17 @@ def summarize(trials: Sequence[TrialRecord], layers: Sequence[int], seeds: Seque
         control_by_seed=by_seed,
         control_seed_spread=SeedSpread(mean=mean, sd=sd, min=low, max=high),
         paired=PairedTest(
-            test="exact two-sided sign test of real − mean(control over seeds) per executed trial (ties dropped); "
-            "with one seed this is the exact McNemar test",
-            real_better=paired.real_better,
-            control_better=paired.control_better,
-            ties=paired.ties,
+            test="exact conditional test: under H0 each trial's real edit is exchangeable with its matched controls, "
+            "so given s_i successes among its m + 1 arms it succeeds with probability s_i/(m + 1); the count of real "
+            "successes has a Poisson-binomial null",
+            real_successes=paired.real_successes,
+            expected_real_successes=paired.expected,
+            informative_trials=paired.informative_trials,
+            p_real_better=paired.p_real_better,
+            p_control_better=paired.p_control_better,
             p_value=paired.p_value,
             per_seed=per_seed_tests,
-            by_prompt=ClusterTest(
-                real_better=clustered.real_better,
-                control_better=clustered.control_better,
-                ties=clustered.ties,
-                p_value=clustered.p_value,
-            ),
+            by_prompt=PromptLevelTest(**dataclasses.asdict(clustered)),
         ),
         by_layer=by_layer,
         n_independent_prompts=len(prompts),
@@ -101,8 +100,9 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
     notes = []
     if executed:
         notes.append(
-            "Trials of one prompt at several layers and targets are not independent; the intervals and the sign test "
-            "treat them as if they were, so read every rate next to its n_independent_prompts."
+            "Trials of one prompt at several layers and targets are not independent; the Clopper–Pearson intervals "
+            "treat them as if they were, so read every rate next to its n_independent_prompts (the paired tests are "
+            "conditional on every arm's outcome and stay valid; paired.by_prompt weights prompts equally)."
         )
     winners = {(t.function, t.source) for t in executed if t.real and t.real.top1}
     if 0 < len(winners) < 3:

@@ -25,6 +25,8 @@ cheaper. Any other error propagates: a skip status is only ever one of the two n
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -38,7 +40,7 @@ from mcp_interp.core.swap.controls import ControlPool, control_pool, distances_f
 from mcp_interp.core.swap.corpus import prompt_text, single_token
 from mcp_interp.core.swap.lenses import resolve_lens
 from mcp_interp.core.tokens import token_ids
-from mcp_interp.errors import InputError
+from mcp_interp.errors import InputError, NumericalError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.swap import (
     SLOT,
@@ -46,6 +48,7 @@ from mcp_interp.schemas.swap import (
     Atom,
     ControlDraw,
     LensInfo,
+    PatchDiagnostics,
     SwapFunction,
     SwapSettings,
     SwapTrialMeasurement,
@@ -157,7 +160,7 @@ def prompt_run(model: LoadedModel, ids: list[int], position: int, layers: Sequen
     return PromptRun(
         ids=ids,
         position=position,
-        last_logits=logits[0, -1].float().cpu(),
+        last_logits=require_finite(logits[0, -1].float().cpu(), model.tokenizer, ids, "in the unedited run"),
         activations={layer: cache[hook_out(layer)][0, position].detach().clone() for layer in layers},
     )
 
@@ -173,7 +176,29 @@ def edited_last_logits(model: LoadedModel, run: PromptRun, layer: int, patched: 
 
     with torch.no_grad(), model.bridge.hooks(fwd_hooks=[(hook_out(layer), write)]):
         logits = model.bridge(tokens, return_type="logits")
-    return logits[:, -1].float().cpu()
+    where = f"after an edit at layer {layer}, position {run.position}"
+    return require_finite(logits[:, -1].float().cpu(), model.tokenizer, run.ids, where)
+
+
+def patch_diagnostics(patch: Any, raised: list[str]) -> PatchDiagnostics:
+    condition = float(patch.basis_condition_number)
+    return PatchDiagnostics(
+        source_target_cosine=float(patch.source_target_cosine),
+        basis_rank=int(patch.basis_rank),
+        basis_condition_number=condition if math.isfinite(condition) else None,
+        residual_max_delta=float(patch.residual_max_delta),
+        warnings=raised,
+    )
+
+
+def require_finite(logits: torch.Tensor, tokenizer: Any, ids: list[int], where: str) -> torch.Tensor:
+    """Refuse to score non-finite logits: a NaN must never be counted as a failed swap."""
+    if not bool(torch.isfinite(logits).all()):
+        raise NumericalError(
+            f"The model produced non-finite logits (NaN or inf) {where} on the prompt {tokenizer.decode(ids)!r}; "
+            "nothing was scored. Check the model's dtype (float32 is safest) and the edit strength alpha."
+        )
+    return logits
 
 
 def top_atoms(tokenizer: Any, decomposition: Any, dictionary: torch.Tensor) -> list[Atom]:
@@ -258,18 +283,22 @@ def run_edit_trial(
         return record
     controls = [draw_control(pool, seed) for seed in settings.control_seeds]
     edits = [tokens.target_id, *controls]
-    patches = [
-        solve_coordinate_patch(
-            x, dictionary, tokens.source_id, edit, decomposition=decomposition, k=settings.k, alpha=settings.alpha
-        )
-        for edit in edits
-    ]
+    patches, diagnostics = [], []
+    for edit in edits:
+        with warnings.catch_warnings(record=True) as raised:
+            warnings.simplefilter("always")
+            patch = solve_coordinate_patch(
+                x, dictionary, tokens.source_id, edit, decomposition=decomposition, k=settings.k, alpha=settings.alpha
+            )
+        patches.append(patch)
+        diagnostics.append(patch_diagnostics(patch, [str(w.message) for w in raised]))
     logits = edited_last_logits(model, run, layer, torch.stack([x + patch.delta for patch in patches]))
     record.status = EXECUTED
     record.real = answer_score(tokenizer, logits[0], tokens.target_answer_id)
     record.real_source_answer = answer_score(tokenizer, logits[0], tokens.source_answer_id)
     record.target_was_active = not patches[0].target_was_appended
     record.real_edit_norm = float(torch.linalg.vector_norm(patches[0].delta))
+    record.real_patch = diagnostics[0]
     record.controls = [
         ControlDraw(
             seed=seed,
@@ -278,6 +307,7 @@ def run_edit_trial(
             displacement=float(distances[token]),
             edit_norm=float(torch.linalg.vector_norm(patch.delta)),
             score=answer_score(tokenizer, logits[i + 1], tokens.target_answer_id),
+            patch=diagnostics[i + 1],
         )
         for i, (seed, token, patch) in enumerate(zip(settings.control_seeds, controls, patches[1:], strict=True))
     ]
