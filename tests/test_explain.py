@@ -8,11 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from mcp import Client
 from mcp.types import ResourceLink
 
+from mcp_interp.core.explain import ExplainJob, route_finding
+from mcp_interp.core.jobs import drain
 from mcp_interp.figures import png_size
 from mcp_interp.mcp.server import build_server
+from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
 from tests.mcp_helpers import assert_valid_structured, stdio_params, tools_by_name
 
@@ -93,3 +97,60 @@ async def test_prompts_are_listed_and_rendered(tiny_session: Session) -> None:
     assert "When Mary and John went" in text and "' Mary'" in text and "leading space" in text
     assert "rank saturates" in text.lower() or "Rank saturates" in text
     assert "L9H3 moves names" in claim.messages[0].content.text
+
+
+def test_direct_effect_is_the_dla_of_the_heads_change_computed_by_hand(tiny: LoadedModel) -> None:
+    job = ExplainJob(tiny, PROMPT, "mary", "john", CORRUPT, top_k=4)
+    result = drain(job)
+    assert result.causal_heads is not None and len(result.causal_heads) == 4
+    tok, bridge = tiny.tokenizer, tiny.bridge
+    answer, baseline = (tok(w, add_special_tokens=False)["input_ids"][0] for w in ("mary", "john"))
+    w_u = bridge.unembed.original_component.weight.detach().double()
+    gain = bridge.ln_final.original_component.weight.detach().double()
+    direction = (w_u[answer] - w_u[baseline]) * gain
+    runs = {}
+    for name, text in (("clean", PROMPT), ("corrupt", CORRUPT)):
+        ids = torch.tensor([tok(text)["input_ids"]])
+        with torch.no_grad():
+            logits, cache = bridge.run_with_cache(ids)
+        runs[name] = (logits[0, -1].double(), cache)
+    corrupt_logits, corrupt_cache = runs["corrupt"]
+    scale = float(corrupt_cache["ln_final.hook_scale"][0, -1].reshape(-1)[0])
+    d_head = tiny.bridge.cfg.d_head
+    for head in result.causal_heads:
+        layer, index = (int(x) for x in head.head[1:].split("H"))
+        w_o = (
+            bridge.blocks[layer]
+            .attn.o.original_component.weight.detach()
+            .double()[:, index * d_head : (index + 1) * d_head]
+        )
+
+        def output(cache: object, w_o: torch.Tensor = w_o, layer: int = layer, index: int = index) -> torch.Tensor:
+            return w_o @ cache[f"blocks.{layer}.attn.hook_z"][0, -1, index].double()  # type: ignore[index]
+
+        change = output(runs["clean"][1]) - output(corrupt_cache)
+        assert head.direct_effect == pytest.approx(float(change @ direction) / scale, abs=1e-4)
+        # The total effect: the patched run's logit difference minus the corrupt run's, read from patching.
+        corrupt_ld = float(corrupt_logits[answer] - corrupt_logits[baseline])
+        patched = next(h for h in job.patching.heads if h.head == head.head)  # type: ignore[union-attr]
+        assert head.patch_effect == pytest.approx(patched.patched_logit_diff - corrupt_ld, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("total", "direct", "expected"),
+    [
+        (1.0, 0.9, "acts mostly directly"),
+        (1.0, 0.1, "acts mostly through later layers"),
+        (1.0, -0.5, "acts mostly through later layers"),  # its direct effect opposes the total
+        (-2.0, -1.0, "acts both directly and through later layers"),
+    ],
+)
+def test_route_findings_on_constructed_effects(total: float, direct: float, expected: str) -> None:
+    sentence = route_finding("L3H1", total, direct)
+    assert sentence is not None and sentence.startswith(f"L3H1 {expected}:")
+    assert f"{total:+.3f}" in sentence and f"{direct:+.3f}" in sentence and f"{total - direct:+.3f}" in sentence
+
+
+def test_a_negligible_patch_effect_earns_no_sentence() -> None:
+    assert route_finding("L3H1", 0.05, 0.05) is None
+    assert route_finding("L3H1", -0.09, 0.8) is None  # however large the direct term, the total is what is judged

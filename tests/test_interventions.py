@@ -176,11 +176,41 @@ def test_mean_replacement_by_hand() -> None:
     assert how == "per_position"
     for pos in range(3):
         assert per_position[0, pos, 0].tolist() == [(z[0, pos, 0, d] + z[1, pos, 0, d]).item() / 2 for d in range(2)]
-    padded = torch.tensor([[1, 1, 1], [1, 0, 0]])
-    overall, how = mean_replacement(z, padded)
-    assert how == "all_real_positions"
-    real = [z[0, 0, 0], z[0, 1, 0], z[0, 2, 0], z[1, 0, 0]]
-    assert overall[1, 2, 0].tolist() == pytest.approx((sum(real) / 4).tolist())
+    # Unequal lengths (3 and 2 tokens, right-padded): positions pair up by distance from each prompt's last token.
+    z = torch.tensor([[1.0, 2.0, 3.0], [10.0, 20.0, 0.0]]).reshape(2, 3, 1, 1)
+    padded = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    aligned, how = mean_replacement(z, padded)
+    assert how == "per_position_from_end"
+    by_hand = [[1.0, (2.0 + 10.0) / 2, (3.0 + 20.0) / 2], [(2.0 + 10.0) / 2, (3.0 + 20.0) / 2, 0.0]]
+    assert aligned[:, :, 0, 0].tolist() == by_hand  # the answer positions get the mean of the answer positions
+
+
+def test_mean_ablation_at_the_last_position_with_unequal_lengths_uses_the_answer_positions(tiny: LoadedModel) -> None:
+    prompts = ["when mary and john went to the store , john gave a drink to", "then tom gave a book to"]
+    batch = encode(tiny.tokenizer, prompts)
+    assert len(set(batch.lengths)) == 2
+    head = Head(1, 3)
+    clean_z = {}
+    with torch.no_grad():
+        for i, text in enumerate(prompts):  # each prompt alone: no padding anywhere
+            ids = torch.tensor([tiny.tokenizer(text)["input_ids"]])
+            _, cache = tiny.bridge.run_with_cache(ids, names_filter=lambda n: n == "blocks.1.attn.hook_z")
+            clean_z[i] = cache["blocks.1.attn.hook_z"][0, -1, head.head].clone()
+    mean_answer_z = (clean_z[0] + clean_z[1]) / 2
+    prepared = prepare_ablation(tiny.bridge, batch, Ablation([head], "mean", "last"))
+    assert prepared.mean_over == "per_position_from_end"
+    seen = {}
+
+    def record(z: torch.Tensor, hook: object) -> torch.Tensor:
+        seen["z"] = z.clone()
+        return z
+
+    with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=[*prepared.hooks, ("blocks.1.attn.hook_z", record)]):
+        tiny.bridge(batch.input_ids, attention_mask=batch.attention_mask)
+    for row, position in enumerate(batch.answer_positions.tolist()):
+        assert torch.allclose(seen["z"][row, position, head.head], mean_answer_z, atol=1e-5)
+        # other positions and other heads are untouched
+        assert not torch.allclose(seen["z"][row, 0, head.head], mean_answer_z, atol=1e-3)
 
 
 @pytest.mark.parametrize("method", ["mean", "resample"])

@@ -37,6 +37,7 @@ class ExplainJob(Job[ExplainMeasurement]):
     lens: LogitLensMeasurement | None = field(default=None, init=False)
     attribution: DLAMeasurement | None = field(default=None, init=False)
     patching: PatchHeadsMeasurement | None = field(default=None, init=False)
+    corrupt_attribution: DLAMeasurement | None = field(default=None, init=False)
     attentions: list[AttentionMeasurement] = field(default_factory=list, init=False)
     stage_seconds: dict[str, float] = field(default_factory=dict, init=False)
     result: ExplainMeasurement | None = field(default=None, init=False)
@@ -67,6 +68,8 @@ class ExplainJob(Job[ExplainMeasurement]):
             job = PatchHeadsJob(self.model, [self.prompt], [self.corrupt], self.answer, self.baseline)
             yield from job.steps()
             self.patching = job.result
+            # The corrupt run's per-head direct terms and final-norm scale, to read the patch's direct part against.
+            self.corrupt_attribution = dla(self.model, self.corrupt, self.answer, self.baseline)
             self.stage_seconds["patch_heads"] = time.perf_counter() - started
 
         started = time.perf_counter()
@@ -111,15 +114,12 @@ class ExplainJob(Job[ExplainMeasurement]):
             f"Largest direct contributions to {attribution.quantity}: {tops} (all components sum to "
             f"{attribution.total:+.3f}; measured {attribution.measured:+.3f})."
         )
-        dla_by_head = {f"L{layer}H{h}": v for layer, row in enumerate(attribution.heads) for h, v in enumerate(row)}
         causal = None
         gap = None
         if self.patching is not None:
+            assert self.corrupt_attribution is not None
             gap = self.patching.clean_logit_diff.value - self.patching.corrupt_logit_diff.value
-            causal = [
-                CausalHead(head=h.head, recovered_fraction=h.score, dla=dla_by_head[h.head])
-                for h in self.patching.heads[: self.top_k]
-            ]
+            causal = causal_heads(self.patching, attribution, self.corrupt_attribution, self.top_k)
             listed = ", ".join(
                 f"{c.head} {c.recovered_fraction:+.1%}" for c in causal if c.recovered_fraction is not None
             )
@@ -127,25 +127,7 @@ class ExplainJob(Job[ExplainMeasurement]):
                 f"Patching each head's output from the prompt into the corrupt one ({self.corrupt!r}; "
                 f"clean−corrupt gap {gap:+.3f}) restores: {listed}."
             )
-            top_dla_heads = {c.component for c in attribution.top[: max(10, self.top_k)]}
-            for c in causal[:3]:
-                if c.head in top_dla_heads and c.recovered_fraction is not None:
-                    if (c.dla > 0) == (c.recovered_fraction > 0):
-                        side = "for" if c.dla > 0 else "against"
-                        findings.append(
-                            f"{c.head} is a direct and causal contributor: DLA {c.dla:+.3f} and patching "
-                            f"{c.recovered_fraction:+.1%} agree in sign ({side} the answer)."
-                        )
-                    else:
-                        findings.append(
-                            f"{c.head}: DLA {c.dla:+.3f} and patching {c.recovered_fraction:+.1%} disagree in sign: "
-                            "its direct effect is outweighed by what it does through later layers."
-                        )
-                elif c.recovered_fraction is not None and abs(c.recovered_fraction) >= 0.1:
-                    findings.append(
-                        f"{c.head} matters causally (patching {c.recovered_fraction:+.1%}) but its direct "
-                        f"contribution is small (DLA {c.dla:+.3f}): it likely acts through later components."
-                    )
+            findings += [s for c in causal[:3] if (s := route_finding(c.head, c.patch_effect, c.direct_effect))]
         for att in self.attentions[:3]:
             top = att.top_attended[0]
             findings.append(
@@ -215,3 +197,50 @@ def report_markdown(result: ExplainMeasurement, model: ModelRef, figures: dict[s
     lines += ["", "## Caveats", ""] + [f"- {c}" for c in result.caveats]
     lines += ["", "## Time per stage", ""] + [f"- {k}: {v:.2f} s" for k, v in result.stage_seconds.items()]
     return "\n".join(lines) + "\n"
+
+
+def causal_heads(
+    patching: PatchHeadsMeasurement, clean: DLAMeasurement, corrupt: DLAMeasurement, top_k: int
+) -> list[CausalHead]:
+    """The top patched heads with their total and direct effects, in logits.
+
+    A head's direct effect is the DLA of its *change*: output(clean) − output(corrupt) at the answer
+    position, read through the unembedding with the corrupt run's final-norm scale frozen (the run
+    being patched). DLA terms are linear in the output, so the clean term rescaled to the corrupt
+    scale minus the corrupt term is exactly that. Comparing it with the patch's total effect says how
+    much of the effect is direct; comparing the clean-run DLA with the patch score would not, since a
+    head can write a lot in both runs and change nothing.
+    """
+    corrupt_ld = patching.corrupt_logit_diff.value
+    rescale = clean.final_norm_scale / corrupt.final_norm_scale
+    heads = []
+    for h in patching.heads[:top_k]:
+        clean_term, corrupt_term = clean.heads[h.layer][h.head_index], corrupt.heads[h.layer][h.head_index]
+        heads.append(
+            CausalHead(
+                head=h.head,
+                recovered_fraction=h.score,
+                dla=clean_term,
+                patch_effect=h.patched_logit_diff - corrupt_ld,
+                direct_effect=clean_term * rescale - corrupt_term,
+            )
+        )
+    return heads
+
+
+NEGLIGIBLE_EFFECT = 0.1  # logits: a patch that moves the logit difference less than this gets no sentence
+MOSTLY = 0.25  # a share below this of the total effect is "a small part"
+
+
+def route_finding(head: str, total: float, direct: float) -> str | None:
+    """How a head's patch effect reaches the logits: directly, through later layers, or both (None if negligible)."""
+    if abs(total) < NEGLIGIBLE_EFFECT:
+        return None
+    indirect = total - direct
+    numbers = f"patching it moves the logit difference by {total:+.3f}, of which {direct:+.3f} is its changed output "
+    numbers += f"read directly by the unembedding and {indirect:+.3f} passes through later layers"
+    if abs(indirect) <= MOSTLY * abs(total):
+        return f"{head} acts mostly directly: {numbers}."
+    if abs(direct) <= MOSTLY * abs(total) or direct * total < 0:
+        return f"{head} acts mostly through later layers: {numbers}."
+    return f"{head} acts both directly and through later layers: {numbers}."

@@ -5,8 +5,10 @@ grouped-query attention: each query head has its own slice of z even when it sha
 values with other heads. Three ways to remove a head's contribution, from crudest to gentlest:
 
 * ``zero``     — z = 0. Simple, but pushes the model off-distribution (a head is rarely 0).
-* ``mean``     — z = the head's mean over this batch: per position when every prompt has the
-  same token length (so position-specific behaviour is kept), else over all real positions.
+* ``mean``     — z = the head's mean over this batch at the same kind of position: per position
+  when every prompt has the same token length, else per distance from each prompt's last token
+  (so the answer position is replaced by the mean answer-position z, never by a mean dominated by
+  other positions such as the first token).
 * ``resample`` — each prompt gets another prompt's z (a seeded permutation with no fixed
   points), keeping z on-distribution while removing prompt-specific information.
 """
@@ -26,6 +28,7 @@ from mcp_interp.errors import InputError
 from mcp_interp.schemas.common import AblationSpec, Intervention
 
 AblationMethod = Literal["zero", "mean", "resample"]
+MeanOver = Literal["per_position", "per_position_from_end"]
 Hook = tuple[str, Callable[[torch.Tensor, Any], torch.Tensor]]
 
 
@@ -46,7 +49,7 @@ class PreparedAblation:
     """Forward hooks that apply an ablation to one batch, and how the replacement was formed."""
 
     hooks: list[Hook]
-    mean_over: Literal["per_position", "all_real_positions"] | None = None
+    mean_over: MeanOver | None = None
     permutation: list[int] | None = None
 
 
@@ -66,17 +69,24 @@ def derangement(n: int, seed: int) -> list[int]:
     raise RuntimeError("no derangement found")  # pragma: no cover - probability ~ (1 - 1/e)^10000
 
 
-def mean_replacement(z: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, str]:
-    """The batch mean of ``z`` ([batch, seq, heads, d_head]) broadcastable back to its shape.
+def mean_replacement(z: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, MeanOver]:
+    """The batch mean of ``z`` ([batch, seq, heads, d_head]) at each real position's own kind of position.
 
-    Per position when no prompt is padded (all real), otherwise over every real position.
+    ``per_position``: no prompt is padded, so position i is replaced by the mean over prompts of
+    position i. ``per_position_from_end``: prompts differ in length, so a position k tokens before
+    its prompt's last token is replaced by the mean over prompts of the token k before *their* last
+    (prompts shorter than k + 1 tokens are left out of that mean). Padding entries stay 0: they are
+    never selected for replacement.
     """
     real = attention_mask.bool()
     if bool(real.all()):
         return z.mean(dim=0, keepdim=True).expand_as(z), "per_position"
-    weights = real.to(z.dtype)[:, :, None, None]
-    mean = (z * weights).sum(dim=(0, 1)) / weights.sum()
-    return mean.expand_as(z), "all_real_positions"
+    from_end = real.flip(1).cumsum(1).flip(1) - 1  # real tokens after this one, in its own prompt
+    replacement = torch.zeros_like(z)
+    for distance in range(int(real.sum(dim=1).max())):
+        same_kind = real & (from_end == distance)  # at most one position per prompt
+        replacement[same_kind] = z[same_kind].mean(dim=0)
+    return replacement, "per_position_from_end"
 
 
 def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedAblation:
@@ -95,7 +105,7 @@ def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedA
             )
         permutation = derangement(len(lengths), ablation.seed)
     replacements: dict[int, torch.Tensor] = {}
-    mean_over = None
+    mean_over: MeanOver | None = None
     if ablation.method in ("mean", "resample"):
         from mcp_interp.core.patching import collect_z
 
@@ -124,7 +134,7 @@ def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedA
     hooks: list[Hook] = [
         (hook_z(layer), make_hook(layer, [h.head for h in ablation.heads if h.layer == layer])) for layer in layers
     ]
-    return PreparedAblation(hooks=hooks, mean_over=mean_over, permutation=permutation)  # type: ignore[arg-type]
+    return PreparedAblation(hooks=hooks, mean_over=mean_over, permutation=permutation)
 
 
 def ablation_from_spec(spec: AblationSpec | Intervention | None, n_layers: int, n_heads: int) -> Ablation | None:

@@ -32,7 +32,8 @@ async def ablate_head(
     method: Annotated[
         Literal["zero", "mean", "resample"],
         Field(
-            description="zero: z = 0; mean: batch mean (per position when prompts share a length); "
+            description="zero: z = 0; mean: batch mean at the same position (by index when prompts share a "
+            "length, else by distance from the last token); "
             "resample: another prompt's z (seeded permutation without fixed points; equal lengths)."
         ),
     ] = "zero",

@@ -62,7 +62,8 @@ class AblationSpec(BaseModel):
     heads: HeadSpec | list[HeadSpec] = Field(description="Heads to ablate together, e.g. ['L9H3', 'L10H0'].")
     method: Literal["zero", "mean", "resample"] = Field(
         default="zero",
-        description="zero: z = 0; mean: the head's batch mean (per position when prompts share a length); "
+        description="zero: z = 0; mean: the head's batch mean at the same position (by index when prompts share "
+        "a length, else by distance from the last token); "
         "resample: another prompt's z (seeded permutation without fixed points; equal-length prompts).",
     )
     positions: PositionsSpec = Field(

@@ -12,9 +12,21 @@ from mcp_interp.schemas.lens import Contribution
 
 class CausalHead(BaseModel):
     head: str
-    recovered_fraction: float | None
+    recovered_fraction: float | None = Field(
+        description="Fraction of the clean−corrupt logit-difference gap restored by patching this head's clean output "
+        "into the corrupt run (exact); 1 = all of it."
+    )
     attribution_estimate: float | None = None
-    dla: float = Field(description="The head's direct logit attribution, for comparison.")
+    dla: float = Field(description="The head's direct logit attribution in the clean run (what it writes there).")
+    patch_effect: float = Field(
+        description="Total effect of the patch in logits: patched − corrupt logit difference (direct + through later "
+        "layers)."
+    )
+    direct_effect: float = Field(
+        description="The part of patch_effect read directly from the head's changed output: DLA of "
+        "output(clean) − output(corrupt) at the answer position, with the corrupt run's final-norm scale frozen. "
+        "patch_effect − direct_effect is what passes through later layers."
+    )
 
 
 class ExplainMeasurement(Measurement):

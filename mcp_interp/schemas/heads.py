@@ -23,8 +23,11 @@ class AblateHeadMeasurement(Measurement):
     heads: list[str]
     method: Literal["zero", "mean", "resample"]
     positions: PositionsSpec
-    mean_over: Literal["per_position", "all_real_positions"] | None = Field(
-        default=None, description="For method 'mean': whether the mean was taken per position or over all real tokens."
+    mean_over: Literal["per_position", "per_position_from_end"] | None = Field(
+        default=None,
+        description="For method 'mean': per_position = each position gets the batch mean at that index (equal "
+        "lengths); per_position_from_end = each position gets the batch mean at the same distance from each prompt's "
+        "last token (unequal lengths; 'last' → the mean answer-position z).",
     )
     permutation: list[int] | None = Field(
         default=None, description="For method 'resample': prompt i received prompt permutation[i]'s activation."
