@@ -77,8 +77,8 @@ def test_trial_statuses_follow_the_decomposition_and_the_control_pool(tiny: Load
         statuses[layer] = record.status
         assert record.status == ("executed" if expected_active else "skipped_source_inactive")
         assert record.baseline.source_answer.top1
-        if not expected_active:
-            assert "not in the active support" in record.detail and record.support
+        assert ("not in the active support" in (record.detail or "")) == (not expected_active)
+        assert record.support  # the active atoms are reported either way
     assert "skipped_source_inactive" in statuses.values() and "executed" in statuses.values()
     active_layer = next(layer for layer, status in statuses.items() if status == "executed")
     # Tolerance 0 admits only an exact distance match, which random weights never give.
@@ -114,8 +114,14 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
         # Substitute with the control outside the support moves c_src from the source to the control atom:
         # Δh = α·c_src·(v_t − v_src), so ‖Δh‖ = α·c_src·displacement.
         assert control.edit_norm == pytest.approx(record.source_coordinate * control.displacement, rel=1e-4)
-    if not record.target_was_active:
-        assert record.real_edit_norm == pytest.approx(record.source_coordinate * record.target_displacement, rel=1e-4)
+    # The real edit, by the substitute rule: Δh = α·[(c_src − c_tgt)·v_tgt − c_src·v_src], c_tgt = 0 when the
+    # target atom is not active (then ‖Δh‖ = α·c_src·‖v_tgt − v_src‖).
+    decomposition = lens.decompose(tiny.bridge, x, layer, k=25)
+    coordinates = dict(zip(decomposition.support.tolist(), decomposition.coordinates.tolist(), strict=True))
+    c_src, c_tgt = coordinates[source], coordinates.get(target, 0.0)
+    assert record.target_was_active == (target in coordinates)
+    expected_delta = (c_src - c_tgt) * dictionary[target] - c_src * dictionary[source]
+    assert record.real_edit_norm == pytest.approx(float(expected_delta.norm()), rel=1e-4)
     # The solver's diagnostics are recorded on every edit: the cosine of the two atoms, recomputed here.
     for edit, diagnostics in [(target, record.real_patch), *[(c.token_id, c.patch) for c in record.controls]]:
         assert diagnostics is not None

@@ -253,10 +253,11 @@ def test_causal_swap_benchmark_on_the_country_corpus(embedded: LoadedModel) -> N
     assert embedded.tokenizer.decode([ids[0, trial.position]]).strip() == trial.source == trial.position_token.strip()
     for record in job.trials:
         assert record.status in ("executed", "skipped_source_inactive", "skipped_no_control_token")
-        if record.status == "skipped_source_inactive":
-            assert record.support and record.detail and "not in the active support" in record.detail
-        if record.status == "executed":
-            assert len(record.controls) == 5 and record.real is not None
+        inactive = record.status == "skipped_source_inactive"
+        assert inactive == ("not in the active support" in (record.detail or ""))
+        assert bool(record.support)
+        executed = record.status == "executed"
+        assert (len(record.controls) == 5 and record.real is not None) == executed
     executed = [t for t in job.trials if t.status == "executed"]
     assert result.summary.real.n == len(executed)
     assert result.summary.control.n == 5 * len(executed)

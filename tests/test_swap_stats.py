@@ -12,6 +12,8 @@ import torch
 from scipy import stats
 
 from mcp_interp.core.swap import stats as swap_stats
+from mcp_interp.core.swap.summary import summarize
+from mcp_interp.schemas.swap import AnswerScore, ControlDraw, TrialRecord
 
 
 def test_score_answer_rank_margin_and_ties() -> None:
@@ -181,3 +183,68 @@ def test_rate_and_spread() -> None:
     mean, sd, low, high = swap_stats.spread([0.2, 0.4, 0.6])
     assert math.isclose(mean, 0.4) and math.isclose(sd, 0.2) and (low, high) == (0.2, 0.6)
     assert swap_stats.spread([0.3])[1] == 0.0
+
+
+def record(function: str, source: str, layer: int, real: bool | None, controls: list[bool]) -> TrialRecord:
+    """A hand-built trial: ``real`` None means skipped (source inactive); scores carry only what summarize reads."""
+
+    def score(top1: bool) -> AnswerScore:
+        return AnswerScore(
+            token=" x",
+            token_id=1,
+            logit=0.0,
+            rank=0 if top1 else 3,
+            margin=1.0 if top1 else -1.0,
+            top1=top1,
+            top_token=" x",
+        )
+
+    executed = real is not None
+    return TrialRecord(
+        function=function,
+        source=source,
+        target="T",
+        layer=layer,
+        prompt=f"{function} of {source}",
+        position=3,
+        position_token=" x",
+        status="executed" if executed else "skipped_source_inactive",
+        real=score(real) if executed else None,
+        controls=[
+            ControlDraw(seed=s, token=" c", token_id=2, displacement=1.0, edit_norm=1.0, score=score(c))
+            for s, c in enumerate(controls)
+        ]
+        if executed
+        else [],
+    )
+
+
+def test_summarize_counts_constructed_trials_by_hand() -> None:
+    trials = [
+        record("capital", "France", 0, True, [False, False]),
+        record("capital", "France", 1, True, [True, False]),
+        record("capital", "Japan", 0, False, [False, True]),
+        record("language", "Italy", 1, False, [False, False]),
+        record("language", "Italy", 0, None, []),
+    ]
+    summary = summarize(trials, layers=[0, 1], seeds=[0, 1], excluded=7)
+    assert summary.status_counts == {"executed": 4, "skipped_source_inactive": 1, "skipped_no_control_token": 0}
+    assert (summary.real.successes, summary.real.n, summary.real.n_independent_prompts) == (2, 4, 3)
+    assert (summary.control.successes, summary.control.n) == (2, 8)
+    assert [(s.seed, s.rate.successes, s.rate.n) for s in summary.control_by_seed] == [(0, 1, 4), (1, 1, 4)]
+    # McNemar per seed, (real, control) per trial — seed 0: (T,F) (T,T) (F,F) (F,F); seed 1: (T,F) (T,F) (F,T) (F,F).
+    assert [(t.real_only, t.control_only) for t in summary.paired.per_seed] == [(1, 0), (2, 1)]
+    # Exchangeable-arm null: s/3 per trial = 1/3, 2/3, 1/3, 0 → E[T] = 4/3; observed T = 2.
+    assert summary.paired.real_successes == 2
+    assert math.isclose(summary.paired.expected_real_successes, 4 / 3)
+    assert summary.paired.informative_trials == 3
+    assert [(row.layer, row.executed, row.skipped_source_inactive) for row in summary.by_layer] == [
+        (0, 2, 1),
+        (1, 2, 0),
+    ]
+    assert summary.layers_executed == [0, 1]
+    assert summary.real_success_prompts == ["capital/France"]
+    assert (summary.excluded_trials, summary.n_independent_prompts) == (7, 3)
+    # by prompt: France (1 − ¼ + 1 − ½)/2 > 0, Japan 0 − ½ < 0, Italy 0 − 0 = 0.
+    assert (summary.paired.by_prompt.real_better, summary.paired.by_prompt.control_better) == (1, 1)
+    assert summary.paired.by_prompt.ties == 1
