@@ -95,8 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Fit a Jacobian lens for causal_swap (lens='jacobian') and cache it; prints its identity as JSON.",
     )
     _add_model_options(fit)
-    fit.add_argument("--max-prompts", type=int, default=48, help="Texts to fit on (default: all 48 shipped).")
-    fit.add_argument("--max-seq-len", type=int, default=64, help="Tokens per text (default 64).")
+    fit.add_argument("--max-prompts", type=int, default=8, help="Texts to fit on (default 8; 48 are shipped).")
+    fit.add_argument("--max-seq-len", type=int, default=32, help="Tokens per text (default 32).")
+    fit.add_argument(
+        "--skip-first-positions", type=int, default=4, help="Leading positions left out of the average (default 4)."
+    )
     fit.add_argument("--dim-batch", type=int, default=32, help="Output dimensions per backward pass (default 32).")
     fit.add_argument("--texts", help="A JSON file with a list of texts to fit on instead of the shipped corpus.")
     fit.add_argument("--force", action="store_true", help="Refit even if an identical fit is cached.")
@@ -204,7 +207,12 @@ def _fit_lens(args: argparse.Namespace) -> int:
             print(f"--texts: cannot read a JSON list of texts from {args.texts}: {exc}", file=sys.stderr)
             return 2
     try:
-        settings = FitSettings(max_prompts=args.max_prompts, max_seq_len=args.max_seq_len, dim_batch=args.dim_batch)
+        settings = FitSettings(
+            max_prompts=args.max_prompts,
+            max_seq_len=args.max_seq_len,
+            dim_batch=args.dim_batch,
+            skip_first_positions=args.skip_first_positions,
+        )
         model = load_model(args.model, args.device, args.dtype)
         corpus = Path(args.texts).name if args.texts else None
         job = FitLensJob(model, settings, texts=texts, corpus=corpus, force=args.force)

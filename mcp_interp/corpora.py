@@ -14,7 +14,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def corpora_dir() -> Path:
-    """JSON corpora: ``ioi.json``, ``countries.json`` (causal swap), ``lens_corpus.json`` (lens fits)."""
+    """JSON corpora: ``ioi.json``, ``capitals_languages.json`` and ``countries.json`` (causal swap),
+    ``lens_corpus.json`` (lens fits)."""
     return DATA_DIR / "corpora"
 
 

@@ -102,6 +102,7 @@ async def demo(model: str) -> None:
             "target_answer": "Ottawa",
             "layer": 15,
             "position": "concept",
+            "lens": "logit",  # no fit needed; the default Jacobian lens is fitted (about 4 min) on first use
         }
         swap = structured(await client.call_tool("causal_swap_trial", swap_args))
         trial = swap["trial"]

@@ -78,7 +78,12 @@ async def test_stdio_causal_swap_benchmark_artifact_round_trip(tmp_path: Path, t
     assert Path(out["artifact_path"]).is_relative_to(tmp_path / "out")
     assert Path(out["artifact_path"]).read_text(encoding="utf-8") == text
     steps = [m for m in progress if not m.startswith("waiting for model")]
-    assert len(steps) == 1 + 3 * 12 and steps[0].startswith("baselines")
+    # No lens is cached in this fresh cache: the default Jacobian lens is fitted first (8 texts, then the save).
+    fitting = [m for m in steps if "fitting one first" in m]
+    assert len(fitting) == 8 + 1 and steps[: len(fitting)] == fitting
+    trials = steps[len(fitting) :]
+    assert len(trials) == 1 + 3 * 12 and trials[0].startswith("baselines")
+    assert out["lens"]["kind"] == "jacobian"
     assert document["protocol"]["settings"]["position"] == "concept"
     assert verdicts[0]["valid"] is True
     assert verdicts[1]["valid"] is False and verdicts[1]["altered"] == ["results", "results.trials"]

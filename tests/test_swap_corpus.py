@@ -96,6 +96,14 @@ def test_malformed_corpora_are_rejected(change: dict[str, Any], message: str) ->
 def test_unknown_shipped_corpus_is_an_input_error() -> None:
     with pytest.raises(InputError, match="countries"):
         load_corpus("../../etc/passwd")
+    with pytest.raises(InputError, match="capitals_languages"):
+        load_corpus("ioi")  # a shipped data file, but not a swap corpus
+
+
+def test_default_corpus_is_the_capable_one() -> None:
+    corpus = load_corpus("capitals_languages")
+    assert [f.name for f in corpus.functions] == ["capital", "language"] and len(corpus.concepts) == 8
+    assert corpus.functions[0].answers["Canada"] == "Ottawa" and corpus.functions[1].answers["Egypt"] == "Arabic"
 
 
 def test_duplicate_concepts_are_rejected() -> None:

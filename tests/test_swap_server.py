@@ -32,7 +32,7 @@ async def test_benchmark_summary_agrees_with_its_own_artifact(tiny_session: Sess
 
         result = await client.call_tool(
             "causal_swap_benchmark",
-            {"corpus": corpus, "layers": [0, 1], "control_seeds": [0, 1, 2]},
+            {"corpus": corpus, "layers": [0, 1], "control_seeds": [0, 1, 2], "lens": "logit", "position": "last"},
             progress_callback=on_progress,
         )
         out = assert_valid_structured(tools["causal_swap_benchmark"], result)
@@ -109,7 +109,8 @@ async def test_tampering_with_the_artifact_is_named(tiny_session: Session, tiny:
     async with Client(build_server(tiny_session)) as client:
         out = (
             await client.call_tool(
-                "causal_swap_benchmark", {"corpus": tiny_corpus(tiny), "layers": [1], "control_seeds": [0]}
+                "causal_swap_benchmark",
+                {"corpus": tiny_corpus(tiny), "layers": [1], "control_seeds": [0], "lens": "logit", "position": "last"},
             )
         ).structured_content
         document = json.loads((await client.read_resource(out["artifact_uri"])).contents[0].text)
@@ -126,9 +127,15 @@ async def test_benchmark_errors_name_the_fix(
 ) -> None:
     monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "empty-cache"))  # no lens fitted here
     async with Client(build_server(tiny_session)) as client:
-        no_lens = await client.call_tool("causal_swap_benchmark", {"lens": "jacobian", "layers": [0]})
-        bad_layer = await client.call_tool("causal_swap_benchmark", {"layers": [2]})
-        nothing = await client.call_tool("causal_swap_benchmark", {"corpus": "countries", "layers": [0]})
+        no_lens = await client.call_tool(
+            "causal_swap_trial",
+            {"template": TEMPLATE, "source": "France", "target": "Canada", "source_answer": "six"}
+            | {"target_answer": "six", "layer": 0, "lens": "jacobian", "lens_path": str(tmp_path / "missing.pt")},
+        )
+        bad_layer = await client.call_tool("causal_swap_benchmark", {"layers": [2], "lens": "logit"})
+        nothing = await client.call_tool(
+            "causal_swap_benchmark", {"corpus": "countries", "layers": [0], "lens": "logit"}
+        )
     assert "fit_lens" in error_text(no_lens)
     assert "cannot be edited" in error_text(bad_layer)
     # The shipped corpus runs on tiny; its answers outside tiny's vocabulary are ledgered, not fatal.
@@ -178,7 +185,9 @@ async def test_fit_lens_then_a_jacobian_trial(
     default = tiny.bridge.cfg.default_prepend_bos
     tiny.bridge.cfg.default_prepend_bos = bos
     try:
-        direct = JacobianLens.fit(tiny.bridge, texts, corpus="x", dim_batch=32, max_seq_len=64, show_progress=False)
+        direct = JacobianLens.fit(
+            tiny.bridge, texts, corpus="x", dim_batch=32, max_seq_len=32, skip_first_positions=4, show_progress=False
+        )
     finally:
         tiny.bridge.cfg.default_prepend_bos = default
     for layer in (0, 1):
@@ -186,3 +195,35 @@ async def test_fit_lens_then_a_jacobian_trial(
     assert trial["lens"]["kind"] == "jacobian" and trial["lens"]["sha256"] == lens["sha256"]
     assert trial["trial"]["status"] in ("executed", "skipped_source_inactive", "skipped_no_control_token")
     assert "too short" in error_text(short)
+
+
+async def test_the_default_benchmark_fits_the_default_lens_on_first_need(
+    tiny_session: Session, tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "cache"))
+    messages: list[str] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+
+    arguments = {"corpus": tiny_corpus(tiny), "layers": [1], "control_seeds": [0]}  # lens and position: defaults
+    async with Client(build_server(tiny_session)) as client:
+        tools = await tools_by_name(client)
+        first = assert_valid_structured(
+            tools["causal_swap_benchmark"],
+            await client.call_tool("causal_swap_benchmark", arguments, progress_callback=on_progress),
+        )
+        fitted = len(messages)
+        second = assert_valid_structured(
+            tools["causal_swap_benchmark"], await client.call_tool("causal_swap_benchmark", arguments)
+        )
+    assert first["settings"]["lens"] == "jacobian" and first["settings"]["position"] == "concept"
+    assert first["lens"]["kind"] == "jacobian" and Path(first["lens"]["path"]).is_relative_to(tmp_path / "cache")
+    fit_settings = first["lens"]["settings"]
+    assert (fit_settings["max_seq_len"], fit_settings["skip_first_positions"]) == (32, 4)
+    assert first["lens"]["n_prompts"] == 8  # the default fit: the first 8 shipped paragraphs
+    fit_messages = [m for m in messages[:fitted] if "fitting one first" in m]
+    assert len(fit_messages) == 8 + 1  # one per text, then the save
+    assert any("was fitted for this run" in n for n in first["notes"])
+    assert second["lens"]["sha256"] == first["lens"]["sha256"]  # cached: the second run reuses it
+    assert not any("was fitted for this run" in n for n in second["notes"])

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from mcp_interp.core.swap.corpus import Resolved, load_corpus, prompt_text, resolve, token_reason, trial_keys
-from mcp_interp.core.swap.lenses import resolve_lens
+from mcp_interp.core.swap.lenses import FitLensJob, default_fit, load_lens_file, resolve_lens
 from mcp_interp.core.swap.summary import benchmark_notes, summarize
 from mcp_interp.core.swap.trial import (
     PromptRun,
@@ -199,6 +199,69 @@ class SwapBenchmarkJob:
         return blocked
 
 
+class BenchmarkRun:
+    """A benchmark job, preceded by fitting the default Jacobian lens when the run needs one and none is cached.
+
+    One job for the server (one progress bar, cancellable between texts of the fit and between trials); the fit is
+    cached on disk, so only the first benchmark of a model pays for it. ``benchmark`` exists once the lens does.
+    """
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        corpus: SwapCorpus,
+        layers: Sequence[int] | None,
+        lens_kind: str,
+        lens_path: str | None,
+        settings: SwapSettings,
+    ) -> None:
+        self.model, self.corpus, self.layers, self.settings = model, corpus, layers, settings
+        self.fit: FitLensJob | None = None
+        self.benchmark: SwapBenchmarkJob | None = None
+        self.fit = default_fit(model, lens_kind, lens_path)
+        if self.fit is not None:
+            # Check now what would otherwise fail only after minutes of fitting.
+            check_settings(model, settings, self._layers(self.fit.layers), _fitted_info(self.fit.layers))
+            self._n_keys = len(trial_keys(corpus))
+        else:
+            lens, info = resolve_lens(model, lens_kind, lens_path)
+            self.benchmark = SwapBenchmarkJob(model, corpus, self._layers(info.source_layers), lens, info, settings)
+
+    def _layers(self, source_layers: Sequence[int]) -> list[int]:
+        return list(self.layers) if self.layers is not None else list(source_layers)
+
+    def total_steps(self) -> int:
+        if self.benchmark is not None:
+            return self.benchmark.total_steps()
+        assert self.fit is not None
+        return self.fit.total_steps() + 1 + self._n_keys * len(set(self._layers(self.fit.layers)))
+
+    def steps(self) -> Iterator[str]:
+        if self.fit is not None and self.benchmark is None:
+            for message in self.fit.steps():
+                yield f"no Jacobian lens cached for this model: fitting one first — {message}"
+            lens, info = load_lens_file(self.fit.path, self.model)
+            self.benchmark = SwapBenchmarkJob(
+                self.model, self.corpus, self._layers(info.source_layers), lens, info, self.settings
+            )
+        assert self.benchmark is not None
+        yield from self.benchmark.steps()
+        if self.fit is not None and self.benchmark.result is not None:
+            self.benchmark.result.notes.append(
+                f"A Jacobian lens was fitted for this run ({len(self.fit.texts)} texts, {self.fit.fit_seconds:.0f} s) "
+                f"and cached at {self.fit.path}; later runs reuse it. fit_lens fits a larger one."
+            )
+
+    @property
+    def result(self) -> SwapBenchmarkMeasurement | None:
+        return self.benchmark.result if self.benchmark is not None else None
+
+
+def _fitted_info(source_layers: Sequence[int]) -> LensInfo:
+    """Enough of a future lens's identity to check layers against before fitting it."""
+    return LensInfo(kind="jacobian", sha256=None, path=None, source_layers=list(source_layers))
+
+
 def prepare_benchmark(
     model: LoadedModel,
     corpus: str | SwapCorpus,
@@ -206,11 +269,8 @@ def prepare_benchmark(
     lens_kind: str,
     lens_path: str | None,
     settings: SwapSettings,
-) -> SwapBenchmarkJob:
-    """A benchmark job from a tool's arguments: a shipped corpus by name or a corpus object, the lens by kind
-    (and file), and by default every layer the lens can edit. Runs no forward pass."""
+) -> BenchmarkRun:
+    """A benchmark from a tool's arguments: a shipped corpus by name or a corpus object, the lens by kind (and
+    file), by default every layer the lens can edit. Runs no forward pass (a lens it must fit is fitted in steps)."""
     corpus_object = load_corpus(corpus) if isinstance(corpus, str) else corpus
-    lens, info = resolve_lens(model, lens_kind, lens_path)
-    return SwapBenchmarkJob(
-        model, corpus_object, layers if layers is not None else info.source_layers, lens, info, settings
-    )
+    return BenchmarkRun(model, corpus_object, layers, lens_kind, lens_path, settings)

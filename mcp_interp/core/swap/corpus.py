@@ -22,12 +22,15 @@ from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.swap import SLOT, SwapCorpus, SwapFunction
 
+SHIPPED = ("capitals_languages", "countries")
+
 
 def load_corpus(name: str) -> SwapCorpus:
-    """A corpus shipped in ``mcp_interp/data/corpora/`` (``countries``)."""
+    """A causal-swap corpus shipped in ``mcp_interp/data/corpora/`` (one of ``SHIPPED``)."""
+    if name not in SHIPPED:
+        shipped = ", ".join(map(repr, SHIPPED))
+        raise InputError(f"No shipped causal-swap corpus named {name!r}; shipped: {shipped} (or pass a corpus).")
     path = corpora_dir() / f"{name}.json"
-    if not name.isidentifier() or not path.is_file():
-        raise InputError(f"No shipped causal-swap corpus named {name!r}; shipped: 'countries' (or pass a corpus).")
     return SwapCorpus.model_validate(json.loads(path.read_text(encoding="utf-8")))
 
 
