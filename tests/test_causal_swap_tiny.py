@@ -264,3 +264,37 @@ def test_the_benchmark_document_records_the_finished_job_and_fingerprints_only_t
     drain(changed)
     third = artifact.benchmark_document(changed, ref, "0.0.test")
     assert third["fingerprints"]["protocol"] != document["fingerprints"]["protocol"]
+
+
+def test_the_benchmarks_batched_edits_equal_one_trial_at_a_time(tiny: LoadedModel) -> None:
+    from mcp_interp.schemas.swap import SwapCorpus
+    from tests.mcp_helpers import tiny_corpus
+
+    lens, info = identity_lens(tiny)
+    corpus = SwapCorpus.model_validate(tiny_corpus(tiny))
+    job = SwapBenchmarkJob(tiny, corpus, [0, 1], lens, info, settings(control_seeds=[0, 1]))
+    drain(job)
+    executed = [t for t in job.trials if t.status == "executed"]
+    assert executed  # its edits ran in a batch with the rest of its prompt's group
+    templates = {f.name: f for f in corpus.functions}
+    for record in job.trials:
+        function = templates[record.function]
+        alone = causal_swap_trial(
+            tiny,
+            lens,
+            info,
+            function.template,
+            record.source,
+            record.target,
+            function.answers[record.source],
+            function.answers[record.target],
+            record.layer,
+            settings(control_seeds=[0, 1]),
+        ).trial
+        assert alone.status == record.status
+        pairs = [(alone.real, record.real)] + [
+            (a.score, b.score) for a, b in zip(alone.controls, record.controls, strict=True)
+        ]
+        for one, batched in pairs:
+            assert (one is None) == (batched is None)
+            assert one is None or (one.logit == pytest.approx(batched.logit, abs=1e-4) and one.rank == batched.rank)

@@ -4,30 +4,35 @@ Each prompt is run once, unedited, and that run (its answer scores and the resid
 layer) is shared by all its trials. A prompt the model cannot answer (strict top-1) and a trial
 that cannot run (a word that is not one token, the same answer token for source and target, an
 incapable source, an unknown target) go to the exclusion ledger once, with the reason, and are
-never counted. Steps yield once per trial slot, so the job reports progress and can be
-cancelled between trials.
+never counted. The trials of one prompt at one layer edit the same run, so their edits (real and
+controls, all targets) go through one batched forward; steps then yield once per trial slot, and
+a cancelled job stops between prompts.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-from mcp_interp.core.swap.corpus import Resolved, load_corpus, prompt_text, resolve, token_reason, trial_keys
+from mcp_interp.core.swap.corpus import Resolved, TrialKey, load_corpus, prompt_text, resolve, token_reason, trial_keys
 from mcp_interp.core.swap.lenses import FitLensJob, default_fit, load_lens_file, resolve_lens
 from mcp_interp.core.swap.summary import benchmark_notes, summarize
 from mcp_interp.core.swap.trial import (
+    EditPlan,
     PromptRun,
     TrialTokens,
     answer_score,
     capability_reason,
     check_settings,
     edit_position,
+    edited_last_logits,
     new_record,
+    plan_edit_trial,
     prompt_run,
-    run_edit_trial,
+    score_edit_trial,
 )
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -81,38 +86,31 @@ class SwapBenchmarkJob:
             self.lens.clear_device_cache()
 
     def _steps(self) -> Iterator[str]:
-        tokenizer = self.model.tokenizer
         runs, scores = self._baselines()
         yield f"baselines: {len(runs)} prompts run, {len(self.exclusions)} excluded"
         blocked = self._blocked_trials(scores)
         distances: dict[tuple[int, int], torch.Tensor] = {}
         for layer in self.layers:
-            for key in self.keys:
-                reason = blocked.get((key.function, key.source, key.target))
-                if reason is not None:
-                    yield f"layer {layer}: {key.function} {key.source}→{key.target} excluded"
-                    continue
-                run = runs[(key.function, key.source)]
-                record = new_record(
-                    tokenizer, key.function, key.source, key.target, layer, self._prompt(key.function, key.source), run
-                )
-                record.baseline = TrialBaseline(
-                    source_answer=scores[(key.function, key.source)],
-                    target_answer=answer_score(
-                        tokenizer, run.last_logits, self.resolved.answer_ids[(key.function, key.target)]
-                    ),
-                    target_prompt_answer=scores[(key.function, key.target)],
-                )
-                tokens = TrialTokens(
-                    source_id=self.resolved.concept_ids[key.source],
-                    target_id=self.resolved.concept_ids[key.target],
-                    source_answer_id=self.resolved.answer_ids[(key.function, key.source)],
-                    target_answer_id=self.resolved.answer_ids[(key.function, key.target)],
-                )
-                self.trials.append(
-                    run_edit_trial(self.model, self.lens, run, layer, tokens, self.settings, record, distances)
-                )
-                yield f"layer {layer}: {key.function} {key.source}→{key.target} {record.status}"
+            # The trials of one prompt at one layer edit the same run: their edits go through one batched forward.
+            for (function, source), group in itertools.groupby(self.keys, key=lambda k: (k.function, k.source)):
+                done: list[tuple[TrialKey, TrialRecord | None]] = []
+                plans: list[EditPlan] = []
+                for key in group:
+                    if (key.function, key.source, key.target) in blocked:
+                        done.append((key, None))
+                        continue
+                    record, plan = self._plan(key, layer, runs, scores, distances)
+                    self.trials.append(record)
+                    done.append((key, record))
+                    plans += [plan] if plan is not None else []
+                if plans:
+                    run = runs[(function, source)]
+                    logits = edited_last_logits(self.model, run, layer, torch.cat([q.patched for q in plans]))
+                    for plan, rows in zip(plans, logits.split([len(q.patched) for q in plans]), strict=True):
+                        score_edit_trial(self.model, plan, rows, self.settings)
+                for key, done_record in done:
+                    status = "excluded" if done_record is None else done_record.status
+                    yield f"layer {layer}: {key.function} {key.source}→{key.target} {status}"
             self.lens.clear_device_cache()  # the dictionary is vocabulary-sized, one per layer
             distances.clear()
         n_slots = sum(1 for _ in blocked) * len(self.layers)
@@ -124,6 +122,36 @@ class SwapBenchmarkJob:
             exclusions=self.exclusions,
             notes=self.notes + benchmark_notes(self.trials, self.settings),
         )
+
+    def _plan(
+        self,
+        key: TrialKey,
+        layer: int,
+        runs: dict[tuple[str, str], PromptRun],
+        scores: dict[tuple[str, str], AnswerScore],
+        distances: dict[tuple[int, int], torch.Tensor],
+    ) -> tuple[TrialRecord, EditPlan | None]:
+        """One trial's record and, when it executes, its solved edits (run later in the prompt's batch)."""
+        tokenizer = self.model.tokenizer
+        run = runs[(key.function, key.source)]
+        record = new_record(
+            tokenizer, key.function, key.source, key.target, layer, self._prompt(key.function, key.source), run
+        )
+        record.baseline = TrialBaseline(
+            source_answer=scores[(key.function, key.source)],
+            target_answer=answer_score(
+                tokenizer, run.last_logits, self.resolved.answer_ids[(key.function, key.target)]
+            ),
+            target_prompt_answer=scores[(key.function, key.target)],
+        )
+        tokens = TrialTokens(
+            source_id=self.resolved.concept_ids[key.source],
+            target_id=self.resolved.concept_ids[key.target],
+            source_answer_id=self.resolved.answer_ids[(key.function, key.source)],
+            target_answer_id=self.resolved.answer_ids[(key.function, key.target)],
+        )
+        plan = plan_edit_trial(self.model, self.lens, run, layer, tokens, self.settings, record, distances)
+        return record, plan
 
     def _prompt(self, function: str, concept: str) -> str:
         return prompt_text(next(f for f in self.corpus.functions if f.name == function), concept)

@@ -226,6 +226,19 @@ def never_drawn(tokenizer: Any, d_vocab: int) -> list[int]:
     return sorted({int(i) for i in tokenizer.all_special_ids} | set(range(len(tokenizer), d_vocab)))
 
 
+@dataclass
+class EditPlan:
+    """A trial's edits, solved but not yet run: the real edit first, then one control per seed."""
+
+    record: TrialRecord
+    tokens: TrialTokens
+    controls: list[int]
+    distances: torch.Tensor
+    patched: torch.Tensor  # [1 + seeds, d_model]: the edited activations, real first
+    patches: list[Any]
+    diagnostics: list[PatchDiagnostics]
+
+
 def run_edit_trial(
     model: LoadedModel,
     lens: Any,
@@ -236,7 +249,26 @@ def run_edit_trial(
     record: TrialRecord,
     distance_cache: dict[tuple[int, int], torch.Tensor],
 ) -> TrialRecord:
-    """Steps 2–3 of a trial whose baseline passed; fills ``record`` and returns it.
+    """Steps 2–3 of a trial whose baseline passed; fills ``record`` and returns it."""
+    plan = plan_edit_trial(model, lens, run, layer, tokens, settings, record, distance_cache)
+    if plan is not None:
+        score_edit_trial(model, plan, edited_last_logits(model, run, layer, plan.patched), settings)
+    return record
+
+
+def plan_edit_trial(
+    model: LoadedModel,
+    lens: Any,
+    run: PromptRun,
+    layer: int,
+    tokens: TrialTokens,
+    settings: SwapSettings,
+    record: TrialRecord,
+    distance_cache: dict[tuple[int, int], torch.Tensor],
+) -> EditPlan | None:
+    """Step 2 of a trial: decompose, check the source is active, draw controls and solve every edit. Returns None
+    (with ``record`` skipped and explained) when the trial cannot execute. Separate from the forward so a benchmark
+    can run the edits of several trials of one prompt and layer in one batch.
 
     ``distance_cache`` maps (layer, source id) to ‖v_t − v_source‖ for every t (it depends on nothing
     else, so a benchmark shares it across prompts and targets of one layer).
@@ -259,7 +291,7 @@ def run_edit_trial(
             f"the source atom {tokenizer.decode([tokens.source_id])!r} is not in the active support of the "
             f"activation at layer {layer}, position {run.position} ({len(support)} atoms; top: {shown})"
         )
-        return record
+        return None
     record.source_coordinate = float(decomposition.coordinates[support.index(tokens.source_id)])
     key = (layer, tokens.source_id)
     if key not in distance_cache:
@@ -280,7 +312,7 @@ def run_edit_trial(
             f"within tolerance {settings.control_tolerance} (closest relative mismatch: {nearest}); the tolerance is "
             "never widened silently — pass a larger control_tolerance to allow looser controls"
         )
-        return record
+        return None
     controls = [draw_control(pool, seed) for seed in settings.control_seeds]
     edits = [tokens.target_id, *controls]
     patches, diagnostics = [], []
@@ -292,26 +324,31 @@ def run_edit_trial(
             )
         patches.append(patch)
         diagnostics.append(patch_diagnostics(patch, [str(w.message) for w in raised]))
-    logits = edited_last_logits(model, run, layer, torch.stack([x + patch.delta for patch in patches]))
+    patched = torch.stack([x + patch.delta for patch in patches])
+    return EditPlan(record, tokens, controls, distances, patched, patches, diagnostics)
+
+
+def score_edit_trial(model: LoadedModel, plan: EditPlan, logits: torch.Tensor, settings: SwapSettings) -> None:
+    """Step 3: score the target's answer in each edited run (``logits`` [1 + seeds, vocab], real first)."""
+    tokenizer, record, tokens, patches = model.tokenizer, plan.record, plan.tokens, plan.patches
     record.status = EXECUTED
     record.real = answer_score(tokenizer, logits[0], tokens.target_answer_id)
     record.real_source_answer = answer_score(tokenizer, logits[0], tokens.source_answer_id)
     record.target_was_active = not patches[0].target_was_appended
     record.real_edit_norm = float(torch.linalg.vector_norm(patches[0].delta))
-    record.real_patch = diagnostics[0]
+    record.real_patch = plan.diagnostics[0]
     record.controls = [
         ControlDraw(
             seed=seed,
             token=tokenizer.decode([token]),
             token_id=token,
-            displacement=float(distances[token]),
+            displacement=float(plan.distances[token]),
             edit_norm=float(torch.linalg.vector_norm(patch.delta)),
             score=answer_score(tokenizer, logits[i + 1], tokens.target_answer_id),
-            patch=diagnostics[i + 1],
+            patch=plan.diagnostics[i + 1],
         )
-        for i, (seed, token, patch) in enumerate(zip(settings.control_seeds, controls, patches[1:], strict=True))
+        for i, (seed, token, patch) in enumerate(zip(settings.control_seeds, plan.controls, patches[1:], strict=True))
     ]
-    return record
 
 
 def causal_swap_trial(
