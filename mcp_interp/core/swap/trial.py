@@ -239,23 +239,6 @@ class EditPlan:
     diagnostics: list[PatchDiagnostics]
 
 
-def run_edit_trial(
-    model: LoadedModel,
-    lens: Any,
-    run: PromptRun,
-    layer: int,
-    tokens: TrialTokens,
-    settings: SwapSettings,
-    record: TrialRecord,
-    distance_cache: dict[tuple[int, int], torch.Tensor],
-) -> TrialRecord:
-    """Steps 2–3 of a trial whose baseline passed; fills ``record`` and returns it."""
-    plan = plan_edit_trial(model, lens, run, layer, tokens, settings, record, distance_cache)
-    if plan is not None:
-        score_edit_trial(model, plan, edited_last_logits(model, run, layer, plan.patched), settings)
-    return record
-
-
 def plan_edit_trial(
     model: LoadedModel,
     lens: Any,
@@ -402,7 +385,9 @@ def causal_swap_trial(
         record.detail = "target fact not known: " + capability_reason(baseline.target_prompt_answer)
     else:
         try:
-            run_edit_trial(model, lens, run, layer, tokens, settings, record, {})
+            plan = plan_edit_trial(model, lens, run, layer, tokens, settings, record, {})
+            if plan is not None:
+                score_edit_trial(model, plan, edited_last_logits(model, run, layer, plan.patched), settings)
         finally:
             lens.clear_device_cache()  # the dictionary is vocabulary-sized
     if record.status == EXECUTED:
