@@ -52,6 +52,35 @@ def hook_mlp_out(layer: int) -> str:
     return f"blocks.{layer}.hook_mlp_out"
 
 
+def hook_mlp_post(layer: int) -> str:
+    """Block ``layer``'s MLP neurons: the input of its down projection, ``[batch, seq, d_mlp]``."""
+    return f"blocks.{layer}.mlp.hook_post"
+
+
+def hook_resid_mid(layer: int) -> str:
+    """The residual stream between block ``layer``'s attention and its MLP — for reading only.
+
+    The bridge aliases it to the MLP norm's input: a value written there reaches the MLP but not
+    the residual stream the block carries on (HF Llama keeps its own copy of the residual), so
+    patching code writes ``resid_mid`` through ``hook_attn_out`` instead.
+    """
+    return f"blocks.{layer}.hook_resid_mid"
+
+
+def site_hook(site: str, layer: int) -> str:
+    """The hook whose value is a patching site's activation (``core.patching.Site``) at ``layer``."""
+    names = {
+        "resid_pre": hook_in,
+        "resid_mid": hook_resid_mid,
+        "resid_post": hook_out,
+        "attn_out": hook_attn_out,
+        "mlp_out": hook_mlp_out,
+        "z": hook_z,
+        "mlp_post": hook_mlp_post,
+    }
+    return names[site](layer)
+
+
 # --- the Hugging Face model inside the bridge ---------------------------------------------------
 
 

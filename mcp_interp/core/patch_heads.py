@@ -20,19 +20,19 @@ from typing import Any, Literal
 
 import torch
 
-from mcp_interp.core import metrics, suffix_sweep
+from mcp_interp.core import metrics
+from mcp_interp.core.bridge import hook_z
 from mcp_interp.core.heads import Head, PositionSpec, parse_heads, position_mask
 from mcp_interp.core.jobs import Job
 from mcp_interp.core.patching import (
     BlockTrace,
-    HeadPatchSweep,
-    HeadSweep,
     LogitDiffReadout,
+    Unit,
     attribution_estimates,
     capture_forward,
     trace_blocks,
 )
-from mcp_interp.core.suffix_sweep import SuffixHeadPatchSweep
+from mcp_interp.core.suffix_sweep import best_sweep
 from mcp_interp.core.tokens import Batch, encode, resolve_answers, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -107,7 +107,7 @@ class PatchHeadsJob(Job[PatchHeadsMeasurement]):
         # Two forwards serve everything: the base run (traced for exact patching) and the source
         # run (its z); both stop before the unembedding, which is applied at the answer only.
         base_run = capture_forward(bridge, base.input_ids, trace=self.method == "exact")
-        source_run = capture_forward(bridge, source.input_ids, z_layers=layers)
+        source_run = capture_forward(bridge, source.input_ids, [hook_z(layer) for layer in layers])
 
         def final_metric(batch: Batch, final: torch.Tensor) -> torch.Tensor:
             answer = final[everyone, batch.answer_positions]
@@ -116,7 +116,7 @@ class PatchHeadsJob(Job[PatchHeadsMeasurement]):
 
         base_ld, source_ld = final_metric(base, base_run.final), final_metric(source, source_run.final)
         clean_ld, corrupt_ld = (source_ld, base_ld) if self.direction == "denoise" else (base_ld, source_ld)
-        source_z = source_run.z
+        source_z = {layer: source_run.acts[hook_z(layer)] for layer in layers}
 
         verified = None
         if self.method == "exact":
@@ -158,24 +158,12 @@ class PatchHeadsJob(Job[PatchHeadsMeasurement]):
         answer_positions: torch.Tensor,
         row_metric: Any,
     ) -> Generator[str, None, torch.Tensor]:
-        bridge = self.model.bridge
-        sweep: HeadSweep = HeadPatchSweep(bridge, trace, source_z, heads, mask, answer_positions, row_metric)
-        self.engine = "generic: each block called through the TransformerBridge on every position"
-        if suffix_sweep.supports(bridge):
-            start = min(self.first_diff, int(answer_positions.min()))
-            fast = SuffixHeadPatchSweep(bridge, trace, source_z, heads, mask, answer_positions, row_metric, start)
-            error = fast.check()
-            if error <= suffix_sweep.CHECK_TOLERANCE:
-                sweep = fast
-                self.engine = (
-                    f"suffix: positions {start}.. recomputed with the model's own weights (replay of the "
-                    f"unpatched run matches the real forward to {error:.1e})"
-                )
-            else:
-                self.engine_note = (
-                    f"The fast suffix engine did not reproduce this model's forward (max |Δ| {error:.2e}); "
-                    "used the generic engine instead (same numbers, slower)."
-                )
+        units = [Unit(h.layer, h.head) for h in heads]
+        chosen = best_sweep(
+            self.model.bridge, trace, "z", source_z, units, mask, answer_positions, row_metric, self.first_diff
+        )
+        sweep, self.engine = chosen.sweep, chosen.engine
+        self.engine_note = self.engine_note or chosen.note
         for layer in sweep.steps():
             yield f"exact patching: layer {layer} of {self.model.bridge.cfg.n_layers - 1} done"
         assert sweep.values is not None

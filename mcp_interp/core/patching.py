@@ -28,21 +28,22 @@ input and one backward on the base run: cheap, approximate, and labelled as such
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from mcp_interp.core.bridge import (
     block_output,
     final_norm,
+    hook_attn_out,
     hook_z,
     logits_from_residual,
     run_block,
+    site_hook,
     unembed_linear,
 )
-from mcp_interp.core.heads import Head
 
 # A metric maps final residuals at the answer position [rows, d_model] (before the final norm)
 # and each row's prompt index to one number per row.
@@ -95,7 +96,7 @@ class Capture:
     """One forward pass, stopped after the last block: the final residual plus what was asked for."""
 
     final: torch.Tensor  # [batch, seq, d_model], before the final norm
-    z: dict[int, torch.Tensor]  # layer -> hook_z [batch, seq, n_heads, d_head]
+    acts: dict[str, torch.Tensor]  # hook name -> its value
     trace: BlockTrace | None
 
 
@@ -104,15 +105,15 @@ class _StopForward(Exception):
 
 
 def capture_forward(
-    bridge: Any, input_ids: torch.Tensor, z_layers: list[int] | tuple[int, ...] = (), trace: bool = False
+    bridge: Any, input_ids: torch.Tensor, names: Sequence[str] = (), trace: bool = False
 ) -> Capture:
-    """Run ``input_ids`` once, recording ``hook_z`` of ``z_layers`` and, with ``trace``, each
-    block's residual input and call arguments. The vocabulary projection is skipped: callers
-    unembed only the answer positions."""
+    """Run ``input_ids`` once, recording the hooks ``names`` and, with ``trace``, each block's
+    residual input and call arguments. The vocabulary projection is skipped: callers unembed
+    only the answer positions."""
     n_layers = len(bridge.blocks)
     inputs: list[torch.Tensor | None] = [None] * n_layers
     kwargs: list[dict[str, Any] | None] = [None] * n_layers
-    z: dict[int, torch.Tensor] = {}
+    acts: dict[str, torch.Tensor] = {}
     final: list[torch.Tensor] = []
 
     def recorder(layer: int) -> Callable[..., None]:
@@ -123,9 +124,9 @@ def capture_forward(
 
         return record
 
-    def keep_z(layer: int) -> Callable[[torch.Tensor, Any], None]:
+    def keep(name: str) -> Callable[[torch.Tensor, Any], None]:
         def hook(value: torch.Tensor, hook: Any) -> None:
-            z[layer] = value.detach().clone()
+            acts[name] = value.detach().clone()
 
         return hook
 
@@ -139,7 +140,7 @@ def capture_forward(
             block.register_forward_pre_hook(recorder(i), with_kwargs=True) for i, block in enumerate(bridge.blocks)
         ]
     handles.append(bridge.blocks[n_layers - 1].register_forward_hook(stop))
-    fwd_hooks = [(hook_z(layer), keep_z(layer)) for layer in z_layers]
+    fwd_hooks = [(name, keep(name)) for name in names]
     try:
         with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd_hooks):
             bridge(input_ids, return_type=None)
@@ -148,14 +149,14 @@ def capture_forward(
     finally:
         for handle in handles:
             handle.remove()
-    if not final or len(z) != len(set(z_layers)):
+    if not final or len(acts) != len(set(names)):
         raise RuntimeError("the forward pass did not reach every requested hook of this model")
     block_trace = None
     if trace:
         if any(x is None for x in inputs) or any(k is None for k in kwargs):
             raise RuntimeError("could not trace every transformer block of this model")
         block_trace = BlockTrace(inputs, kwargs, final[0], input_ids.shape[0])  # type: ignore[arg-type]
-    return Capture(final=final[0], z=z, trace=block_trace)
+    return Capture(final=final[0], acts=acts, trace=block_trace)
 
 
 def trace_blocks(bridge: Any, input_ids: torch.Tensor) -> BlockTrace:
@@ -167,52 +168,85 @@ def trace_blocks(bridge: Any, input_ids: torch.Tensor) -> BlockTrace:
 
 def collect_z(bridge: Any, input_ids: torch.Tensor, layers: list[int]) -> dict[int, torch.Tensor]:
     """``hook_z`` of the given layers from one forward of ``input_ids``."""
-    return capture_forward(bridge, input_ids, z_layers=layers).z
+    acts = capture_forward(bridge, input_ids, [hook_z(layer) for layer in layers]).acts
+    return {layer: acts[hook_z(layer)] for layer in layers}
 
 
 # --- exact patching: one sweep, two engines ---------------------------------------------------
 
+# Where a patch is written. ``resid_pre``/``resid_post``: the residual stream entering/leaving a
+# block; ``attn_out``/``mlp_out``: what attention/the MLP adds to it; ``resid_mid``: the residual
+# stream between the two (carried on to the block's output, not only the MLP's input); ``z``:
+# one head's output before W_O; ``mlp_post``: one MLP neuron (the input of the down projection).
+Site = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "mlp_post"]
+INSIDE_BLOCK: frozenset[str] = frozenset({"z", "attn_out", "resid_mid", "mlp_out", "mlp_post"})
+CHANNEL_SITES: frozenset[str] = frozenset({"z", "mlp_post"})
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One patched run: a site at ``layer``, restricted to one head/neuron (``channel``) and to
+    one ``position`` (None: every position of the sweep's ``patch_mask``)."""
+
+    layer: int
+    channel: int | None = None
+    position: int | None = None
+
 
 @dataclass
-class HeadPatch:
-    """The patch of one block call: rows ``rows`` of the call get their head's source z.
+class SitePatch:
+    """The patch of some rows of one block call at the sweep's site.
 
-    ``heads`` [k] is each such row's head index, ``source`` [k, s, d_head] the source run's z of
-    that head and prompt over the call's s positions, ``where`` [k, s, 1] the positions patched.
+    ``rows`` [k] index the call's rows; ``channels`` [k] the head/neuron of each (None for a
+    whole residual-width vector); ``source`` the source run's values over the call's s positions
+    ([k, s, width], or [k, s] for a neuron); ``where`` (same shape, or with a trailing 1) the
+    positions patched.
     """
 
     rows: torch.Tensor
-    heads: torch.Tensor
+    channels: torch.Tensor | None
     source: torch.Tensor
     where: torch.Tensor
 
-    def apply(self, z: torch.Tensor) -> torch.Tensor:
-        """Patch ``z`` [rows, s, n_heads, d_head] in place and return it."""
-        z[self.rows, :, self.heads] = torch.where(self.where, self.source.to(z.dtype), z[self.rows, :, self.heads])
-        return z
+    def apply(self, values: torch.Tensor) -> torch.Tensor:
+        """Patch ``values`` [rows, s, ...] in place and return it."""
+        if self.channels is None:
+            current = values[self.rows]
+            values[self.rows] = torch.where(self.where, self.source.to(values.dtype), current)
+        else:
+            current = values[self.rows, :, self.channels]
+            values[self.rows, :, self.channels] = torch.where(self.where, self.source.to(values.dtype), current)
+        return values
+
+    def minus(self, base: torch.Tensor) -> SitePatch:
+        """The same patch with ``base[rows]`` subtracted from the source: a patch of the residual
+        after attention (``resid_mid``) written as a patch of what attention adds to it."""
+        return SitePatch(self.rows, self.channels, self.source - base[self.rows].to(self.source.dtype), self.where)
 
 
 @dataclass
-class HeadSweep(ABC):
-    """Exact patching of many heads in one sweep over the layers (see the module docstring).
+class PatchSweep(ABC):
+    """Exact patching of many units in one sweep over the layers (see the module docstring).
 
-    The bookkeeping every engine shares: each head's rows (one per prompt) join the batch at
-    their head's layer as copies of the base run's residual there; the batch runs through each
-    later layer in chunks of ``rows_per_call()`` rows, each chunk carrying the ``HeadPatch`` of
+    The bookkeeping every engine shares: each unit's rows (one per prompt) join the batch at
+    their unit's layer as copies of the base run's residual there; the batch runs through each
+    later layer in chunks of ``rows_per_call()`` rows, each chunk carrying the ``SitePatch`` of
     the rows joining at that layer; at the end the metric is read at each row's answer position.
-    An engine implements ``run_block`` and ``rows_per_call``, and may recompute only positions
-    ``first_position()..`` and, when ``ANSWER_ONLY_AT_LAST``, only the answer position at the
-    last layer.
+    ``resid_pre`` and ``resid_post`` patches are applied here, around the block calls; an engine
+    applies the ``INSIDE_BLOCK`` sites. An engine implements ``run_block`` and
+    ``rows_per_call``, and may recompute only positions ``first_position()..`` and, when
+    ``ANSWER_ONLY_AT_LAST``, only the answer position at the last layer.
 
     ``steps()`` runs one layer per step (for progress and cancellation between layers); when it
-    is exhausted, ``values`` holds the metric per head and prompt, ``[len(heads), batch]``.
+    is exhausted, ``values`` holds the metric per unit and prompt, ``[len(units), batch]``.
     """
 
     bridge: Any
     base: BlockTrace
-    source_z: dict[int, torch.Tensor]  # layer -> source run's hook_z, [batch, seq, n_heads, d_head]
-    heads: list[Head]
-    patch_mask: torch.Tensor  # [batch, seq] bool: positions whose z is patched
+    site: Site
+    source: dict[int, torch.Tensor]  # layer -> source run's values at the site, [batch, seq, ...]
+    units: list[Unit]
+    patch_mask: torch.Tensor  # [batch, seq] bool: positions patched for units without a position
     answer_positions: torch.Tensor  # [batch]
     metric: RowMetric
     values: torch.Tensor | None = field(default=None, init=False)
@@ -234,44 +268,55 @@ class HeadSweep(ABC):
         layer: int,
         residual: torch.Tensor,
         rows_prompt: torch.Tensor,
-        patch: HeadPatch | None,
+        patch: SitePatch | None,
         query: torch.Tensor | None,
     ) -> torch.Tensor:
         """Block ``layer`` on ``residual`` [rows, s, d_model] (positions ``first_position()..`` of
-        prompts ``rows_prompt``), with ``patch`` applied to its z. ``query`` [rows] is given at the
-        last layer of an ``ANSWER_ONLY_AT_LAST`` engine: the answer's index among the s positions."""
+        prompts ``rows_prompt``), with ``patch`` applied at the sweep's site (an ``INSIDE_BLOCK``
+        one). ``query`` [rows] is given at the last layer of an ``ANSWER_ONLY_AT_LAST`` engine:
+        the answer's index among the s positions."""
 
     def layers(self) -> list[int]:
-        first = min(h.layer for h in self.heads)
+        first = min(u.layer for u in self.units)
         return list(range(first, len(self.bridge.blocks)))
 
     def steps(self) -> Iterator[int]:
         batch, start = self.base.batch_size, self.first_position()
+        if any(u.position is not None and u.position < start for u in self.units):
+            raise ValueError(f"a unit patches a position before {start}, which this engine does not recompute")
         rows_per_call = self.rows_per_call()
-        order = sorted(range(len(self.heads)), key=lambda i: self.heads[i].layer)
+        order = sorted(range(len(self.units)), key=lambda i: self.units[i].layer)
         residual: torch.Tensor | None = None
         rows_prompt = torch.empty(0, dtype=torch.long)
-        rows_head = torch.empty(0, dtype=torch.long)  # index into self.heads
-        rows_layer = torch.empty(0, dtype=torch.long)  # the layer each row's head is patched at
+        rows_unit = torch.empty(0, dtype=torch.long)  # index into self.units
+        rows_layer = torch.empty(0, dtype=torch.long)  # the layer each row's unit is patched at
+        last_layer = len(self.bridge.blocks) - 1
         with torch.inference_mode():
             for layer in self.layers():
-                joining = [i for i in order if self.heads[i].layer == layer]
+                joining = [i for i in order if self.units[i].layer == layer]
                 if joining:
                     new = self.base.inputs[layer][:, start:].repeat(len(joining), 1, 1)
                     residual = new if residual is None else torch.cat([residual, new])
                     rows_prompt = torch.cat([rows_prompt, torch.arange(batch).repeat(len(joining))])
-                    rows_head = torch.cat([rows_head, torch.tensor(joining).repeat_interleave(batch)])
+                    rows_unit = torch.cat([rows_unit, torch.tensor(joining).repeat_interleave(batch)])
                     rows_layer = torch.cat([rows_layer, torch.full((len(joining) * batch,), layer)])
+                    if self.site == "resid_pre":
+                        self._apply_around(layer, residual, rows_prompt, rows_unit, rows_layer, None)
                 assert residual is not None
-                answer_only = self.ANSWER_ONLY_AT_LAST and layer == len(self.bridge.blocks) - 1
+                answer_only = self.ANSWER_ONLY_AT_LAST and layer == last_layer
                 pieces = []
                 for lo in range(0, residual.shape[0], rows_per_call):
                     hi = min(lo + rows_per_call, residual.shape[0])
                     prompts = rows_prompt[lo:hi]
                     query = self.answer_positions[prompts] - start if answer_only else None
-                    patch = self._patch(layer, prompts, rows_head[lo:hi], rows_layer[lo:hi], query)
+                    patch = None
+                    if self.site in INSIDE_BLOCK:
+                        patch = self._patch(layer, prompts, rows_unit[lo:hi], rows_layer[lo:hi], query)
                     pieces.append(self.run_block(layer, residual[lo:hi], prompts, patch, query))
                 residual = torch.cat(pieces)
+                if self.site == "resid_post":
+                    query = self.answer_positions[rows_prompt] - start if answer_only else None
+                    self._apply_around(layer, residual, rows_prompt, rows_unit, rows_layer, query)
                 yield layer
             assert residual is not None
             if self.ANSWER_ONLY_AT_LAST:
@@ -279,38 +324,70 @@ class HeadSweep(ABC):
             else:
                 final = residual[torch.arange(residual.shape[0]), self.answer_positions[rows_prompt] - start]
             row_values = self.metric(final, rows_prompt)
-        values = torch.empty(len(self.heads), batch, dtype=row_values.dtype)
-        values[rows_head, rows_prompt] = row_values
+        values = torch.empty(len(self.units), batch, dtype=row_values.dtype)
+        values[rows_unit, rows_prompt] = row_values
         self.values = values
+
+    def _apply_around(
+        self,
+        layer: int,
+        residual: torch.Tensor,
+        rows_prompt: torch.Tensor,
+        rows_unit: torch.Tensor,
+        rows_layer: torch.Tensor,
+        query: torch.Tensor | None,
+    ) -> None:
+        patch = self._patch(layer, rows_prompt, rows_unit, rows_layer, query)
+        if patch is not None:
+            patch.apply(residual)
 
     def _patch(
         self,
         layer: int,
         rows_prompt: torch.Tensor,
-        rows_head: torch.Tensor,
+        rows_unit: torch.Tensor,
         rows_layer: torch.Tensor,
         query: torch.Tensor | None,
-    ) -> HeadPatch | None:
-        """The patch of the rows (of one chunk) whose head is at ``layer``; None if there are none."""
+    ) -> SitePatch | None:
+        """The patch of the rows (of one chunk) whose unit is at ``layer``; None if there are none."""
         joining = (rows_layer == layer).nonzero().squeeze(1)
         if not joining.numel():
             return None
         start = self.first_position()
-        heads = torch.tensor([self.heads[i].head for i in rows_head[joining].tolist()])
+        units = [self.units[i] for i in rows_unit[joining].tolist()]
         prompts = rows_prompt[joining]
-        source = self.source_z[layer][prompts, start:, heads]  # [k, s, d_head]
-        where = self.patch_mask[prompts, start:].unsqueeze(-1)  # [k, s, 1]
+        channels = None
+        if self.site in CHANNEL_SITES:
+            channels = torch.tensor([u.channel for u in units])
+            source = self.source[layer][prompts, start:, channels]  # [k, s, d_head] or [k, s]
+        else:
+            source = self.source[layer][prompts, start:]  # [k, s, d_model]
+        where = self.patch_mask[prompts, start:].clone()  # [k, s]
+        positions = torch.tensor([-1 if u.position is None else u.position - start for u in units])
+        one = (positions >= 0).nonzero().squeeze(1)
+        if one.numel():
+            where[one] = False
+            where[one, positions[one]] = True
         if query is not None:  # only the answer position is computed
             at = query[joining]
             every = torch.arange(len(joining))
             source, where = source[every, at].unsqueeze(1), where[every, at].unsqueeze(1)
-        return HeadPatch(joining, heads, source, where)
+        if source.ndim == 3:
+            where = where.unsqueeze(-1)
+        return SitePatch(joining, channels, source, where)
+
+
+def write_hook(site: str, layer: int) -> str:
+    """The hook through which an inside-block site is patched (and differentiated). ``resid_mid``
+    goes through ``attn_out`` (resid_mid = resid_pre + attn_out, and ``bridge.hook_resid_mid``
+    cannot be written): the same value written, the same gradient read."""
+    return hook_attn_out(layer) if site == "resid_mid" else site_hook(site, layer)
 
 
 @dataclass
-class HeadPatchSweep(HeadSweep):
+class BridgePatchSweep(PatchSweep):
     """The generic engine: every block called through the TransformerBridge on every position,
-    the patch applied by a ``hook_z`` hook. Works for any model the bridge runs."""
+    the patch applied by a hook. Works for any model the bridge runs."""
 
     max_rows_per_call: int = 512
 
@@ -322,16 +399,17 @@ class HeadPatchSweep(HeadSweep):
         layer: int,
         residual: torch.Tensor,
         rows_prompt: torch.Tensor,
-        patch: HeadPatch | None,
+        patch: SitePatch | None,
         query: torch.Tensor | None,
     ) -> torch.Tensor:
         fwd_hooks = []
         if patch is not None:
+            applied = patch.minus(residual) if self.site == "resid_mid" else patch
 
-            def patch_z(z: torch.Tensor, hook: Any) -> torch.Tensor:
-                return patch.apply(z.clone())  # the hook's z may be a view the bridge still uses
+            def patch_values(values: torch.Tensor, hook: Any) -> torch.Tensor:
+                return applied.apply(values.clone())  # the hook's tensor may be a view the bridge still uses
 
-            fwd_hooks.append((hook_z(layer), patch_z))
+            fwd_hooks.append((write_hook(self.site, layer), patch_values))
         call_kwargs = _rows_kwargs(self.base.kwargs[layer], rows_prompt, self.base.batch_size)
         with self.bridge.hooks(fwd_hooks=fwd_hooks):
             return run_block(self.bridge, layer, residual, call_kwargs)
@@ -356,6 +434,61 @@ def _rows_kwargs(call_kwargs: dict[str, Any], rows_prompt: torch.Tensor, batch_s
 # --- attribution patching -------------------------------------------------------------------------
 
 
+def attribution_terms(
+    bridge: Any,
+    base_ids: torch.Tensor,
+    site: Site,
+    source: dict[int, torch.Tensor],
+    answer_positions: torch.Tensor,
+    logits_metric: RowMetric,
+) -> dict[int, torch.Tensor]:
+    """First-order terms of (patched − base) metric at each layer of ``source``, per prompt and position.
+
+    Term = (a_src − a_base) · ∂metric/∂a_base, from one forward and one backward of the base
+    batch, summed over the activation's width: ``[batch, seq]`` for residual-width sites,
+    ``[batch, seq, n_heads]`` for ``z``, ``[batch, seq, d_mlp]`` for ``mlp_post`` (each neuron on
+    its own). Summing terms over positions estimates patching those positions together. Exact
+    when the metric is linear in the activation (nothing non-linear downstream); an
+    approximation otherwise.
+    """
+    layers = sorted(source)
+    grads_at: dict[int, torch.Tensor] = {}
+    values_at: dict[int, torch.Tensor] = {}
+
+    def keep(layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+            # Return a new tensor so the rest of the forward provably consumes it: the bridge may
+            # hand the hook a reshaped view that is not itself on the path to the logits.
+            grads_at[layer] = value.clone()
+            return grads_at[layer]
+
+        return hook
+
+    def read(layer: int) -> Callable[[torch.Tensor, Any], None]:
+        def hook(value: torch.Tensor, hook: Any) -> None:
+            values_at[layer] = value.detach()
+
+        return hook
+
+    grad_hook = write_hook if site in INSIDE_BLOCK else site_hook
+    fwd_hooks: list[tuple[str, Callable[[torch.Tensor, Any], torch.Tensor | None]]]
+    fwd_hooks = [(grad_hook(site, layer), keep(layer)) for layer in layers]
+    if site == "resid_mid":  # the gradient is read at attn_out, the value at resid_mid
+        fwd_hooks += [(site_hook(site, layer), read(layer)) for layer in layers]
+    batch = base_ids.shape[0]
+    with torch.enable_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
+        logits = bridge(base_ids, return_type="logits")
+        final = logits[torch.arange(batch), answer_positions]
+        total = logits_metric(final, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
+        grads = torch.autograd.grad(total, [grads_at[layer] for layer in layers])
+    terms = {}
+    for layer, grad in zip(layers, grads, strict=True):
+        base = values_at[layer] if site == "resid_mid" else grads_at[layer].detach()
+        term = (source[layer].to(torch.float64) - base.to(torch.float64)) * grad.to(torch.float64)
+        terms[layer] = term if site == "mlp_post" else term.sum(dim=-1)
+    return terms
+
+
 def attribution_estimates(
     bridge: Any,
     base_ids: torch.Tensor,
@@ -365,34 +498,11 @@ def attribution_estimates(
     logits_metric: RowMetric,
     n_heads: int,
 ) -> torch.Tensor:
-    """First-order estimate of (patched − base) metric per head and prompt, ``[n_layers, n_heads, batch]``.
-
-    For head h at layer l: Σ over patched positions and d_head of (z_src − z_base) · ∂metric/∂z_base,
-    from one forward and one backward of the base batch. Exact when the metric is linear in z
-    (e.g. a head writing straight to the logits with nothing downstream); an approximation otherwise.
-    """
-    layers = sorted(source_z)
-    captured: dict[int, torch.Tensor] = {}
-
-    def keep(layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
-            # Return a new tensor so the rest of the forward provably consumes it: the bridge may
-            # hand the hook a reshaped view that is not itself on the path to the logits.
-            captured[layer] = z.clone()
-            return captured[layer]
-
-        return hook
-
-    fwd_hooks = [(hook_z(layer), keep(layer)) for layer in layers]
-    batch = base_ids.shape[0]
-    with torch.enable_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
-        logits = bridge(base_ids, return_type="logits")
-        final = logits[torch.arange(batch), answer_positions]
-        total = logits_metric(final, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
-        grads = torch.autograd.grad(total, [captured[layer] for layer in layers])
-    estimates = torch.zeros(len(bridge.blocks), n_heads, batch, dtype=torch.float64)
-    mask = patch_mask.unsqueeze(-1).unsqueeze(-1).to(torch.float64)  # [batch, seq, 1, 1]
-    for layer, grad in zip(layers, grads, strict=True):
-        delta = (source_z[layer].to(torch.float64) - captured[layer].detach().to(torch.float64)) * mask
-        estimates[layer] = (delta * grad.to(torch.float64)).sum(dim=(1, 3)).T  # [n_heads, batch]
+    """First-order estimate of (patched − base) metric per head and prompt, ``[n_layers, n_heads, batch]``,
+    patching each head's z at the positions of ``patch_mask`` (see ``attribution_terms``)."""
+    terms = attribution_terms(bridge, base_ids, "z", source_z, answer_positions, logits_metric)
+    estimates = torch.zeros(len(bridge.blocks), n_heads, base_ids.shape[0], dtype=torch.float64)
+    mask = patch_mask.unsqueeze(-1).to(torch.float64)  # [batch, seq, 1]
+    for layer, term in terms.items():
+        estimates[layer] = (term * mask).sum(dim=1).T  # [n_heads, batch]
     return estimates

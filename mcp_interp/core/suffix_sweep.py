@@ -27,8 +27,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from mcp_interp.core.bridge import BlockParts, block_parts, hf_attention, hf_config, logits_from_residual
-from mcp_interp.core.patching import BlockTrace, HeadPatch, HeadSweep
+from mcp_interp.core.bridge import (
+    BlockParts,
+    block_parts,
+    hf_attention,
+    hf_config,
+    hook_mlp_post,
+    logits_from_residual,
+)
+from mcp_interp.core.patching import BlockTrace, BridgePatchSweep, PatchSweep, RowMetric, Site, SitePatch, Unit
 
 SUPPORTED_MODEL_TYPES = frozenset({"llama"})
 CHECK_TOLERANCE = 1e-3  # max |logit| difference between this replay and the real forward
@@ -54,6 +61,7 @@ class LlamaSuffixBlocks:
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         self._rotary = apply_rotary_pos_emb
+        self.bridge = bridge
         config = hf_config(bridge)
         self.n_heads = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
@@ -71,14 +79,16 @@ class LlamaSuffixBlocks:
         residual: torch.Tensor,
         start: int,
         prefix_kv: tuple[torch.Tensor, torch.Tensor] | None,
-        patch: Any = None,
+        patch: SitePatch | None = None,
+        site: str | None = None,
         query: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """One block on ``residual`` [rows, s, d] at positions start..start+s-1.
 
         ``prefix_kv``: keys/values of positions 0..start-1 per row, [rows, n_kv, start, d_head].
-        ``patch(z)`` may replace the head outputs z [rows, s, n_heads, d_head] before the
-        output projection. ``query`` [rows] (indices into the s positions) computes the output
+        ``patch`` is applied at ``site`` (one of ``core.patching.INSIDE_BLOCK``: the head
+        outputs z before the output projection, attention's output, the residual after it, the
+        MLP's neurons or its output). ``query`` [rows] (indices into the s positions) computes the output
         at that one position per row only — all a last layer needs — and returns [rows, 1, d].
         Returns the new residual and this call's own (rotary) keys/values.
         """
@@ -111,19 +121,36 @@ class LlamaSuffixBlocks:
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         z = torch.matmul(weights, values.unsqueeze(2))  # [rows, kv, group, s, d_head]
         z = z.reshape(rows, self.n_heads, s, self.d_head).transpose(1, 2)  # [rows, s, n_heads, d_head]
-        if patch is not None:
-            z = patch(z)
+        if patch is not None and site == "z":
+            z = patch.apply(z)
         attn_out = p.o(z.reshape(rows, s, self.n_heads * self.d_head))
+        if patch is not None and site == "attn_out":
+            attn_out = patch.apply(attn_out)
         residual = residual + attn_out
-        residual = residual + p.mlp(p.ln2(residual))
-        return residual, (k, v)
+        if patch is not None and site == "resid_mid":
+            residual = patch.apply(residual)
+        mlp_out = self._mlp(layer, p.ln2(residual), patch if site == "mlp_post" else None)
+        if patch is not None and site == "mlp_out":
+            mlp_out = patch.apply(mlp_out)
+        return residual + mlp_out, (k, v)
+
+    def _mlp(self, layer: int, hidden: torch.Tensor, neurons: SitePatch | None) -> torch.Tensor:
+        """The block's MLP (the bridge component), with ``neurons`` patched through its hook."""
+        if neurons is None:
+            return self.layers[layer].parts.mlp(hidden)
+
+        def patch_neurons(values: torch.Tensor, hook: Any) -> torch.Tensor:
+            return neurons.apply(values.clone())
+
+        with self.bridge.hooks(fwd_hooks=[(hook_mlp_post(layer), patch_neurons)]):
+            return self.layers[layer].parts.mlp(hidden)
 
 
 @dataclass
-class SuffixHeadPatchSweep(HeadSweep):
-    """The Llama engine of ``core.patching.HeadSweep``: recomputes only positions ``start..``,
+class SuffixPatchSweep(PatchSweep):
+    """The Llama engine of ``core.patching.PatchSweep``: recomputes only positions ``start..``,
     attending to the base run's keys/values before ``start``, and at the last layer only the
-    answer position. Same contract and numbers as ``core.patching.HeadPatchSweep``."""
+    answer position. Same contract and numbers as ``core.patching.BridgePatchSweep``."""
 
     start: int
     # Rows per block call, as a token budget: ~1k tokens keep the MLP's intermediate activations
@@ -179,11 +206,56 @@ class SuffixHeadPatchSweep(HeadSweep):
         layer: int,
         residual: torch.Tensor,
         rows_prompt: torch.Tensor,
-        patch: HeadPatch | None,
+        patch: SitePatch | None,
         query: torch.Tensor | None,
     ) -> torch.Tensor:
         keys, values = self.prefix[layer]
         prefix_kv = (keys.index_select(0, rows_prompt), values.index_select(0, rows_prompt))
-        # z is a fresh tensor of this call: patched in place.
-        apply = patch.apply if patch is not None else None
-        return self.blocks.run(layer, residual, self.start, prefix_kv, apply, query)[0]
+        # Every patched tensor is a fresh one of this call: patched in place.
+        return self.blocks.run(layer, residual, self.start, prefix_kv, patch, self.site, query)[0]
+
+
+@dataclass
+class ChosenSweep:
+    """The engine an exact patching run uses, and why (for the result's ``engine`` and notes)."""
+
+    sweep: PatchSweep
+    engine: str
+    note: str | None
+
+
+def best_sweep(
+    bridge: Any,
+    trace: BlockTrace,
+    site: Site,
+    source: dict[int, torch.Tensor],
+    units: list[Unit],
+    mask: torch.Tensor,
+    answer_positions: torch.Tensor,
+    metric: RowMetric,
+    first_diff: int,
+) -> ChosenSweep:
+    """The suffix engine when it applies to this model and replays its forward within
+    ``CHECK_TOLERANCE``; otherwise the generic one (same numbers, slower), with a note saying why."""
+    args = (bridge, trace, site, source, units, mask, answer_positions, metric)
+    generic = ChosenSweep(
+        BridgePatchSweep(*args), "generic: each block called through the TransformerBridge on every position", None
+    )
+    if not supports(bridge):
+        return generic
+    start = min(first_diff, int(answer_positions.min()))
+    if any(u.position is not None and u.position < start for u in units):
+        return generic
+    fast = SuffixPatchSweep(*args, start)
+    error = fast.check()
+    if error > CHECK_TOLERANCE:
+        generic.note = (
+            f"The fast suffix engine did not reproduce this model's forward (max |Δ| {error:.2e}); "
+            "used the generic engine instead (same numbers, slower)."
+        )
+        return generic
+    engine = (
+        f"suffix: positions {start}.. recomputed with the model's own weights (replay of the "
+        f"unpatched run matches the real forward to {error:.1e})"
+    )
+    return ChosenSweep(fast, engine, None)
