@@ -47,10 +47,12 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_limit_options(parser: argparse.ArgumentParser) -> None:
+    from dataclasses import fields
+
     from mcp_interp.limits import Limits, env_name, flag_name
 
     defaults = Limits.from_env()
-    for field in ("max_prompts", "max_tokens", "max_heads", "max_new_tokens"):
+    for field in (f.name for f in fields(Limits)):
         parser.add_argument(
             flag_name(field),
             dest=field,
@@ -123,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("serve", "call"):
         from mcp_interp import limits
 
-        limits.configure(limits.Limits(args.max_prompts, args.max_tokens, args.max_heads, args.max_new_tokens))
+        from dataclasses import fields
+
+        limits.configure(limits.Limits(**{f.name: getattr(args, f.name) for f in fields(limits.Limits)}))
     if args.command == "serve":
         return _serve(args)
     if args.command == "call":

@@ -104,9 +104,7 @@ class _StopForward(Exception):
     """Raised by a hook after the last block: nothing after it (final norm, unembedding) is needed."""
 
 
-def capture_forward(
-    bridge: Any, input_ids: torch.Tensor, names: Sequence[str] = (), trace: bool = False
-) -> Capture:
+def capture_forward(bridge: Any, input_ids: torch.Tensor, names: Sequence[str] = (), trace: bool = False) -> Capture:
     """Run ``input_ids`` once, recording the hooks ``names`` and, with ``trace``, each block's
     residual input and call arguments. The vocabulary projection is skipped: callers unembed
     only the answer positions."""

@@ -1,0 +1,1 @@
+"""Where does the information flow: patching of every component by layer × position, and loss."""

@@ -1,0 +1,472 @@
+"""The measurement behind ``patch``: activation patching of one component at every layer × position.
+
+For a minimal pair (clean, corrupt) and a metric m read at the answer position, each *cell* —
+a component at one layer and one token position (one head too for ``heads_by_pos``; one MLP
+neuron over every position for ``mlp_neurons``) — gets its activation from the other run:
+
+* ``denoise`` (run corrupt, patch in clean): score = (m_patched − m_corrupt) / (m_clean − m_corrupt),
+  the fraction of the gap the cell *restores*;
+* ``noise`` (run clean, patch in corrupt): score = (m_clean − m_patched) / (m_clean − m_corrupt),
+  the fraction it *destroys*.
+
+Positions before the first token where any pair differs carry identical activations in both
+runs, so their patch is a no-op: they score exactly 0 and are not run. Exact patching uses the
+sweep of ``core.patching`` (rows join at their layer from the cached residual; the suffix
+engine recomputes only positions from the first difference on). Attribution is the gradient
+estimate Δa · ∂m/∂a, summed over the cell's width, from one forward per input and one backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mcp_interp import limits
+from mcp_interp.core import metrics
+from mcp_interp.core.bridge import logits_from_residual, site_hook
+from mcp_interp.core.heads import position_mask
+from mcp_interp.core.jobs import Job
+from mcp_interp.core.localize.readouts import Readout, make_readout
+from mcp_interp.core.patching import BlockTrace, Site, Unit, attribution_terms, capture_forward, trace_blocks
+from mcp_interp.core.suffix_sweep import best_sweep
+from mcp_interp.core.tokens import Batch, PairDiff, encode, resolve_answers, token_strings, validate_pairs
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.common import Score
+from mcp_interp.schemas.localize import PatchCell, PatchMeasurement, PositionToken, VerifiedCell
+
+COMPONENTS: dict[str, Site] = {
+    "resid_pre": "resid_pre",
+    "resid_mid": "resid_mid",
+    "resid_post": "resid_post",
+    "attn_out": "attn_out",
+    "mlp_out": "mlp_out",
+    "heads_by_pos": "z",
+    "mlp_neurons": "mlp_post",
+}
+METRICS = ("logit_diff", "log_prob", "kl")
+TOP_CELLS = 20
+TOP_WITH_EXAMPLES = 10
+TOP_NEURONS_DEFAULT = 10
+SMALL_GAP = 0.5
+
+
+@dataclass
+class PatchJob(Job[PatchMeasurement]):
+    """Patching scores of one component per cell (see the module docstring); one step per layer swept."""
+
+    model: LoadedModel
+    clean_prompts: Sequence[str]
+    corrupt_prompts: Sequence[str]
+    correct: str | Sequence[str] | None
+    incorrect: str | Sequence[str] | None
+    component: str
+    direction: str = "denoise"
+    method: str = "exact"
+    metric: str = "logit_diff"
+    layers: Sequence[int] | None = None
+    positions: Sequence[int] | None = None
+    neurons: Sequence[int] | None = None
+    top_neurons: int = TOP_NEURONS_DEFAULT
+    verify_top: int = 0
+    result: PatchMeasurement | None = field(default=None, init=False)
+    engine: str | None = field(default=None, init=False)
+    notes: list[str] = field(default_factory=list, init=False)
+    clean_tokens: list[str] = field(default_factory=list, init=False)  # of the first clean prompt
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        choices = {
+            "component": (self.component, tuple(COMPONENTS)),
+            "direction": (self.direction, ("denoise", "noise")),
+            "method": (self.method, ("exact", "attribution")),
+            "metric": (self.metric, METRICS),
+        }
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise InputError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+        if self.metric in ("logit_diff", "log_prob") and self.correct is None:
+            raise InputError(f"metric {self.metric!r} needs `correct`; or use metric 'kl', which needs no answer.")
+        if self.metric == "logit_diff" and self.incorrect is None:
+            raise InputError("metric 'logit_diff' needs `incorrect` too; or use 'log_prob' or 'kl'.")
+        if self.neurons is not None and self.component != "mlp_neurons":
+            raise InputError("`neurons` applies only to component 'mlp_neurons'.")
+
+    def _layers(self) -> list[int]:
+        n_layers = self.model.bridge.cfg.n_layers
+        if self.layers is None:
+            return list(range(n_layers))
+        layers = sorted(set(self.layers))
+        bad = [layer for layer in layers if not 0 <= layer < n_layers]
+        if not layers or bad:
+            raise InputError(
+                f"`layers` must be a non-empty list of layers in 0..{n_layers - 1}; got {list(self.layers)}."
+            )
+        return layers
+
+    def _positions(self, width: int) -> list[int]:
+        if self.positions is None:
+            return list(range(width))
+        positions = sorted(set(self.positions))
+        bad = [p for p in positions if not isinstance(p, int) or not 0 <= p < width]
+        if not positions or bad:
+            raise InputError(
+                f"`positions` must be token indices in 0..{width - 1} (the pairs have {width} tokens at most); "
+                f"got {list(self.positions)}. Omit it to patch every position."
+            )
+        return positions
+
+    def _neurons(self) -> list[int] | None:
+        if self.neurons is None:
+            return None
+        d_mlp = int(self.model.bridge.cfg.d_mlp)
+        neurons = sorted(set(self.neurons))
+        bad = [n for n in neurons if not isinstance(n, int) or not 0 <= n < d_mlp]
+        if not neurons or bad:
+            raise InputError(
+                f"Neuron index {bad[0] if bad else 'list'} is out of range: this model's MLPs have neurons "
+                f"0..{d_mlp - 1}; pass `neurons` as a non-empty list of such indices, or omit it to patch the "
+                f"top {self.top_neurons} neurons of each layer by attribution."
+            )
+        return neurons
+
+    def total_steps(self) -> int:
+        n_layers = self.model.bridge.cfg.n_layers
+        layers = self._layers()
+        return n_layers - min(layers) + 1
+
+    # --- run ----------------------------------------------------------------------------------
+
+    def steps(self) -> Iterator[str]:
+        self._check()
+        model, tokenizer, bridge = self.model, self.model.tokenizer, self.model.bridge
+        names = ("clean_prompts", "corrupt_prompts")
+        diffs = validate_pairs(tokenizer, self.clean_prompts, self.corrupt_prompts, names)
+        clean = encode(tokenizer, self.clean_prompts, model.device)
+        corrupt = encode(tokenizer, self.corrupt_prompts, model.device)
+        n, width = len(clean.texts), clean.input_ids.shape[1]
+        layers, positions, neurons = self._layers(), self._positions(width), self._neurons()
+        self.clean_tokens = token_strings(tokenizer, clean.ids(0))
+        first_diff = min((p for d in diffs for p in d.positions[:1]), default=width)
+        site = COMPONENTS[self.component]
+        base, source = (corrupt, clean) if self.direction == "denoise" else (clean, corrupt)
+
+        base_run = capture_forward(bridge, base.input_ids, trace=True)
+        source_run = capture_forward(bridge, source.input_ids, [site_hook(site, layer) for layer in layers])
+        source_acts = {layer: source_run.acts[site_hook(site, layer)] for layer in layers}
+        everyone = torch.arange(n)
+        with torch.inference_mode():
+            base_logits = logits_from_residual(bridge, base_run.final[everyone, base.answer_positions])
+            source_logits = logits_from_residual(bridge, source_run.final[everyone, source.answer_positions])
+        clean_logits = source_logits if self.direction == "denoise" else base_logits
+        readout = self._readout(clean_logits)
+        with torch.inference_mode():
+            base_m, source_m = readout.from_logits(base_logits, everyone), readout.from_logits(source_logits, everyone)
+        clean_m, corrupt_m = (source_m, base_m) if self.direction == "denoise" else (base_m, source_m)
+        yield "clean and corrupt runs"
+
+        cells = self._cells(layers, positions, first_diff, neurons)
+        mask = position_mask("all", base.attention_mask, base.answer_positions)
+        if self.component == "mlp_neurons" and neurons is None:
+            cells = self._top_neurons(base, source_acts, layers, mask, readout, base_m)
+            yield f"attribution over every neuron: top {self.top_neurons} per layer chosen"
+        limits.check("max_patch_rows", len(cells) * n, "Patched runs (cells × pairs; pass fewer layers or positions)")
+        verified = None
+        if self.method == "exact":
+            assert base_run.trace is not None
+            patched = yield from self._exact(base_run.trace, site, source_acts, cells, mask, base, readout, first_diff)
+        else:
+            patched = self._attribution(base, site, source_acts, cells, mask, readout, base_m)
+            yield "attribution: one forward per input and one backward"
+            if self.verify_top:
+                patched_exact = yield from self._verify(
+                    base, site, source_acts, cells, patched, mask, readout, first_diff, clean_m, corrupt_m
+                )
+                verified = patched_exact
+        self.result = self._measurement(
+            cells, patched, base_m, clean_m, corrupt_m, clean, corrupt, diffs, layers, positions, first_diff, verified
+        )
+
+    def _readout(self, clean_logits: torch.Tensor) -> Readout:
+        tokenizer, n = self.model.tokenizer, len(self.clean_prompts)
+        correct = incorrect = None
+        if self.metric in ("logit_diff", "log_prob"):
+            assert self.correct is not None
+            correct = torch.tensor(resolve_answers(tokenizer, self.correct, n, "correct"))
+        if self.metric == "logit_diff":
+            assert self.incorrect is not None
+            incorrect = torch.tensor(resolve_answers(tokenizer, self.incorrect, n, "incorrect"))
+        return make_readout(self.metric, self.model.bridge, correct, incorrect, clean_logits)
+
+    def _cells(self, layers: list[int], positions: list[int], first_diff: int, neurons: list[int] | None) -> list[Unit]:
+        """Every cell asked for (positions before ``first_diff`` included: they are scored 0, not run)."""
+        if self.component == "mlp_neurons":
+            return [Unit(layer, n) for layer in layers for n in (neurons or [])]
+        if self.component == "heads_by_pos":
+            n_heads = self.model.bridge.cfg.n_heads
+            return [Unit(layer, h, p) for layer in layers for h in range(n_heads) for p in positions]
+        return [Unit(layer, None, p) for layer in layers for p in positions]
+
+    def _exact(
+        self,
+        trace: BlockTrace,
+        site: Site,
+        source_acts: dict[int, torch.Tensor],
+        cells: list[Unit],
+        mask: torch.Tensor,
+        base: Batch,
+        readout: Readout,
+        first_diff: int,
+    ) -> Generator[str, None, torch.Tensor]:
+        """Patched metric per cell and prompt, ``[len(cells), batch]``; no-op cells copy the base run."""
+        n = base.input_ids.shape[0]
+        with torch.inference_mode():
+            base_values = readout.from_residual(trace.final[torch.arange(n), base.answer_positions], torch.arange(n))
+        patched = base_values.repeat(len(cells), 1)
+        run = [i for i, c in enumerate(cells) if c.position is None or c.position >= first_diff]
+        if not run:
+            return patched
+        chosen = best_sweep(
+            self.model.bridge,
+            trace,
+            site,
+            source_acts,
+            [cells[i] for i in run],
+            mask,
+            base.answer_positions,
+            readout.from_residual,
+            first_diff,
+        )
+        self.engine = chosen.engine
+        if chosen.note:
+            self.notes.append(chosen.note)
+        last = self.model.bridge.cfg.n_layers - 1
+        for layer in chosen.sweep.steps():
+            yield f"exact patching: layer {layer} of {last} done"
+        assert chosen.sweep.values is not None
+        patched[run] = chosen.sweep.values
+        return patched
+
+    def _attribution(
+        self,
+        base: Batch,
+        site: Site,
+        source_acts: dict[int, torch.Tensor],
+        cells: list[Unit],
+        mask: torch.Tensor,
+        readout: Readout,
+        base_m: torch.Tensor,
+    ) -> torch.Tensor:
+        """Estimated patched metric per cell and prompt: base + Σ over the cell of Δa · ∂m/∂a."""
+        terms = attribution_terms(
+            self.model.bridge, base.input_ids, site, source_acts, base.answer_positions, readout.from_logits
+        )
+        rows = []
+        for cell in cells:
+            term = terms[cell.layer]  # [batch, seq] or [batch, seq, channels]
+            if cell.channel is not None:
+                term = term[:, :, cell.channel]
+            if cell.position is None:
+                rows.append((term * mask).sum(dim=1))
+            else:
+                rows.append(term[:, cell.position])
+        return torch.stack(rows) + base_m
+
+    def _top_neurons(
+        self,
+        base: Batch,
+        source_acts: dict[int, torch.Tensor],
+        layers: list[int],
+        mask: torch.Tensor,
+        readout: Readout,
+        base_m: torch.Tensor,
+    ) -> list[Unit]:
+        """The ``top_neurons`` neurons of each layer with the largest |attribution estimate| (mean over pairs)."""
+        terms = attribution_terms(
+            self.model.bridge, base.input_ids, "mlp_post", source_acts, base.answer_positions, readout.from_logits
+        )
+        cells = []
+        for layer in layers:
+            per_neuron = (terms[layer] * mask.unsqueeze(-1)).sum(dim=1).mean(dim=0)  # [d_mlp]
+            top = per_neuron.abs().topk(min(self.top_neurons, per_neuron.numel())).indices
+            cells += [Unit(layer, int(n)) for n in sorted(top.tolist())]
+        return cells
+
+    def _verify(
+        self,
+        base: Batch,
+        site: Site,
+        source_acts: dict[int, torch.Tensor],
+        cells: list[Unit],
+        estimated: torch.Tensor,
+        mask: torch.Tensor,
+        readout: Readout,
+        first_diff: int,
+        clean_m: torch.Tensor,
+        corrupt_m: torch.Tensor,
+    ) -> Generator[str, None, list[VerifiedCell]]:
+        order = self._ranked(estimated, clean_m, corrupt_m)[: self.verify_top]
+        top = [cells[i] for i in order]
+        exact = yield from self._exact(
+            trace_blocks(self.model.bridge, base.input_ids), site, source_acts, top, mask, base, readout, first_diff
+        )
+        return [
+            VerifiedCell(
+                label=self._label(cells[i]),
+                attribution_score=_finite(self._score(estimated[i], clean_m, corrupt_m).value),
+                exact_score=_finite(self._score(exact[j], clean_m, corrupt_m).value),
+            )
+            for j, i in enumerate(order)
+        ]
+
+    # --- scores and the result ----------------------------------------------------------------
+
+    def _score(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> Score:
+        fraction = metrics.recovered_fraction(patched, clean, corrupt)
+        if self.direction == "denoise":
+            return fraction
+        return Score(value=1.0 - fraction.value, per_example=[1.0 - v for v in fraction.per_example])
+
+    def _ranked(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> list[int]:
+        values = [self._score(row, clean, corrupt).value for row in patched]
+        return sorted(range(len(values)), key=lambda i: -abs(values[i]) if values[i] == values[i] else 0.0)
+
+    def _label(self, cell: Unit) -> str:
+        if self.component == "mlp_neurons" or cell.position is None:
+            return f"layer {cell.layer}, MLP neuron {cell.channel} (every position)"
+        known = cell.position < len(self.clean_tokens)
+        token = self.clean_tokens[cell.position] if known else "<pad>"
+        where = f"token {token!r} (position {cell.position})"
+        if self.component == "heads_by_pos":
+            return f"head L{cell.layer}H{cell.channel}, {where}"
+        return f"layer {cell.layer} {self.component}, {where}"
+
+    def _measurement(
+        self,
+        cells: list[Unit],
+        patched: torch.Tensor,
+        base_m: torch.Tensor,
+        clean_m: torch.Tensor,
+        corrupt_m: torch.Tensor,
+        clean: Batch,
+        corrupt: Batch,
+        diffs: list[PairDiff],
+        layers: list[int],
+        positions: list[int],
+        first_diff: int,
+        verified: list[VerifiedCell] | None,
+    ) -> PatchMeasurement:
+        cfg = self.model.bridge.cfg
+        tokens = _position_tokens(self.model.tokenizer, clean, corrupt, diffs)
+        scores = [self._score(row, clean_m, corrupt_m) for row in patched]
+        grid: list[list[float | None]] | None = None
+        patched_grid: list[list[float | None]] | None = None
+        head_grid: list[list[list[float | None]]] | None = None
+        head_patched: list[list[list[float | None]]] | None = None
+        if self.component == "heads_by_pos":
+            head_grid = [[[None] * len(tokens) for _ in range(cfg.n_heads)] for _ in range(cfg.n_layers)]
+            head_patched = [[[None] * len(tokens) for _ in range(cfg.n_heads)] for _ in range(cfg.n_layers)]
+        elif self.component != "mlp_neurons":
+            grid = [[None] * len(tokens) for _ in range(cfg.n_layers)]
+            patched_grid = [[None] * len(tokens) for _ in range(cfg.n_layers)]
+        for cell, score, row in zip(cells, scores, patched, strict=True):
+            value = 0.0 if cell.position is not None and cell.position < first_diff else _finite(score.value)
+            if cell.position is None:
+                continue
+            if head_grid is not None and head_patched is not None and cell.channel is not None:
+                head_grid[cell.layer][cell.channel][cell.position] = value
+                head_patched[cell.layer][cell.channel][cell.position] = float(row.mean())
+            elif grid is not None and patched_grid is not None:
+                grid[cell.layer][cell.position] = value
+                patched_grid[cell.layer][cell.position] = float(row.mean())
+        order = self._ranked(patched, clean_m, corrupt_m)
+        if self.component != "mlp_neurons":
+            order = order[:TOP_CELLS]
+        rows = []
+        for rank, i in enumerate(order):
+            cell = cells[i]
+            token = tokens[cell.position].clean_token if cell.position is not None else None
+            detailed = rank < TOP_WITH_EXAMPLES
+            rows.append(
+                PatchCell(
+                    label=self._label(cell),
+                    layer=cell.layer,
+                    head=cell.channel if self.component == "heads_by_pos" else None,
+                    neuron=cell.channel if self.component == "mlp_neurons" else None,
+                    position=cell.position,
+                    token=token,
+                    score=_finite(scores[i].value),
+                    patched=float(patched[i].mean()),
+                    per_example_score=[_finite(v) for v in scores[i].per_example] if detailed else None,
+                    per_example_patched=[float(v) for v in patched[i]] if detailed else None,
+                )
+            )
+        return PatchMeasurement(
+            component=self.component,  # type: ignore[arg-type]
+            method=self.method,  # type: ignore[arg-type]
+            approximate=self.method == "attribution",
+            direction=self.direction,  # type: ignore[arg-type]
+            metric=self.metric,  # type: ignore[arg-type]
+            clean=metrics.score_of(clean_m),
+            corrupt=metrics.score_of(corrupt_m),
+            tokens=tokens,
+            differing_positions=[d.positions for d in diffs],
+            skipped_positions=[p for p in positions if p < first_diff] if self.component != "mlp_neurons" else [],
+            scores=grid,
+            patched=patched_grid,
+            head_scores=head_grid,
+            head_patched=head_patched,
+            cells=rows,
+            verified=verified,
+            engine=self.engine if self.method == "exact" or verified else None,
+            notes=self._notes(clean_m, corrupt_m, first_diff, len(tokens)),
+        )
+
+    def _notes(self, clean_m: torch.Tensor, corrupt_m: torch.Tensor, first_diff: int, width: int) -> list[str]:
+        notes = list(self.notes)
+        gap = float((clean_m - corrupt_m).mean())
+        if (self.metric == "logit_diff" and abs(gap) < SMALL_GAP) or gap == 0:
+            notes.append(
+                f"The clean−corrupt gap of {self.metric} is only {gap:+.3f}: scores divide by it and are unstable; "
+                "choose pairs the model separates more clearly."
+            )
+        if first_diff >= width:
+            notes.append("Every clean/corrupt pair is token-for-token identical: every score is undefined.")
+        if self.method == "attribution":
+            notes.append(
+                "Attribution is a first-order (gradient) estimate of exact patching, not a measurement; "
+                "use verify_top or method 'exact' before citing a cell's number."
+            )
+        if self.metric == "kl":
+            notes.append(
+                "With metric 'kl' the clean value is 0 by definition: a score of 1 means the patched run's "
+                "distribution at the answer equals the clean one."
+            )
+        return notes
+
+
+def _position_tokens(tokenizer: Any, clean: Batch, corrupt: Batch, diffs: list[PairDiff]) -> list[PositionToken]:
+    width = clean.input_ids.shape[1]
+    clean_tokens = token_strings(tokenizer, clean.ids(0))
+    corrupt_tokens = token_strings(tokenizer, corrupt.ids(0))
+    counts = [0] * width
+    for diff in diffs:
+        for p in diff.positions:
+            counts[p] += 1
+    return [
+        PositionToken(
+            position=p,
+            clean_token=clean_tokens[p] if p < len(clean_tokens) else "",
+            corrupt_token=corrupt_tokens[p] if p < len(corrupt_tokens) else "",
+            differs_in_pairs=counts[p],
+        )
+        for p in range(width)
+    ]
+
+
+def _finite(value: float) -> float | None:
+    return None if value != value or value in (float("inf"), float("-inf")) else float(value)

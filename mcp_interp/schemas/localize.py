@@ -1,0 +1,111 @@
+"""Results of the localize family: ``patch`` (component × layer × position) and ``loss``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from mcp_interp.schemas.common import Measurement, Provenance, Score
+
+Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
+PatchMetricName = Literal["logit_diff", "log_prob", "kl"]
+
+
+class PositionToken(BaseModel):
+    position: int = Field(description="Token index (0-based) in the pair.")
+    clean_token: str = Field(description="The first clean prompt's token here ('' past its end).")
+    corrupt_token: str = Field(description="The first corrupt prompt's token here ('' past its end).")
+    differs_in_pairs: int = Field(description="How many pairs have different clean and corrupt tokens here.")
+
+
+class PatchCell(BaseModel):
+    label: str = Field(description="The cell in words, e.g. \"layer 12, token ' John' (position 9)\".")
+    layer: int
+    head: int | None = Field(default=None, description="Head index (heads_by_pos only).")
+    neuron: int | None = Field(default=None, description="Neuron index (mlp_neurons only).")
+    position: int | None = Field(default=None, description="Token position; None = every position (neurons).")
+    token: str | None = Field(default=None, description="The first clean prompt's token at `position`.")
+    score: float | None = Field(
+        description="Recovered (denoise) or destroyed (noise) fraction of the clean−corrupt gap of the metric: "
+        "1 = this cell alone carries it, 0 = nothing, negative = works against it; None when undefined."
+    )
+    patched: float = Field(description="Mean metric value of the patched run.")
+    per_example_score: list[float | None] | None = Field(default=None, description="Per pair (top cells only).")
+    per_example_patched: list[float] | None = Field(default=None, description="Per pair (top cells only).")
+
+
+class VerifiedCell(BaseModel):
+    label: str
+    attribution_score: float | None
+    exact_score: float | None
+
+
+class PatchMeasurement(Measurement):
+    component: Component
+    method: Literal["exact", "attribution"]
+    approximate: bool = Field(description="True for attribution (a first-order gradient estimate).")
+    direction: Literal["denoise", "noise"] = Field(
+        description="denoise: corrupt run, clean activation patched in; noise: clean run, corrupt patched in."
+    )
+    metric: PatchMetricName = Field(
+        description="logit_diff: logit(correct) − logit(incorrect); log_prob: log P(correct); "
+        "kl: KL(clean‖run) at the answer position, nats (0 for the clean run)."
+    )
+    clean: Score = Field(description="The metric on the clean prompts.")
+    corrupt: Score = Field(description="The metric on the corrupt prompts.")
+    tokens: list[PositionToken] = Field(description="Every position of the (padded) batch, with its tokens.")
+    differing_positions: list[list[int]] = Field(description="Per pair: token positions where clean ≠ corrupt.")
+    skipped_positions: list[int] = Field(
+        description="Positions before the first token where any pair differs: clean and corrupt activations "
+        "are identical there, so their patch is a no-op; reported as score 0 without being run."
+    )
+    scores: list[list[float | None]] | None = Field(
+        default=None,
+        description="[layer][position] score for resid_*/attn_out/mlp_out (None = not requested).",
+    )
+    patched: list[list[float | None]] | None = Field(
+        default=None, description="[layer][position] mean patched metric, same layout as `scores`."
+    )
+    head_scores: list[list[list[float | None]]] | None = Field(
+        default=None, description="[layer][head][position] score for heads_by_pos (None = not requested)."
+    )
+    head_patched: list[list[list[float | None]]] | None = Field(
+        default=None, description="[layer][head][position] mean patched metric, same layout as `head_scores`."
+    )
+    cells: list[PatchCell] = Field(
+        description="The top cells by |score| (all cells for mlp_neurons), per-example values for the top 10."
+    )
+    verified: list[VerifiedCell] | None = Field(
+        default=None, description="With attribution and verify_top: exact scores of the top cells."
+    )
+    engine: str | None = Field(default=None, description="How exact patched runs were computed.")
+    figure_uri: str | None = Field(default=None, description="Heatmap of scores, figure://…")
+
+
+class PatchResult(Provenance, PatchMeasurement):
+    pass
+
+
+class TextLoss(BaseModel):
+    text: str
+    tokens: list[str] = Field(description="The text's tokens; token k+1 is predicted at position k.")
+    loss: list[float] = Field(description="Per predicted token: −log P(token | text before it), nats, ≥ 0.")
+    correct: list[bool] = Field(description="Per predicted token: was it the model's top-1 prediction?")
+    mean_loss: float = Field(description="Mean of `loss` (next-token cross-entropy of this text).")
+    accuracy: float = Field(description="Fraction of predicted tokens that were the top-1, in [0, 1].")
+
+
+class LossMeasurement(Measurement):
+    intervention: str | None = Field(default=None, description="The intervention applied, in words; None = none.")
+    texts: list[TextLoss]
+    mean_loss: float = Field(description="Cross-entropy over every predicted token of every text, nats.")
+    accuracy: float = Field(description="Top-1 accuracy over every predicted token of every text.")
+    clean_mean_loss: float | None = Field(
+        default=None, description="With an intervention: the same loss without it, for comparison."
+    )
+    clean_accuracy: float | None = Field(default=None, description="With an intervention: accuracy without it.")
+
+
+class LossResult(Provenance, LossMeasurement):
+    pass
