@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     if args.command in ("serve", "call"):
-        from mcp_interp import limits
-
         from dataclasses import fields
+
+        from mcp_interp import limits
 
         limits.configure(limits.Limits(**{f.name: getattr(args, f.name) for f in fields(limits.Limits)}))
     if args.command == "serve":
