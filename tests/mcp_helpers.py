@@ -20,6 +20,8 @@ EXPECTED_TOOLS = {
     "answer_rank",
     "ablate_head",
     "patch_heads",
+    "patch",
+    "loss",
     "get_figure",
     "logit_lens",
     "dla",
@@ -88,3 +90,25 @@ def tiny_corpus(model: LoadedModel) -> dict[str, Any]:
             },
         ],
     }
+
+
+def png_text(data: bytes) -> dict[str, str]:
+    """The tEXt/iTXt chunks of a PNG, parsed by hand from the chunk layout (length, type, data, CRC)."""
+    import struct
+    import zlib
+
+    out, at = {}, 8
+    while at < len(data):
+        (length,) = struct.unpack(">I", data[at : at + 4])
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        if kind == b"tEXt":
+            key, value = body.split(b"\0", 1)
+            out[key.decode("latin-1")] = value.decode("latin-1")
+        elif kind == b"iTXt":
+            key, rest = body.split(b"\0", 1)
+            compressed, rest = rest[0], rest[2:]
+            _, rest = rest.split(b"\0", 1)  # language tag
+            _, text = rest.split(b"\0", 1)  # translated keyword
+            out[key.decode("latin-1")] = (zlib.decompress(text) if compressed else text).decode("utf-8")
+        at += 12 + length
+    return out

@@ -10,10 +10,12 @@ import torch
 from transformer_lens import patching as tl_patching
 
 from mcp_interp.core.jobs import drain
+from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.core.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, boot, build_tiny
+from mcp_interp.schemas.common import AblationSpec, Intervention
 from mcp_interp.schemas.localize import PatchMeasurement
 
 # Two pairs that differ at two positions (the names), so some positions come before the first
@@ -291,3 +293,51 @@ def test_tokens_and_labels_name_the_positions(tiny: LoadedModel) -> None:
     token = result.tokens[9]
     assert (token.clean_token.strip(), token.corrupt_token.strip()) == ("john", "mary")
     assert result.cells[0].label.startswith("layer 0 resid_pre, token")
+
+
+# --- loss ----------------------------------------------------------------------------------------
+
+TEXTS = ["when mary and john went to the store , john gave a drink to mary", "the park was full"]
+
+
+def test_loss_equals_torch_cross_entropy_per_text(tiny: LoadedModel) -> None:
+    result = text_losses(tiny, TEXTS)
+    pooled_loss, pooled_hits, pooled_n = 0.0, 0, 0
+    for text, row in zip(TEXTS, result.texts, strict=True):
+        ids_ = torch.tensor([tiny.tokenizer(text)["input_ids"]])
+        logits = tiny.bridge(ids_)[0]  # each text alone: no padding involved
+        expected = torch.nn.functional.cross_entropy(logits[:-1].double(), ids_[0, 1:], reduction="none")
+        assert row.loss == pytest.approx(expected.tolist(), abs=1e-5)
+        assert row.mean_loss == pytest.approx(float(expected.mean()), abs=1e-5)
+        hits = (logits[:-1].argmax(-1) == ids_[0, 1:]).tolist()
+        assert row.correct == hits
+        pooled_loss += float(expected.sum())
+        pooled_hits += sum(hits)
+        pooled_n += len(hits)
+    assert result.mean_loss == pytest.approx(pooled_loss / pooled_n, abs=1e-5)
+    assert result.accuracy == pytest.approx(pooled_hits / pooled_n)
+
+
+def test_loss_under_an_intervention_reports_both(tiny: LoadedModel) -> None:
+    spec = Intervention(ablate=AblationSpec(heads=["L1H2", "L2H0"], method="zero"))
+    ablated = text_losses(tiny, TEXTS, spec)
+    plain = text_losses(tiny, TEXTS)
+    assert ablated.clean_mean_loss == pytest.approx(plain.mean_loss, abs=1e-9)
+    assert ablated.mean_loss != pytest.approx(plain.mean_loss, abs=1e-4)
+    # Zero-ablating through a hook on hook_z, by hand, gives the same per-token losses.
+    ids_ = torch.tensor([tiny.tokenizer(TEXTS[1])["input_ids"]])
+
+    def zero(head: int):  # type: ignore[no-untyped-def]
+        def hook(z: torch.Tensor, hook: object) -> torch.Tensor:
+            z = z.clone()
+            z[:, :, head] = 0
+            return z
+
+        return hook
+
+    with tiny.bridge.hooks(fwd_hooks=[("blocks.1.attn.hook_z", zero(2)), ("blocks.2.attn.hook_z", zero(0))]):
+        logits = tiny.bridge(ids_)[0]
+    expected = torch.nn.functional.cross_entropy(logits[:-1].double(), ids_[0, 1:], reduction="none")
+    assert ablated.texts[1].loss == pytest.approx(expected.tolist(), abs=1e-5)
+    with pytest.raises(InputError, match="fewer than 2 tokens"):
+        text_losses(tiny, ["the"])

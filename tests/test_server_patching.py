@@ -11,7 +11,7 @@ from mcp.types import ImageContent, ResourceLink
 from mcp_interp.figures import heatmap_size, png_size
 from mcp_interp.mcp.server import build_server
 from mcp_interp.session import Session
-from tests.mcp_helpers import assert_valid_structured, error_text, tools_by_name
+from tests.mcp_helpers import assert_valid_structured, error_text, png_text, tools_by_name
 
 pytestmark = pytest.mark.anyio
 
@@ -86,3 +86,34 @@ async def test_ablate_head_and_metric_intervention_over_mcp(tiny_session: Sessio
     assert via["logit_diff"]["per_example"] == pytest.approx(ablated["after"]["logit_diff"]["per_example"], abs=1e-9)
     assert "layers 0..2" in error_text(bad_layer)
     assert "method" in error_text(bad_method)
+
+
+async def test_patch_over_mcp_grid_progress_and_labelled_heatmap(tiny_session: Session) -> None:
+    progress: list[tuple[float, float | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total))
+
+    arguments = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": "mary", "incorrect": "john"}
+    async with Client(build_server(tiny_session)) as client:
+        tools = await tools_by_name(client)
+        call = await client.call_tool("patch", {**arguments, "component": "resid_pre"}, progress_callback=on_progress)
+        result = assert_valid_structured(tools["patch"], call)
+        resource = await client.read_resource(result["figure_uri"])
+        heads = assert_valid_structured(
+            tools["patch"], await client.call_tool("patch", {**arguments, "component": "heads_by_pos", "layers": [2]})
+        )
+        bad = await client.call_tool("patch", {**arguments, "component": "mlp_neurons", "neurons": [128]})
+        loss = assert_valid_structured(tools["loss"], await client.call_tool("loss", {"texts": CLEAN}))
+    png = base64.b64decode(resource.contents[0].blob)
+    description = png_text(png)["Description"]
+    assert "Columns (token@position): when@0 | mary@1 | and@2" in description
+    assert "| john/mary@9 | gave@10" in description  # the differing position shows clean/corrupt
+    assert len(result["scores"]) == 3 and all(len(row) == 14 for row in result["scores"])
+    assert result["skipped_positions"] == list(range(9))
+    assert result["cells"][0]["label"] in call.content[0].text  # type: ignore[union-attr]
+    # Progress: the clean/corrupt runs, then one step per layer swept.
+    assert [p[0] for p in progress] == [1, 2, 3, 4] and {p[1] for p in progress} == {4}
+    assert heads["head_scores"][0][0] == [None] * 14 and len(heads["head_scores"][2]) == 4
+    assert "0..127" in error_text(bad)
+    assert len(loss["texts"][0]["loss"]) == 13

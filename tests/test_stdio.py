@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.mcp_helpers import (
     TINY_PROMPTS,
     assert_valid_structured,
     error_text,
+    png_text,
     stdio_params,
     tiny_corpus,
     tools_by_name,
@@ -47,6 +49,20 @@ async def test_stdio_session_lists_schemas_and_answers(tmp_path: Path, tiny: Loa
     assert result["model"]["fingerprint"] == tiny.fingerprint
     assert len(result["logit_diff"]["per_example"]) == 2
     assert len(rank["examples"]) == 2
+
+
+async def test_stdio_patch_heatmap_reads_back_as_a_labelled_png(tmp_path: Path) -> None:
+    clean = ["when mary and john went to the store , john gave a drink to"]
+    corrupt = ["when mary and john went to the store , mary gave a drink to"]
+    arguments = {"clean_prompts": clean, "corrupt_prompts": corrupt, "component": "attn_out", "metric": "kl"}
+    async with Client(stdio_params("tiny", child_env(tmp_path)), read_timeout_seconds=120) as client:
+        tools = await tools_by_name(client)
+        result = assert_valid_structured(tools["patch"], await client.call_tool("patch", arguments))
+        resource = await client.read_resource(result["figure_uri"])
+    png = base64.b64decode(resource.contents[0].blob)  # type: ignore[union-attr]
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and resource.contents[0].mime_type == "image/png"
+    assert "john/mary@9 | gave@10 | a@11 | drink@12 | to@13" in png_text(png)["Description"]
+    assert result["clean"]["value"] == 0.0 and result["corrupt"]["value"] > 0  # KL(clean‖clean) = 0
 
 
 async def test_stdio_causal_swap_benchmark_artifact_round_trip(tmp_path: Path, tiny: LoadedModel) -> None:

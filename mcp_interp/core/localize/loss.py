@@ -1,0 +1,89 @@
+"""The measurement behind ``loss``: next-token cross-entropy and top-1 accuracy of whole texts.
+
+For a text of n tokens the model predicts tokens 1..n-1 from the tokens before each; the loss of
+token k is −log P(t_k | t_<k) in nats (≥ 0; log of the vocabulary size is the loss of a uniform
+guess) and it is "correct" when t_k was the model's top-1 prediction (ties count against it: the
+arg-max picks one token). With an intervention, the same numbers are computed without it too, so
+"what does ablating this head cost?" is one call. Padding is never predicted nor scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from mcp_interp.core.interventions import ablation_from_spec, prepare_ablation
+from mcp_interp.core.tokens import Batch, encode, token_strings
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.common import Intervention
+from mcp_interp.schemas.localize import LossMeasurement, TextLoss
+
+
+def token_losses(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per position k (predicting token k+1): loss [batch, seq-1] (float64), top-1 hit, and the mask of
+    positions whose next token is real."""
+    log_probs = torch.log_softmax(logits[:, :-1].to(torch.float64), dim=-1)
+    targets = batch.input_ids[:, 1:]
+    loss = -log_probs.gather(2, targets.unsqueeze(-1)).squeeze(-1)
+    hit = logits[:, :-1].argmax(dim=-1) == targets
+    scored = batch.attention_mask[:, 1:].bool()
+    return loss, hit, scored
+
+
+def _run(model: LoadedModel, batch: Batch, intervention: Intervention | None) -> torch.Tensor:
+    cfg = model.bridge.cfg
+    ablation = ablation_from_spec(intervention, cfg.n_layers, cfg.n_heads)
+    hooks = prepare_ablation(model.bridge, batch, ablation).hooks if ablation is not None else []
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
+        return model.bridge(batch.input_ids, return_type="logits")
+
+
+def text_losses(model: LoadedModel, texts: Sequence[str], intervention: Intervention | None = None) -> LossMeasurement:
+    batch = encode(model.tokenizer, texts, model.device)
+    short = [i for i, n in enumerate(batch.lengths) if n < 2]
+    if short:
+        raise InputError(
+            f"Text {short[0]} ({batch.texts[short[0]]!r}) has fewer than 2 tokens: loss needs at least one "
+            "token to predict from another. Pass longer texts."
+        )
+    loss, hit, scored = token_losses(_run(model, batch, intervention), batch)
+    rows = []
+    for i, text in enumerate(batch.texts):
+        n = batch.lengths[i] - 1
+        row_loss, row_hit = [float(v) for v in loss[i, :n]], [bool(v) for v in hit[i, :n]]
+        rows.append(
+            TextLoss(
+                text=text,
+                tokens=token_strings(model.tokenizer, batch.ids(i)),
+                loss=row_loss,
+                correct=row_hit,
+                mean_loss=sum(row_loss) / n,
+                accuracy=sum(row_hit) / n,
+            )
+        )
+    measurement = LossMeasurement(
+        intervention=_describe(intervention),
+        texts=rows,
+        mean_loss=float(loss[scored].mean()),
+        accuracy=float(hit[scored].to(torch.float64).mean()),
+    )
+    if intervention is not None:
+        clean_loss, clean_hit, _ = token_losses(_run(model, batch, None), batch)
+        measurement.clean_mean_loss = float(clean_loss[scored].mean())
+        measurement.clean_accuracy = float(clean_hit[scored].to(torch.float64).mean())
+        measurement.notes.append(
+            f"The intervention changes the mean loss by {measurement.mean_loss - measurement.clean_mean_loss:+.4f} "
+            f"nats and the accuracy by {measurement.accuracy - measurement.clean_accuracy:+.3f}."
+        )
+    return measurement
+
+
+def _describe(intervention: Intervention | None) -> str | None:
+    if intervention is None:
+        return None
+    spec = intervention.ablate
+    heads = spec.heads if isinstance(spec.heads, list) else [spec.heads]
+    names = ", ".join(h if isinstance(h, str) else f"L{h.layer}H{h.head}" for h in heads)
+    return f"{spec.method}-ablate {names} at positions {spec.positions}"

@@ -1,0 +1,129 @@
+"""Localize tools: ``patch`` (which component, at which layer and token, carries the effect) and
+``loss`` (next-token loss of texts, under any intervention)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, ResourceLink
+from pydantic import Field
+
+from mcp_interp import figures
+from mcp_interp.core.localize.loss import text_losses
+from mcp_interp.core.localize.patch import PatchJob
+from mcp_interp.mcp.arguments import OptionalIntervention
+from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.schemas.localize import Component, LossResult, PatchMeasurement, PatchMetricName, PatchResult
+
+family = Family("localize")
+
+OptionalAnswers = Annotated[
+    str | list[str] | None,
+    Field(description="One single-token answer for every pair, or one per pair (' Mary', with the leading space)."),
+]
+
+
+async def patch_figure(kit: Toolkit, result: PatchMeasurement, model_name: str) -> tuple[str, ResourceLink]:
+    """The heatmap of a ``patch`` result: layers × tokens (heads × tokens for heads_by_pos; bars for neurons)."""
+    title = f"patch {result.component} {result.direction} ({result.method}, {result.metric}): {model_name}"
+    label = "recovered fraction" if result.direction == "denoise" else "destroyed fraction"
+    tokens = [t.clean_token if not t.differs_in_pairs else f"{t.clean_token}/{t.corrupt_token}" for t in result.tokens]
+    if result.scores is not None:
+        return await kit.figure(title, figures.layer_position_heatmap, result.scores, tokens, title, label)
+    if result.head_scores is not None:
+        rows, names = [], []
+        for layer, heads in enumerate(result.head_scores):
+            for head, row in enumerate(heads):
+                if any(v is not None for v in row):
+                    rows.append(row)
+                    names.append(f"L{layer}H{head}")
+        return await kit.figure(title, figures.layer_position_heatmap, rows, tokens, title, label, "head", names)
+    labels = [cell.label for cell in result.cells]
+    return await kit.figure(title, figures.cell_bars, labels, [c.score for c in result.cells], title, label)
+
+
+@family.tool()
+async def patch(
+    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
+    corrupt_prompts: Annotated[
+        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
+    ],
+    component: Annotated[
+        Component,
+        Field(
+            description="resid_pre/resid_mid/resid_post (residual stream entering a block / between attention and "
+            "MLP / leaving it), attn_out, mlp_out: a [layer][position] grid; heads_by_pos: each head's output at "
+            "each position, [layer][head][position]; mlp_neurons: single MLP neurons at every position "
+            "(`neurons`, or the top neurons of each layer by attribution, then patched exactly)."
+        ),
+    ],
+    ctx: Context,
+    correct: OptionalAnswers = None,
+    incorrect: OptionalAnswers = None,
+    direction: Annotated[
+        Literal["denoise", "noise"],
+        Field(description="denoise: run corrupt, patch in clean (what restores it?); noise: the reverse."),
+    ] = "denoise",
+    method: Annotated[
+        Literal["exact", "attribution"],
+        Field(description="exact: real patched runs; attribution: first-order gradient estimate (approximate)."),
+    ] = "exact",
+    metric: Annotated[
+        PatchMetricName,
+        Field(
+            description="logit_diff (needs correct and incorrect), log_prob (needs correct), or kl: "
+            "KL(clean‖run) at the answer, which needs no answer at all."
+        ),
+    ] = "logit_diff",
+    layers: Annotated[list[int] | None, Field(description="Layers to patch; default every layer.")] = None,
+    positions: Annotated[
+        list[int] | None, Field(description="Token positions to patch (0-based); default every position.")
+    ] = None,
+    neurons: Annotated[
+        list[int] | None, Field(description="mlp_neurons: neuron indices to patch in each of `layers`.")
+    ] = None,
+    top_neurons: Annotated[
+        int, Field(ge=1, le=256, description="mlp_neurons without `neurons`: neurons per layer chosen by attribution.")
+    ] = 10,
+    verify_top: Annotated[
+        int, Field(ge=0, le=64, description="With attribution: re-run this many top cells exactly.")
+    ] = 0,
+) -> Annotated[CallToolResult, PatchResult]:
+    """Activation patching of one component at every layer × token position on minimal pairs — the
+    map of where the information flows. Score per cell = fraction of the clean−corrupt gap of the
+    metric it restores (denoise) or destroys (noise): 1 = carries the whole effect, 0 = none.
+    Positions before the first differing token are 0 by construction and not run. Returns the grid,
+    the top cells in words with per-example values, the tokens, and a heatmap (figure://).
+    Reports progress per layer; stops at the next layer when cancelled."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    job = PatchJob(
+        model, clean_prompts, corrupt_prompts, correct, incorrect, component, direction, method, metric,
+        layers, positions, neurons, top_neurons, verify_top,
+    )  # fmt: skip
+    await kit.run_job(ctx, job)
+    assert job.result is not None
+    job.result.figure_uri, link = await patch_figure(kit, job.result, model.name)
+    result = kit.with_provenance(PatchResult, job.result, started)
+    top = "; ".join(f"{c.label}: {c.score:+.2f}" for c in result.cells[:5] if c.score is not None)
+    summary = (
+        f"patch {component} ({method}, {direction}, {metric}): clean {result.clean.value:+.3f}, corrupt "
+        f"{result.corrupt.value:+.3f}. Top cells: {top or 'none (every score undefined)'}. "
+        f"Heatmap: {result.figure_uri}"
+    )
+    return kit.finish(result, summary, [link])
+
+
+@family.tool()
+async def loss(
+    texts: Annotated[list[str], Field(description="Texts to score; every next token of each is predicted.")],
+    ctx: Context,
+    intervention: OptionalIntervention = None,
+) -> LossResult:
+    """Next-token cross-entropy (nats) and top-1 accuracy of every token of each text, per token and
+    mean, optionally under an intervention (ablate heads, ...) — with the unablated loss beside it.
+    The measure of "ablate and see what breaks" for induction heads and other general mechanisms."""
+    return await Toolkit.of(ctx).run(ctx, LossResult, text_losses, texts, intervention)
