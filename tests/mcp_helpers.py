@@ -21,6 +21,7 @@ EXPECTED_TOOLS = {
     "ablate_head",
     "patch_heads",
     "patch",
+    "ablate",
     "loss",
     "get_figure",
     "logit_lens",

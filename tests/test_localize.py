@@ -9,6 +9,8 @@ import pytest
 import torch
 from transformer_lens import patching as tl_patching
 
+from mcp_interp.core import readouts
+from mcp_interp.core.ablate import ablate
 from mcp_interp.core.jobs import drain
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
@@ -341,3 +343,88 @@ def test_loss_under_an_intervention_reports_both(tiny: LoadedModel) -> None:
     assert ablated.texts[1].loss == pytest.approx(expected.tolist(), abs=1e-5)
     with pytest.raises(InputError, match="fewer than 2 tokens"):
         text_losses(tiny, ["the"])
+
+
+# --- ablate: any target --------------------------------------------------------------------------
+
+PROMPTS = CLEAN  # two prompts of equal length (14 tokens)
+
+
+def hand_logit_diff(model: LoadedModel, hooks: list) -> list[float]:  # type: ignore[type-arg]
+    batch = encode(model.tokenizer, PROMPTS)
+    good, bad = ids(model, CORRECT), ids(model, INCORRECT)
+    with model.bridge.hooks(fwd_hooks=hooks):
+        final = model.bridge(batch.input_ids)[torch.arange(2), batch.answer_positions]
+    return (final.gather(1, good[:, None]) - final.gather(1, bad[:, None])).squeeze(1).tolist()
+
+
+def ablated(model: LoadedModel, targets: list, method: str = "zero", **kwargs: object) -> list[float]:  # type: ignore[type-arg]
+    spec = AblationSpec(targets=targets, method=method, **kwargs)  # type: ignore[arg-type]
+    result = ablate(model, PROMPTS, spec, CORRECT, INCORRECT)
+    assert result.after.logit_diff is not None
+    return result.after.logit_diff.per_example
+
+
+def test_ablating_an_mlp_and_an_attention_layer_equals_hand_hooks(tiny: LoadedModel) -> None:
+    def zero(values: torch.Tensor, hook: object) -> torch.Tensor:
+        return torch.zeros_like(values)
+
+    assert ablated(tiny, ["L1MLP"]) == pytest.approx(hand_logit_diff(tiny, [("blocks.1.hook_mlp_out", zero)]), abs=1e-5)
+    _, cache = tiny.bridge.run_with_cache(encode(tiny.tokenizer, PROMPTS).input_ids)
+    mean = cache["blocks.2.hook_attn_out"].mean(dim=0, keepdim=True)
+
+    def to_mean(values: torch.Tensor, hook: object) -> torch.Tensor:
+        return mean.expand_as(values).clone()
+
+    expected = hand_logit_diff(tiny, [("blocks.2.hook_attn_out", to_mean)])
+    assert ablated(tiny, ["L2ATTN"], "mean") == pytest.approx(expected, abs=1e-5)
+
+
+def test_ablating_neurons_by_resampling_equals_a_hand_hook(tiny: LoadedModel) -> None:
+    _, cache = tiny.bridge.run_with_cache(encode(tiny.tokenizer, PROMPTS).input_ids)
+    swapped = cache["blocks.1.mlp.hook_post"].flip(0)  # with two prompts the only derangement is the swap
+
+    def resample(values: torch.Tensor, hook: object) -> torch.Tensor:
+        values = values.clone()
+        values[:, :, [3, 77]] = swapped[:, :, [3, 77]]
+        return values
+
+    expected = hand_logit_diff(tiny, [("blocks.1.mlp.hook_post", resample)])
+    assert ablated(tiny, [{"layer": 1, "neurons": [77, 3]}], "resample") == pytest.approx(expected, abs=1e-5)
+
+
+def test_ablating_a_basis_direction_zeroes_that_coordinate(tiny: LoadedModel) -> None:
+    d_model = tiny.bridge.cfg.d_model
+    direction = [0.0] * d_model
+    direction[5] = -3.0  # any length and sign: the unit vector ±e_5 spans the same line
+
+    def zero_coordinate(values: torch.Tensor, hook: object) -> torch.Tensor:
+        values = values.clone()
+        values[:, -1, 5] = 0.0  # only the last position (positions='last'; equal lengths)
+        return values
+
+    expected = hand_logit_diff(tiny, [("blocks.1.hook_resid_post", zero_coordinate)])
+    got = ablated(tiny, [{"layer": 1, "direction": direction}], positions="last")
+    assert got == pytest.approx(expected, abs=1e-5)
+    assert got != pytest.approx(hand_logit_diff(tiny, []), abs=1e-4), "the coordinate must matter here"
+
+
+def test_metric_tools_accept_the_same_targets(tiny: LoadedModel) -> None:
+    spec = Intervention(ablate=AblationSpec(targets=["L1MLP", "L0H2"]))
+    measured = readouts.logit_diff(tiny, PROMPTS, CORRECT, INCORRECT, spec)
+    assert measured.logit_diff.per_example == pytest.approx(ablated(tiny, ["L1MLP", "L0H2"]), abs=1e-9)
+
+
+def test_bad_targets_say_how_to_fix_them(tiny: LoadedModel) -> None:
+    cases = [
+        ([{"layer": 1, "direction": [1.0, 2.0]}], "d_model = 64"),
+        ([{"layer": 1, "neurons": [128]}], "neurons 0..127"),
+        (["L7MLP"], "layers 0..2"),
+        (["L1MLPX"], "form 'L<layer>H<head>'"),
+        ([{"layer": 0, "direction": [0.0] * 64}], "non-zero"),
+    ]
+    for targets, message in cases:
+        with pytest.raises(InputError, match=message):
+            ablated(tiny, targets)
+    with pytest.raises(InputError, match="needs `heads` or `targets`"):
+        ablate(tiny, PROMPTS, AblationSpec(), CORRECT, INCORRECT)

@@ -69,10 +69,21 @@ async def test_structured_results_validate_and_match_core(tiny_session: Session,
 
 async def test_bad_input_is_a_tool_error_and_server_keeps_serving(tiny_session: Session) -> None:
     async with Client(build_server(tiny_session)) as client:
-        multi = await client.call_tool(
-            "logit_diff", {"prompts": TINY_PROMPTS, "correct": "mary john", "incorrect": "tom"}
+        multi = await client.call_tool(  # patching reads one answer token; the metric tools take sequences
+            "patch_heads",
+            {
+                "clean_prompts": TINY_PROMPTS,
+                "corrupt_prompts": TINY_PROMPTS,
+                "correct": "mary john",
+                "incorrect": "tom",
+            },
         )
         assert "2 tokens" in error_text(multi) and "exactly one token" in error_text(multi)
+        sequence = await client.call_tool(
+            "logit_diff", {"prompts": TINY_PROMPTS, "correct": "mary john", "incorrect": "tom"}
+        )
+        assert sequence.structured_content is not None
+        assert sequence.structured_content["answer_kind"] == "sequence"
         unequal = await client.call_tool("kl", {"prompts": ["a b c"], "compare_prompts": ["a b"]})
         assert "same number of tokens" in error_text(unequal) and "pair 0" in error_text(unequal)
         wrong_type = await client.call_tool("tokenize", {"texts": 5})

@@ -1,4 +1,4 @@
-"""The measurement behind ``ablate_head``: every metric before and after, and where they disagree.
+"""The measurement behind ``ablate`` and ``ablate_head``: every metric before and after, and where they disagree.
 
 Metrics see different things (see ``core.metrics``). The most common way to a confident wrong
 conclusion is reading one that is blind to the effect — rank stuck at 0 while the logit
@@ -9,16 +9,19 @@ written into ``notes`` rather than left for the reader to spot.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from mcp_interp.core import metrics
+from mcp_interp.core.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
 from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
 from mcp_interp.core.readouts import answer_logits
-from mcp_interp.core.tokens import encode, resolve_answers
+from mcp_interp.core.tokens import encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import AblationSpec, Score
-from mcp_interp.schemas.heads import AblateHeadMeasurement, MetricSet
+from mcp_interp.schemas.heads import AblateHeadMeasurement, AblationOutcome, MetricSet
+from mcp_interp.schemas.localize import AblateMeasurement
 
 # Thresholds for disagreement notes, in the metrics' own units.
 LOGIT_DIFF_MOVED = 0.5  # nats of log-odds: a change worth reporting
@@ -32,15 +35,47 @@ def ablate_heads(
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
 ) -> AblateHeadMeasurement:
-    if isinstance(ablation, AblationSpec):  # a tool's arguments: heads named as strings or objects
-        cfg = model.bridge.cfg
-        parsed = ablation_from_spec(ablation, cfg.n_layers, cfg.n_heads)
-        assert parsed is not None
-        ablation = parsed
+    """``ablate`` restricted to heads (the ``ablate_head`` tool)."""
+    parsed = _parsed(model, ablation)
+    outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
+    return AblateHeadMeasurement(heads=[str(h) for h in parsed.heads], **dict(outcome))
+
+
+def ablate(
+    model: LoadedModel,
+    prompts: Sequence[str],
+    ablation: Ablation | AblationSpec,
+    correct: str | Sequence[str] | None = None,
+    incorrect: str | Sequence[str] | None = None,
+) -> AblateMeasurement:
+    """Every metric before and after ablating any targets (heads, MLPs, attention layers, neurons, directions)."""
+    parsed = _parsed(model, ablation)
+    outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
+    return AblateMeasurement(targets=[str(t) for t in parsed.targets], **dict(outcome))
+
+
+def _parsed(model: LoadedModel, ablation: Ablation | AblationSpec) -> Ablation:
+    if isinstance(ablation, Ablation):
+        return ablation
+    parsed = ablation_from_spec(ablation, model.bridge.cfg)  # a tool's arguments, names as strings or objects
+    assert parsed is not None
+    return parsed
+
+
+def ablation_outcome(
+    model: LoadedModel,
+    prompts: Sequence[str],
+    ablation: Ablation,
+    correct: Any = None,
+    incorrect: Any = None,
+) -> AblationOutcome:
+    """Every metric with and without ``ablation``. Answers may be several tokens or sets
+    (``core.answers``): their log-prob and logit difference are then teacher-forced, ranks are of
+    the first token."""
     batch = encode(model.tokenizer, prompts, model.device)
     n = len(batch.texts)
-    correct_ids = resolve_answers(model.tokenizer, correct, n, "correct") if correct is not None else None
-    incorrect_ids = resolve_answers(model.tokenizer, incorrect, n, "incorrect") if incorrect is not None else None
+    good = resolve_answer_specs(model.tokenizer, correct, n, "correct") if correct is not None else None
+    bad = resolve_answer_specs(model.tokenizer, incorrect, n, "incorrect") if incorrect is not None else None
     prepared = prepare_ablation(model.bridge, batch, ablation)
     clean = answer_logits(model, batch)
     with torch.inference_mode(), model.bridge.hooks(fwd_hooks=prepared.hooks):
@@ -49,39 +84,54 @@ def ablate_heads(
         )
 
     notes: list[str] = []
-    if correct_ids is None:
-        answer_ids = [int(i) for i in clean.argmax(dim=-1)]
+    if good is None:
+        tracked = [Answer(model.tokenizer.decode([int(i)]), ((int(i),),), "token") for i in clean.argmax(dim=-1)]
         answer = "clean top-1"
         notes.append("No `correct` answer given: log_prob and rank track each prompt's clean top-1 token.")
     else:
-        answer_ids, answer = correct_ids, "correct"
-        not_top = [i for i in range(n) if int(clean[i].argmax()) != correct_ids[i]]
+        tracked, answer = good, "correct"
+        not_top = [i for i in range(n) if int(clean[i].argmax()) != good[i].first_token]
         if not_top:
-            notes.append(f"The correct answer is not the clean top-1 for examples {not_top}.")
-
-    def metric_set(logits: torch.Tensor) -> MetricSet:
-        diff = None
-        if correct_ids is not None and incorrect_ids is not None:
-            diff = metrics.logit_diff(logits, correct_ids, incorrect_ids)
-        return MetricSet(
-            logit_diff=diff,
-            log_prob=metrics.answer_logprob(logits, answer_ids),
-            rank=metrics.answer_rank(logits, answer_ids),
+            what = "The correct answer" if all(a.kind == "token" for a in good) else "The correct answer's first token"
+            notes.append(f"{what} is not the clean top-1 for examples {not_top}.")
+    sequences = any(a.kind != "token" for a in tracked + (bad or []))
+    if sequences:
+        notes.append(
+            "Some answer is several tokens or a set: log_prob and logit_diff are teacher-forced sequence "
+            "log-probabilities (logit_diff = log P(correct) − log P(incorrect)), with the ablation applied to the "
+            "teacher-forced run; rank is that of the first token."
         )
+        notes.extend(spacing_notes(model.tokenizer, tracked + (bad or [])))
 
-    before, after = metric_set(clean), metric_set(ablated)
+    def metric_set(logits: torch.Tensor, with_ablation: Ablation | None) -> MetricSet:
+        first = [a.first_token for a in tracked]
+        if not sequences:
+            diff = None
+            if bad is not None and good is not None:
+                diff = metrics.logit_diff(logits, first, [a.first_token for a in bad])
+            return MetricSet(
+                logit_diff=diff, log_prob=metrics.answer_logprob(logits, first), rank=metrics.answer_rank(logits, first)
+            )
+        log_prob = answer_log_probs(model.bridge, batch, tracked, with_ablation)
+        diff = None
+        if bad is not None and good is not None:
+            diff = metrics.score_of(log_prob - answer_log_probs(model.bridge, batch, bad, with_ablation))
+        return MetricSet(logit_diff=diff, log_prob=metrics.score_of(log_prob), rank=metrics.answer_rank(logits, first))
+
+    before, after = metric_set(clean, None), metric_set(ablated, ablation)
     kl = metrics.kl_divergence(clean, ablated)
-    if (correct_ids is None) != (incorrect_ids is None):
+    if (good is None) != (bad is None):
         notes.append("Give both `correct` and `incorrect` to get the logit difference.")
     notes.extend(disagreements(before, after, kl))
-    return AblateHeadMeasurement(
-        heads=[str(h) for h in ablation.heads],
+    return AblationOutcome(
         method=ablation.method,
         positions=ablation.positions if ablation.positions is not None else "all",  # type: ignore[arg-type]
         mean_over=prepared.mean_over,
         permutation=prepared.permutation,
         answer=answer,
-        answer_tokens=[model.tokenizer.decode([i]) for i in answer_ids],
+        answer_tokens=[
+            describe(model.tokenizer, a) if sequences else model.tokenizer.decode([a.first_token]) for a in tracked
+        ],
         before=before,
         after=after,
         kl=kl,

@@ -1,47 +1,119 @@
-"""Head ablation on ``hook_z`` (the per-head input to the attention output projection).
+"""Ablation of model components: heads, MLPs, attention layers, MLP neurons, residual directions.
 
-Ablating on ``hook_z`` rather than on the attention pattern or the values works unchanged for
+A *target* names what is removed and where it lives (``Target``): a head is its slice of
+``hook_z`` (the per-head input to the attention output projection — which works unchanged for
 grouped-query attention: each query head has its own slice of z even when it shares keys and
-values with other heads. Three ways to remove a head's contribution, from crudest to gentlest:
+values), an MLP or an attention layer is what it adds to the residual stream (``hook_mlp_out``,
+``hook_attn_out``), neurons are their slice of ``mlp.hook_post``, and a direction u is the
+component x·u of the residual stream leaving a block (``hook_resid_post``, the stream probes read),
+the rest of x untouched. Three ways to remove a target's part, from crudest to gentlest:
 
-* ``zero``     — z = 0. Simple, but pushes the model off-distribution (a head is rarely 0).
-* ``mean``     — z = the head's mean over this batch at the same kind of position: per position
+* ``zero``     — the part = 0 (for a direction: projected out). Simple, but pushes the model
+  off-distribution (a head is rarely 0).
+* ``mean``     — the part = its mean over this batch at the same kind of position: per position
   when every prompt has the same token length, else per distance from each prompt's last token
   (so the answer position is replaced by the mean answer-position z, never by a mean dominated by
   other positions such as the first token).
-* ``resample`` — each prompt gets another prompt's z (a seeded permutation with no fixed
-  points), keeping z on-distribution while removing prompt-specific information.
+* ``resample`` — each prompt gets another prompt's part (a seeded permutation with no fixed
+  points), keeping it on-distribution while removing prompt-specific information.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
-from mcp_interp.core.bridge import hook_z
-from mcp_interp.core.heads import Head, PositionSpec, parse_heads, position_mask
+from mcp_interp import limits
+from mcp_interp.core.bridge import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
+from mcp_interp.core.heads import Head, PositionSpec, parse_head, position_mask
 from mcp_interp.core.tokens import Batch
 from mcp_interp.errors import InputError
-from mcp_interp.schemas.common import AblationSpec, Intervention
+from mcp_interp.schemas.common import AblationSpec, DirectionRef, HeadRef, Intervention, NeuronsRef
 
 AblationMethod = Literal["zero", "mean", "resample"]
+TargetKind = Literal["head", "mlp", "attn", "neurons", "direction"]
 MeanOver = Literal["per_position", "per_position_from_end"]
 Hook = tuple[str, Callable[[torch.Tensor, Any], torch.Tensor]]
 
 
 @dataclass(frozen=True)
+class Target:
+    """One ablated component: ``kind`` at ``layer``; ``index`` = (head,) or the neurons; ``direction``
+    a unit vector ``[d_model]`` for kind ``direction``."""
+
+    layer: int
+    kind: TargetKind
+    index: tuple[int, ...] = ()
+    direction: torch.Tensor | None = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        if self.kind == "head":
+            return f"L{self.layer}H{self.index[0]}"
+        if self.kind == "neurons":
+            return f"L{self.layer} neurons {list(self.index)}"
+        if self.kind == "direction":
+            return f"L{self.layer} direction (resid_post)"
+        return f"L{self.layer}{'MLP' if self.kind == 'mlp' else 'ATTN'}"
+
+    def hook(self) -> str:
+        return {
+            "head": hook_z,
+            "mlp": hook_mlp_out,
+            "attn": hook_attn_out,
+            "neurons": hook_mlp_post,
+            "direction": hook_out,
+        }[self.kind](self.layer)
+
+    def read(self, values: torch.Tensor) -> torch.Tensor:
+        """This target's part of the hook's ``values`` [batch, seq, ...] → [batch, seq, width]."""
+        if self.kind in ("head", "neurons"):
+            part = values[:, :, list(self.index)]
+            return part.flatten(2) if self.kind == "head" else part
+        if self.kind == "direction":
+            assert self.direction is not None
+            return (values @ self.direction.to(values.dtype)).unsqueeze(-1)
+        return values
+
+    def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        """``values`` with this target's part replaced by ``part`` (a new tensor)."""
+        if self.kind == "direction":
+            assert self.direction is not None
+            unit = self.direction.to(values.dtype)
+            return values + (part - self.read(values)) * unit
+        if self.kind in ("mlp", "attn"):
+            return part.to(values.dtype).clone()
+        new = values.clone()
+        index = list(self.index)
+        new[:, :, index] = part.reshape(new[:, :, index].shape).to(values.dtype)
+        return new
+
+
+def head_target(head: Head) -> Target:
+    return Target(head.layer, "head", (head.head,))
+
+
+@dataclass(frozen=True)
 class Ablation:
-    heads: list[Head]
+    targets: list[Target]
     method: AblationMethod = "zero"
     positions: PositionSpec = "all"
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        # Heads are accepted as they are written elsewhere (``Head(9, 3)``).
+        object.__setattr__(self, "targets", [head_target(t) if isinstance(t, Head) else t for t in self.targets])
+
+    @property
+    def heads(self) -> list[Head]:
+        return [Head(t.layer, t.index[0]) for t in self.targets if t.kind == "head"]
+
     def describe(self) -> str:
-        heads = ", ".join(str(h) for h in self.heads)
-        return f"{self.method}-ablate {heads} at positions {self.positions or 'all'}"
+        names = ", ".join(str(t) for t in self.targets)
+        return f"{self.method}-ablate {names} at positions {self.positions or 'all'}"
 
 
 @dataclass(frozen=True)
@@ -90,11 +162,10 @@ def mean_replacement(z: torch.Tensor, attention_mask: torch.Tensor) -> tuple[tor
 
 
 def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedAblation:
-    """Build the hooks; mean/resample first read the heads' clean z from one forward of the batch."""
+    """Build the hooks; mean/resample first read the targets' clean parts from one forward of the batch."""
     if ablation.method not in ("zero", "mean", "resample"):
         raise InputError(f"Unknown ablation method {ablation.method!r}; use 'zero', 'mean' or 'resample'.")
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
-    layers = sorted({h.layer for h in ablation.heads})
     permutation = None
     if ablation.method == "resample":
         lengths = batch.lengths
@@ -104,45 +175,107 @@ def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedA
                 "activation is swapped in position by position. Use method 'mean', or equal-length prompts."
             )
         permutation = derangement(len(lengths), ablation.seed)
-    replacements: dict[int, torch.Tensor] = {}
+    replacements: list[torch.Tensor | None] = [None] * len(ablation.targets)
     mean_over: MeanOver | None = None
     if ablation.method in ("mean", "resample"):
-        from mcp_interp.core.patching import collect_z
+        from mcp_interp.core.patching import capture_forward
 
-        clean_z = collect_z(bridge, batch.input_ids, layers)
-        for layer, z in clean_z.items():
+        names = sorted({t.hook() for t in ablation.targets})
+        clean = capture_forward(bridge, batch.input_ids, names).acts
+        for i, target in enumerate(ablation.targets):
+            part = target.read(clean[target.hook()])
             if ablation.method == "mean":
-                replacements[layer], mean_over = mean_replacement(z, batch.attention_mask)
+                replacements[i], mean_over = mean_replacement(part, batch.attention_mask)
             else:
-                replacements[layer] = z[torch.tensor(permutation)]
+                replacements[i] = part[torch.tensor(permutation)]
 
-    def make_hook(layer: int, heads: list[int]) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        head_index = torch.tensor(heads)
-        where = mask[:, :, None, None]
-
-        def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
-            new = z.clone()
-            if ablation.method == "zero":
-                replacement = torch.zeros_like(z[:, :, head_index])
-            else:
-                replacement = replacements[layer][:, :, head_index].to(z.dtype)
-            new[:, :, head_index] = torch.where(where, replacement, z[:, :, head_index])
-            return new
+    def make_hook(members: list[int]) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+            for i in members:
+                target = ablation.targets[i]
+                part = target.read(values)
+                replacement = replacements[i]
+                new_part = torch.zeros_like(part) if replacement is None else replacement.to(part.dtype)
+                where = mask.unsqueeze(-1)
+                values = target.write(values, torch.where(where, new_part, part))
+            return values
 
         return hook
 
-    hooks: list[Hook] = [
-        (hook_z(layer), make_hook(layer, [h.head for h in ablation.heads if h.layer == layer])) for layer in layers
-    ]
+    by_hook: dict[str, list[int]] = {}
+    for i, target in enumerate(ablation.targets):
+        by_hook.setdefault(target.hook(), []).append(i)
+    hooks: list[Hook] = [(name, make_hook(members)) for name, members in by_hook.items()]
     return PreparedAblation(hooks=hooks, mean_over=mean_over, permutation=permutation)
 
 
-def ablation_from_spec(spec: AblationSpec | Intervention | None, n_layers: int, n_heads: int) -> Ablation | None:
+_COMPONENT_NAME = re.compile(r"^\s*L(\d+)\s*(MLP|ATTN)\s*$", re.IGNORECASE)
+
+
+def parse_target(spec: Any, cfg: Any) -> Target:
+    """One target from its tool spelling (see ``schemas.common.TARGETS_DESCRIPTION``), checked against
+    the model's config (layers, heads, MLP width, d_model)."""
+    if isinstance(spec, HeadRef | NeuronsRef | DirectionRef):
+        spec = spec.model_dump()
+    if isinstance(spec, str):
+        match = _COMPONENT_NAME.match(spec)
+        if match is None:
+            return head_target(parse_head(spec, cfg.n_layers, cfg.n_heads))
+        layer = _layer(int(match.group(1)), cfg, spec)
+        return Target(layer, "mlp" if match.group(2).upper() == "MLP" else "attn")
+    if isinstance(spec, Mapping) and set(spec) == {"layer", "head"}:
+        return head_target(parse_head(dict(spec), cfg.n_layers, cfg.n_heads))
+    if isinstance(spec, Mapping) and set(spec) == {"layer", "neurons"}:
+        layer, neurons, d_mlp = _layer(spec["layer"], cfg, spec), spec["neurons"], int(cfg.d_mlp)
+        if not isinstance(neurons, list) or not neurons:
+            raise InputError(f"Target {dict(spec)!r}: `neurons` must be a non-empty list of neuron indices.")
+        bad = [n for n in neurons if not isinstance(n, int) or not 0 <= n < d_mlp]
+        if bad:
+            raise InputError(
+                f"Target {dict(spec)!r}: neuron {bad[0]} is out of range; layer {layer}'s MLP has neurons "
+                f"0..{d_mlp - 1}."
+            )
+        return Target(layer, "neurons", tuple(sorted(set(neurons))))
+    if isinstance(spec, Mapping) and set(spec) == {"layer", "direction"}:
+        layer = _layer(spec["layer"], cfg, spec)
+        vector = torch.tensor(spec["direction"], dtype=torch.float32)
+        if vector.ndim != 1 or vector.numel() != cfg.d_model:
+            raise InputError(
+                f"Target at layer {layer}: the direction has {vector.numel()} numbers but this model's residual "
+                f"stream has d_model = {cfg.d_model}; pass a vector of exactly {cfg.d_model} floats."
+            )
+        norm = float(vector.norm())
+        if not norm > 0 or norm != norm or norm == float("inf"):
+            raise InputError(f"Target at layer {layer}: the direction must be a finite non-zero vector.")
+        return Target(layer, "direction", (), vector / norm)
+    raise InputError(
+        f"Target {spec!r} is not one of: 'L9H3' (a head), 'L28MLP', 'L12ATTN', {{'layer': 28, 'neurons': [17]}}, "
+        "{'layer': 12, 'direction': [...]}."
+    )
+
+
+def _layer(layer: Any, cfg: Any, spec: Any) -> int:
+    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < cfg.n_layers:
+        raise InputError(
+            f"Target {spec!r}: layer {layer!r} does not exist; this model has layers 0..{cfg.n_layers - 1}."
+        )
+    return layer
+
+
+def ablation_from_spec(spec: AblationSpec | Intervention | None, cfg: Any) -> Ablation | None:
     """The core ``Ablation`` for a tool's ``intervention`` / ablation arguments (None passes through)."""
     if spec is None:
         return None
     if isinstance(spec, Intervention):
         spec = spec.ablate
-    heads = spec.heads if isinstance(spec.heads, list) else [spec.heads]
-    raw = [h.model_dump() if not isinstance(h, str) else h for h in heads]
-    return Ablation(parse_heads(raw, n_layers, n_heads), spec.method, spec.positions, spec.seed)
+    heads = [] if spec.heads is None else spec.heads if isinstance(spec.heads, list) else [spec.heads]
+    specs = [*heads, *(spec.targets or [])]
+    if not specs:
+        raise InputError("An ablation needs `heads` or `targets`, e.g. {'targets': ['L9H3', 'L28MLP']}.")
+    limits.check("max_heads", len(specs), "Number of ablation targets")
+    targets: list[Target] = []
+    for item in specs:
+        target = parse_target(item, cfg)
+        if target not in targets:
+            targets.append(target)
+    return Ablation(targets, spec.method, spec.positions, spec.seed)

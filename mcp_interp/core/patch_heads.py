@@ -125,7 +125,7 @@ class PatchHeadsJob(Job[PatchHeadsMeasurement]):
         else:
             n_heads = model.bridge.cfg.n_heads
             estimates = attribution_estimates(
-                model.bridge, base.input_ids, source_z, mask, base.answer_positions, readout.from_logits, n_heads
+                model.bridge, base.input_ids, source_z, mask, base.answer_positions, readout.from_residual, n_heads
             )
             patched = torch.stack([estimates[h.layer, h.head] + base_ld for h in heads])
             yield "attribution: one forward per input and one backward"

@@ -27,6 +27,7 @@ input and one backward on the base run: cheap, approximate, and labelled as such
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -438,7 +439,7 @@ def attribution_terms(
     site: Site,
     source: dict[int, torch.Tensor],
     answer_positions: torch.Tensor,
-    logits_metric: RowMetric,
+    residual_metric: RowMetric,
 ) -> dict[int, torch.Tensor]:
     """First-order terms of (patched − base) metric at each layer of ``source``, per prompt and position.
 
@@ -447,7 +448,9 @@ def attribution_terms(
     ``[batch, seq, n_heads]`` for ``z``, ``[batch, seq, d_mlp]`` for ``mlp_post`` (each neuron on
     its own). Summing terms over positions estimates patching those positions together. Exact
     when the metric is linear in the activation (nothing non-linear downstream); an
-    approximation otherwise.
+    approximation otherwise. ``residual_metric`` reads the metric from the final residual at the
+    answer positions (a readout's ``from_residual``): the forward stops after the last block, so
+    the vocabulary projection of every position is neither computed nor differentiated.
     """
     layers = sorted(source)
     grads_at: dict[int, torch.Tensor] = {}
@@ -474,11 +477,22 @@ def attribution_terms(
     if site == "resid_mid":  # the gradient is read at attn_out, the value at resid_mid
         fwd_hooks += [(site_hook(site, layer), read(layer)) for layer in layers]
     batch = base_ids.shape[0]
-    with torch.enable_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
-        logits = bridge(base_ids, return_type="logits")
-        final = logits[torch.arange(batch), answer_positions]
-        total = logits_metric(final, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
-        grads = torch.autograd.grad(total, [grads_at[layer] for layer in layers])
+    final: list[torch.Tensor] = []
+
+    def stop(module: Any, args: Any, output: Any) -> None:
+        final.append(block_output(output))
+        raise _StopForward
+
+    handle = bridge.blocks[len(bridge.blocks) - 1].register_forward_hook(stop)
+    try:
+        with torch.enable_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
+            with contextlib.suppress(_StopForward):
+                bridge(base_ids, return_type=None)
+            rows = final[0][torch.arange(batch), answer_positions]
+            total = residual_metric(rows, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
+            grads = torch.autograd.grad(total, [grads_at[layer] for layer in layers])
+    finally:
+        handle.remove()
     terms = {}
     for layer, grad in zip(layers, grads, strict=True):
         base = values_at[layer] if site == "resid_mid" else grads_at[layer].detach()
@@ -493,12 +507,12 @@ def attribution_estimates(
     source_z: dict[int, torch.Tensor],
     patch_mask: torch.Tensor,
     answer_positions: torch.Tensor,
-    logits_metric: RowMetric,
+    residual_metric: RowMetric,
     n_heads: int,
 ) -> torch.Tensor:
     """First-order estimate of (patched − base) metric per head and prompt, ``[n_layers, n_heads, batch]``,
     patching each head's z at the positions of ``patch_mask`` (see ``attribution_terms``)."""
-    terms = attribution_terms(bridge, base_ids, "z", source_z, answer_positions, logits_metric)
+    terms = attribution_terms(bridge, base_ids, "z", source_z, answer_positions, residual_metric)
     estimates = torch.zeros(len(bridge.blocks), n_heads, base_ids.shape[0], dtype=torch.float64)
     mask = patch_mask.unsqueeze(-1).to(torch.float64)  # [batch, seq, 1]
     for layer, term in terms.items():

@@ -8,18 +8,19 @@ provenance and runs these in a worker thread under the model lock.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from mcp_interp import limits
 from mcp_interp.core import metrics
+from mcp_interp.core.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
 from mcp_interp.core.bridge import hf_config, hf_model
 from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
 from mcp_interp.core.tokens import (
     Batch,
     adds_bos,
     encode,
-    resolve_answers,
     token_ids,
     token_strings,
     validate_pairs,
@@ -59,7 +60,7 @@ def answer_logits(model: LoadedModel, batch: Batch, ablation: Ablation | None = 
 
 
 def _ablation(model: LoadedModel, intervention: Intervention | None) -> Ablation | None:
-    return ablation_from_spec(intervention, model.bridge.cfg.n_layers, model.bridge.cfg.n_heads)
+    return ablation_from_spec(intervention, model.bridge.cfg)
 
 
 def model_info(model: LoadedModel) -> ModelInfoMeasurement:
@@ -114,49 +115,62 @@ def _top1(model: LoadedModel, logits: torch.Tensor) -> list[tuple[int, str]]:
 def logit_diff(
     model: LoadedModel,
     prompts: Sequence[str],
-    correct: str | Sequence[str],
-    incorrect: str | Sequence[str],
+    correct: Any,
+    incorrect: Any,
     intervention: Intervention | None = None,
 ) -> LogitDiffMeasurement:
     batch = encode(model.tokenizer, prompts, model.device)
-    correct_ids = resolve_answers(model.tokenizer, correct, len(batch.texts), "correct")
-    incorrect_ids = resolve_answers(model.tokenizer, incorrect, len(batch.texts), "incorrect")
+    n = len(batch.texts)
+    good = resolve_answer_specs(model.tokenizer, correct, n, "correct")
+    bad = resolve_answer_specs(model.tokenizer, incorrect, n, "incorrect")
     ablation = _ablation(model, intervention)
     logits = answer_logits(model, batch, ablation)
-    score = metrics.logit_diff(logits, correct_ids, incorrect_ids)
     top1 = _top1(model, logits)
+    sequences = any(a.kind != "token" for a in good + bad)
+    good_lp = bad_lp = None
+    if sequences:
+        good_lp = answer_log_probs(model.bridge, batch, good, ablation)
+        bad_lp = answer_log_probs(model.bridge, batch, bad, ablation)
+        score = metrics.score_of(good_lp - bad_lp)
+    else:
+        score = metrics.logit_diff(logits, [a.first_token for a in good], [a.first_token for a in bad])
     examples = [
         LogitDiffExample(
             prompt=batch.texts[i],
-            correct=model.tokenizer.decode([correct_ids[i]]),
-            incorrect=model.tokenizer.decode([incorrect_ids[i]]),
-            correct_id=correct_ids[i],
-            incorrect_id=incorrect_ids[i],
+            correct=describe(model.tokenizer, good[i]),
+            incorrect=describe(model.tokenizer, bad[i]),
+            correct_id=good[i].first_token,
+            incorrect_id=bad[i].first_token,
             logit_diff=score.per_example[i],
+            correct_log_prob=float(good_lp[i]) if good_lp is not None else None,
+            incorrect_log_prob=float(bad_lp[i]) if bad_lp is not None else None,
             top1_token=top1[i][1],
             top1_id=top1[i][0],
             answer_position=int(batch.answer_positions[i]),
         )
-        for i in range(len(batch.texts))
+        for i in range(n)
     ]
     notes = []
-    same = [i for i in range(len(examples)) if correct_ids[i] == incorrect_ids[i]]
+    if sequences:
+        notes.append(SEQUENCE_NOTE.format(metric="logit_diff is log P(correct) − log P(incorrect)"))
+        notes.extend(spacing_notes(model.tokenizer, good + bad))
+    same = [i for i in range(n) if good[i].alternatives == bad[i].alternatives]
     if same:
         notes.append(
-            f"Examples {same}: correct and incorrect are the same token, so the difference is 0 by construction."
+            f"Examples {same}: correct and incorrect are the same answer, so the difference is 0 by construction."
         )
     negative = [i for i, v in enumerate(score.per_example) if v < 0]
     if negative:
         notes.append(
-            f"{len(negative)} of {len(examples)} examples have a negative logit difference "
+            f"{len(negative)} of {n} examples have a negative logit difference "
             f"(the model prefers the incorrect answer): {negative}."
         )
-    not_top = [i for i in range(len(examples)) if top1[i][0] != correct_ids[i]]
+    not_top = [i for i in range(n) if top1[i][0] not in {alt[0] for alt in good[i].alternatives}]
     if not_top:
         listed = ", ".join(f"{i}: {top1[i][1]!r}" for i in not_top[:8])
         notes.append(
-            f"The correct answer is not the model's top-1 in {len(not_top)} of {len(examples)} "
-            f"examples ({listed}{', ...' if len(not_top) > 8 else ''}); a positive logit difference "
+            f"The correct answer{FIRST_TOKEN if sequences else ''} is not the model's top-1 in {len(not_top)} "
+            f"of {n} examples ({listed}{', ...' if len(not_top) > 8 else ''}); a positive logit difference "
             "there only says correct beats incorrect, not that the model would say it."
         )
     return LogitDiffMeasurement(
@@ -164,7 +178,16 @@ def logit_diff(
         examples=examples,
         notes=notes,
         intervention=ablation.describe() if ablation else None,
+        answer_kind="sequence" if sequences else "token",
     )
+
+
+FIRST_TOKEN = "'s first token"
+SEQUENCE_NOTE = (
+    "Some answer is several tokens or a set: {metric} of the teacher-forced sequences (prompt followed by the "
+    "answer's tokens; a set scores the log of its members' summed probability); any intervention is applied to "
+    "that teacher-forced run too."
+)
 
 
 def kl(
@@ -209,33 +232,49 @@ def kl(
     )
 
 
+def _best_first_token(logits: torch.Tensor, answer: Answer) -> int:
+    """The first token of the answer's best-ranked alternative (the only one for a string)."""
+    firsts = sorted({alt[0] for alt in answer.alternatives})
+    return firsts[int(logits[firsts].argmax())]
+
+
 def answer_rank(
     model: LoadedModel,
     prompts: Sequence[str],
-    correct: str | Sequence[str],
+    correct: Any,
     intervention: Intervention | None = None,
 ) -> AnswerRankMeasurement:
     batch = encode(model.tokenizer, prompts, model.device)
-    correct_ids = resolve_answers(model.tokenizer, correct, len(batch.texts), "correct")
+    n = len(batch.texts)
+    answers = resolve_answer_specs(model.tokenizer, correct, n, "correct")
     ablation = _ablation(model, intervention)
     logits = answer_logits(model, batch, ablation)
-    rank = metrics.answer_rank(logits, correct_ids)
-    log_prob = metrics.answer_logprob(logits, correct_ids)
+    sequences = any(a.kind != "token" for a in answers)
+    # A set is ranked by its best-ranked member's first token.
+    first = [_best_first_token(logits[i], a) for i, a in enumerate(answers)]
+    rank = metrics.answer_rank(logits, first)
+    if sequences:
+        log_prob = metrics.score_of(answer_log_probs(model.bridge, batch, answers, ablation))
+    else:
+        log_prob = metrics.answer_logprob(logits, first)
     top1 = _top1(model, logits)
     examples = [
         AnswerRankExample(
             prompt=batch.texts[i],
-            correct=model.tokenizer.decode([correct_ids[i]]),
-            correct_id=correct_ids[i],
+            correct=describe(model.tokenizer, answers[i]),
+            correct_id=first[i],
             rank=int(rank.per_example[i]),
             log_prob=log_prob.per_example[i],
             prob=float(torch.tensor(log_prob.per_example[i], dtype=torch.float64).exp()),
             top1_token=top1[i][1],
             top1_id=top1[i][0],
         )
-        for i in range(len(batch.texts))
+        for i in range(n)
     ]
     notes = []
+    if sequences:
+        notes.append(SEQUENCE_NOTE.format(metric="log_prob is log P(correct)") + " rank is that of the first token.")
+        notes.extend(spacing_notes(model.tokenizer, answers))
     if all(r == 0 for r in rank.per_example):
         notes.append(
             "Every rank is 0 (the correct answer is top-1 everywhere): rank is saturated and cannot "
@@ -247,4 +286,5 @@ def answer_rank(
         examples=examples,
         notes=notes,
         intervention=ablation.describe() if ablation else None,
+        answer_kind="sequence" if sequences else "token",
     )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from mcp_interp.schemas.common import Intervention
+from mcp_interp.schemas.common import AnswerSpec, Intervention
 
 Prompts = Annotated[
     list[str],
@@ -15,7 +15,8 @@ Prompts = Annotated[
 OptionalIntervention = Annotated[
     Intervention | None,
     Field(
-        description='Optional intervention on the measured run, e.g. {"ablate": {"heads": ["L9H3"], "method": "mean"}}.'
+        description="Optional intervention on the measured run, e.g. "
+        '{"ablate": {"targets": ["L9H3", "L28MLP", {"layer": 28, "neurons": [17]}], "method": "mean"}}.'
     ),
 ]
 Answers = Annotated[
@@ -23,5 +24,14 @@ Answers = Annotated[
     Field(
         description="One single-token answer for every prompt, or a list with one per prompt. "
         "Mind the leading space: ' Mary', not 'Mary', for GPT-2-style tokenizers."
+    ),
+]
+SequenceAnswers = Annotated[
+    AnswerSpec | list[AnswerSpec],
+    Field(
+        description="One answer for every prompt, or a list with one per prompt. An answer is a string — one token "
+        "(' Mary', mind the leading space) or several (' North America', scored by its teacher-forced "
+        "log-probability) — or a set {'any_of': [' Paris', ' paris']} scored by its members' summed probability. "
+        "A plain list of strings always means one answer per prompt; a set is always an object."
     ),
 ]

@@ -13,7 +13,7 @@ from pydantic import Field
 from mcp_interp import figures
 from mcp_interp.core.ablate import ablate_heads
 from mcp_interp.core.patch_heads import PatchHeadsJob
-from mcp_interp.mcp.arguments import Answers, Prompts
+from mcp_interp.mcp.arguments import Answers, Prompts, SequenceAnswers
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.schemas.common import AblationSpec, HeadSpec, PositionsSpec
 from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsMeasurement, PatchHeadsResult
@@ -37,8 +37,12 @@ async def ablate_head(
             "resample: another prompt's z (seeded permutation without fixed points; equal lengths)."
         ),
     ] = "zero",
-    correct: Annotated[Answers | None, Field(description="Correct answer(s); enables the logit difference.")] = None,
-    incorrect: Annotated[Answers | None, Field(description="Incorrect answer(s) for the logit difference.")] = None,
+    correct: Annotated[
+        SequenceAnswers | None, Field(description="Correct answer(s); enables the logit difference.")
+    ] = None,
+    incorrect: Annotated[
+        SequenceAnswers | None, Field(description="Incorrect answer(s) for the logit difference.")
+    ] = None,
     positions: Annotated[
         PositionsSpec, Field(description="'all' (default), 'last' (answer position) or token indices.")
     ] = "all",

@@ -1,5 +1,6 @@
-"""Localize tools: ``patch`` (which component, at which layer and token, carries the effect) and
-``loss`` (next-token loss of texts, under any intervention)."""
+"""Localize tools: ``patch`` (which component, at which layer and token, carries the effect),
+``ablate`` (remove any components and measure every metric), and ``loss`` (next-token loss of
+texts, under any intervention)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,20 @@ from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
 from mcp_interp import figures
+from mcp_interp.core.ablate import ablate as ablate_targets
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
-from mcp_interp.mcp.arguments import OptionalIntervention
+from mcp_interp.mcp.arguments import OptionalIntervention, Prompts, SequenceAnswers
 from mcp_interp.mcp.toolkit import Family, Toolkit
-from mcp_interp.schemas.localize import Component, LossResult, PatchMeasurement, PatchMetricName, PatchResult
+from mcp_interp.schemas.common import TARGETS_DESCRIPTION, AblationSpec, PositionsSpec, TargetSpec
+from mcp_interp.schemas.localize import (
+    AblateResult,
+    Component,
+    LossResult,
+    PatchMeasurement,
+    PatchMetricName,
+    PatchResult,
+)
 
 family = Family("localize")
 
@@ -115,6 +125,37 @@ async def patch(
         f"Heatmap: {result.figure_uri}"
     )
     return kit.finish(result, summary, [link])
+
+
+@family.tool()
+async def ablate(
+    prompts: Prompts,
+    targets: Annotated[list[TargetSpec], Field(description=TARGETS_DESCRIPTION)],
+    ctx: Context,
+    method: Annotated[
+        Literal["zero", "mean", "resample"],
+        Field(
+            description="zero: the part = 0 (a direction is projected out); mean: its batch mean at the same "
+            "position; resample: another prompt's (seeded permutation without fixed points; equal lengths)."
+        ),
+    ] = "zero",
+    correct: Annotated[
+        SequenceAnswers | None, Field(description="Correct answer(s); enables the logit difference.")
+    ] = None,
+    incorrect: Annotated[
+        SequenceAnswers | None, Field(description="Incorrect answer(s) for the logit difference.")
+    ] = None,
+    positions: Annotated[
+        PositionsSpec, Field(description="'all' (default), 'last' (answer position) or token indices.")
+    ] = "all",
+    seed: Annotated[int, Field(description="Seed of the resample permutation.")] = 0,
+) -> AblateResult:
+    """Ablate any components together — heads, MLPs ('L28MLP'), attention layers ('L12ATTN'), MLP
+    neurons, residual directions — and report, before and after: logit difference (with answers),
+    KL(clean‖ablated), answer log-prob and rank, per example and mean. `notes` flags metrics that
+    disagree; read them before concluding a component does or does not matter."""
+    spec = AblationSpec(targets=targets, method=method, positions=positions, seed=seed)
+    return await Toolkit.of(ctx).run(ctx, AblateResult, ablate_targets, prompts, spec, correct, incorrect)
 
 
 @family.tool()

@@ -9,7 +9,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from mcp_interp.core import readouts
-from mcp_interp.mcp.arguments import Answers, OptionalIntervention, Prompts
+from mcp_interp.mcp.arguments import OptionalIntervention, Prompts, SequenceAnswers
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.schemas.readouts import (
     AnswerRankResult,
@@ -41,7 +41,11 @@ async def tokenize(
 
 @family.tool()
 async def logit_diff(
-    prompts: Prompts, correct: Answers, incorrect: Answers, ctx: Context, intervention: OptionalIntervention = None
+    prompts: Prompts,
+    correct: SequenceAnswers,
+    incorrect: SequenceAnswers,
+    ctx: Context,
+    intervention: OptionalIntervention = None,
 ) -> LogitDiffResult:
     """logit(correct) − logit(incorrect) at each prompt's answer position (its last token), per
     example and mean, with the model's top-1 token. Positive = the model prefers `correct`.
@@ -72,7 +76,7 @@ async def kl(
 
 @family.tool()
 async def answer_rank(
-    prompts: Prompts, correct: Answers, ctx: Context, intervention: OptionalIntervention = None
+    prompts: Prompts, correct: SequenceAnswers, ctx: Context, intervention: OptionalIntervention = None
 ) -> AnswerRankResult:
     """Rank (tokens with a strictly higher logit; 0 = top-1) and log-probability of the correct
     answer at each prompt's answer position. Rank saturates at 0: see `notes`."""

@@ -58,13 +58,43 @@ HeadSpec = str | HeadRef
 PositionsSpec = Literal["all", "last"] | list[int]
 
 
+class AnyOf(BaseModel):
+    any_of: list[str] = Field(
+        description="A set of alternative answers for one prompt, scored by the log of their summed probability."
+    )
+
+
+AnswerSpec = str | AnyOf
+
+
+class NeuronsRef(BaseModel):
+    layer: int = Field(description="Layer index, 0-based.")
+    neurons: list[int] = Field(description="MLP neuron indices (inputs of the down projection), 0-based.")
+
+
+class DirectionRef(BaseModel):
+    layer: int = Field(description="Layer whose output residual stream (resid_post) the direction lives in.")
+    direction: list[float] = Field(description="A d_model vector; normalised to unit length before use.")
+
+
+TargetSpec = str | HeadRef | NeuronsRef | DirectionRef
+TARGETS_DESCRIPTION = (
+    "Components ablated together: a head 'L9H3' (or {layer, head}), an MLP 'L28MLP', an attention layer's output "
+    "'L12ATTN', MLP neurons {layer, neurons: [17, 403]}, or a residual direction {layer, direction: [d_model "
+    "floats]} removed from that layer's output residual stream (resid_post)."
+)
+
+
 class AblationSpec(BaseModel):
-    heads: HeadSpec | list[HeadSpec] = Field(description="Heads to ablate together, e.g. ['L9H3', 'L10H0'].")
+    heads: HeadSpec | list[HeadSpec] | None = Field(
+        default=None, description="Heads to ablate together, e.g. ['L9H3', 'L10H0']."
+    )
+    targets: list[TargetSpec] | None = Field(default=None, description=TARGETS_DESCRIPTION)
     method: Literal["zero", "mean", "resample"] = Field(
         default="zero",
-        description="zero: z = 0; mean: the head's batch mean at the same position (by index when prompts share "
-        "a length, else by distance from the last token); "
-        "resample: another prompt's z (seeded permutation without fixed points; equal-length prompts).",
+        description="zero: the part = 0 (a direction: projected out); mean: its batch mean at the same position "
+        "(by index when prompts share a length, else by distance from the last token); "
+        "resample: another prompt's (seeded permutation without fixed points; equal-length prompts).",
     )
     positions: PositionsSpec = Field(
         default="all", description="'all' real tokens, 'last' (the answer position), or token indices."

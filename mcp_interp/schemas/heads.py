@@ -19,8 +19,9 @@ class MetricSet(BaseModel):
     rank: Score = Field(description="Rank of the answer; 0 = top-1; saturates at 0.")
 
 
-class AblateHeadMeasurement(Measurement):
-    heads: list[str]
+class AblationOutcome(Measurement):
+    """Every metric before and after an ablation (``ablate_head`` and ``ablate`` share it)."""
+
     method: Literal["zero", "mean", "resample"]
     positions: PositionsSpec
     mean_over: Literal["per_position", "per_position_from_end"] | None = Field(
@@ -37,6 +38,10 @@ class AblateHeadMeasurement(Measurement):
     before: MetricSet = Field(description="Clean run.")
     after: MetricSet = Field(description="Ablated run.")
     kl: Score = Field(description="KL(clean‖ablated) at the answer position, nats, ≥ 0.")
+
+
+class AblateHeadMeasurement(AblationOutcome):
+    heads: list[str]
 
 
 class AblateHeadResult(Provenance, AblateHeadMeasurement):

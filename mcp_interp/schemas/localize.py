@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance, Score
+from mcp_interp.schemas.heads import AblationOutcome
 
 Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
 PatchMetricName = Literal["logit_diff", "log_prob", "kl"]
@@ -108,4 +109,12 @@ class LossMeasurement(Measurement):
 
 
 class LossResult(Provenance, LossMeasurement):
+    pass
+
+
+class AblateMeasurement(AblationOutcome):
+    targets: list[str] = Field(description="The ablated components, as parsed (e.g. 'L9H3', 'L28MLP').")
+
+
+class AblateResult(Provenance, AblateMeasurement):
     pass

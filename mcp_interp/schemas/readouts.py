@@ -57,13 +57,30 @@ class TokenizeResult(Provenance, TokenizeMeasurement):
 # --- logit_diff -----------------------------------------------------------------------------
 
 
+AnswerKind = Literal["token", "sequence"]
+ANSWER_KIND = (
+    "token: every answer is one token, read from the logits at the answer position; sequence: some answer is "
+    "several tokens or a set {any_of: [...]}, scored by its teacher-forced log-probability (a set: log of the "
+    "summed probability of its members)."
+)
+
+
 class LogitDiffExample(BaseModel):
     prompt: str
     correct: str
     incorrect: str
     correct_id: int
     incorrect_id: int
-    logit_diff: float = Field(description="logit(correct) − logit(incorrect); > 0 prefers correct.")
+    logit_diff: float = Field(
+        description="logit(correct) − logit(incorrect); > 0 prefers correct. For sequence answers: "
+        "log P(correct) − log P(incorrect) of the teacher-forced sequences."
+    )
+    correct_log_prob: float | None = Field(
+        default=None, description="Sequence answers only: log P(correct | prompt), teacher-forced, ≤ 0."
+    )
+    incorrect_log_prob: float | None = Field(
+        default=None, description="Sequence answers only: log P(incorrect | prompt), teacher-forced, ≤ 0."
+    )
     top1_token: str = Field(description="The model's most likely next token at the answer position.")
     top1_id: int
     answer_position: int = Field(description="Index of the last real token (where the prediction is read).")
@@ -71,6 +88,7 @@ class LogitDiffExample(BaseModel):
 
 class LogitDiffMeasurement(Measurement):
     intervention: str | None = Field(default=None, description="The intervention applied to the measured run, if any.")
+    answer_kind: AnswerKind = Field(default="token", description=ANSWER_KIND)
     logit_diff: Score = Field(
         description="logit(correct) − logit(incorrect) at the answer position; positive means "
         "the model prefers the correct answer; unbounded; 0 = indifferent."
@@ -114,8 +132,11 @@ class AnswerRankExample(BaseModel):
     prompt: str
     correct: str
     correct_id: int
-    rank: int = Field(description="Tokens with a strictly higher logit; 0 = top-1 (ties count for the answer).")
-    log_prob: float = Field(description="log P(correct) at the answer position, ≤ 0.")
+    rank: int = Field(
+        description="Tokens with a strictly higher logit; 0 = top-1 (ties count for the answer). Sequence "
+        "answers: the rank of the first token (of the best-ranked alternative of a set)."
+    )
+    log_prob: float = Field(description="log P(correct) at the answer position, ≤ 0 (sequences: teacher-forced).")
     prob: float
     top1_token: str
     top1_id: int
@@ -123,6 +144,7 @@ class AnswerRankExample(BaseModel):
 
 class AnswerRankMeasurement(Measurement):
     intervention: str | None = Field(default=None, description="The intervention applied to the measured run, if any.")
+    answer_kind: AnswerKind = Field(default="token", description=ANSWER_KIND)
     rank: Score = Field(description="Rank of the correct answer: 0 = top-1; saturates at 0.")
     log_prob: Score = Field(description="log P(correct), ≤ 0; the negative is the loss.")
     examples: list[AnswerRankExample]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mcp_interp.core.interventions import ablation_from_spec, prepare_ablation
+from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
 from mcp_interp.core.tokens import Batch, encode, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -32,9 +32,7 @@ def token_losses(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torc
     return loss, hit, scored
 
 
-def _run(model: LoadedModel, batch: Batch, intervention: Intervention | None) -> torch.Tensor:
-    cfg = model.bridge.cfg
-    ablation = ablation_from_spec(intervention, cfg.n_layers, cfg.n_heads)
+def _run(model: LoadedModel, batch: Batch, ablation: Ablation | None) -> torch.Tensor:
     hooks = prepare_ablation(model.bridge, batch, ablation).hooks if ablation is not None else []
     with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
         return model.bridge(batch.input_ids, return_type="logits")
@@ -48,7 +46,8 @@ def text_losses(model: LoadedModel, texts: Sequence[str], intervention: Interven
             f"Text {short[0]} ({batch.texts[short[0]]!r}) has fewer than 2 tokens: loss needs at least one "
             "token to predict from another. Pass longer texts."
         )
-    loss, hit, scored = token_losses(_run(model, batch, intervention), batch)
+    ablation = ablation_from_spec(intervention, model.bridge.cfg)
+    loss, hit, scored = token_losses(_run(model, batch, ablation), batch)
     rows = []
     for i, text in enumerate(batch.texts):
         n = batch.lengths[i] - 1
@@ -64,12 +63,12 @@ def text_losses(model: LoadedModel, texts: Sequence[str], intervention: Interven
             )
         )
     measurement = LossMeasurement(
-        intervention=_describe(intervention),
+        intervention=ablation.describe() if ablation is not None else None,
         texts=rows,
         mean_loss=float(loss[scored].mean()),
         accuracy=float(hit[scored].to(torch.float64).mean()),
     )
-    if intervention is not None:
+    if ablation is not None:
         clean_loss, clean_hit, _ = token_losses(_run(model, batch, None), batch)
         measurement.clean_mean_loss = float(clean_loss[scored].mean())
         measurement.clean_accuracy = float(clean_hit[scored].to(torch.float64).mean())
@@ -78,12 +77,3 @@ def text_losses(model: LoadedModel, texts: Sequence[str], intervention: Interven
             f"nats and the accuracy by {measurement.accuracy - measurement.clean_accuracy:+.3f}."
         )
     return measurement
-
-
-def _describe(intervention: Intervention | None) -> str | None:
-    if intervention is None:
-        return None
-    spec = intervention.ablate
-    heads = spec.heads if isinstance(spec.heads, list) else [spec.heads]
-    names = ", ".join(h if isinstance(h, str) else f"L{h.layer}H{h.head}" for h in heads)
-    return f"{spec.method}-ablate {names} at positions {spec.positions}"

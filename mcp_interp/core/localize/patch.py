@@ -263,7 +263,7 @@ class PatchJob(Job[PatchMeasurement]):
     ) -> torch.Tensor:
         """Estimated patched metric per cell and prompt: base + Σ over the cell of Δa · ∂m/∂a."""
         terms = attribution_terms(
-            self.model.bridge, base.input_ids, site, source_acts, base.answer_positions, readout.from_logits
+            self.model.bridge, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual
         )
         rows = []
         for cell in cells:
@@ -287,7 +287,7 @@ class PatchJob(Job[PatchMeasurement]):
     ) -> list[Unit]:
         """The ``top_neurons`` neurons of each layer with the largest |attribution estimate| (mean over pairs)."""
         terms = attribution_terms(
-            self.model.bridge, base.input_ids, "mlp_post", source_acts, base.answer_positions, readout.from_logits
+            self.model.bridge, base.input_ids, "mlp_post", source_acts, base.answer_positions, readout.from_residual
         )
         cells = []
         for layer in layers:
