@@ -428,3 +428,34 @@ def test_bad_targets_say_how_to_fix_them(tiny: LoadedModel) -> None:
             ablated(tiny, targets)
     with pytest.raises(InputError, match="needs `heads` or `targets`"):
         ablate(tiny, PROMPTS, AblationSpec(), CORRECT, INCORRECT)
+
+
+def test_kl_attribution_from_the_clean_run_is_zero_and_says_why(tiny: LoadedModel) -> None:
+    """Known answer: KL(clean‖·) has zero gradient at the clean run, so every first-order estimate
+    of noising it is exactly the base value 0."""
+    result = run(
+        PatchJob(tiny, CLEAN, CORRUPT, None, None, "resid_pre", direction="noise", method="attribution", metric="kl")
+    )
+    assert result.patched is not None
+    assert max(abs(v) for row in result.patched for v in row if v is not None) < 1e-9
+    assert any("gradient there is 0" in note for note in result.notes)
+    denoise = run(PatchJob(tiny, CLEAN, CORRUPT, None, None, "resid_pre", method="attribution", metric="kl"))
+    assert denoise.scores is not None and max(abs(v or 0) for row in denoise.scores for v in row) > 0.01
+
+
+def test_neurons_chosen_by_attribution_are_then_patched_exactly(tiny: LoadedModel) -> None:
+    result = run(PatchJob(tiny, CLEAN, CORRUPT, CORRECT, INCORRECT, "mlp_neurons", layers=[0, 2], top_neurons=3))
+    assert sorted({c.layer for c in result.cells}) == [0, 2] and len(result.cells) == 6
+    chosen = [c for c in result.cells if c.layer == 2]
+    _, clean_cache = tiny.bridge.run_with_cache(encode(tiny.tokenizer, CLEAN).input_ids)
+    corrupt_ids = encode(tiny.tokenizer, CORRUPT).input_ids
+    metric = tl_metric(tiny, CORRUPT, "logit_diff")
+    for cell in chosen:
+
+        def hook(values: torch.Tensor, hook: object, neuron: int | None = cell.neuron) -> torch.Tensor:
+            values = values.clone()
+            values[:, :, neuron] = clean_cache["blocks.2.mlp.hook_post"][:, :, neuron]
+            return values
+
+        with tiny.bridge.hooks(fwd_hooks=[("blocks.2.mlp.hook_post", hook)]):
+            assert cell.patched == pytest.approx(metric(tiny.bridge(corrupt_ids)).item(), abs=1e-4)

@@ -33,7 +33,7 @@ from mcp_interp.core.patching import (
     trace_blocks,
 )
 from mcp_interp.core.suffix_sweep import best_sweep
-from mcp_interp.core.tokens import Batch, encode, resolve_answers, validate_pairs
+from mcp_interp.core.tokens import encode, resolve_answers, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Score
@@ -104,49 +104,50 @@ class PatchHeadsJob(Job[PatchHeadsMeasurement]):
         mask = position_mask(self.positions, base.attention_mask, base.answer_positions)
         layers = sorted({h.layer for h in heads})
         bridge = model.bridge
-        # Two forwards serve everything: the base run (traced for exact patching) and the source
-        # run (its z); both stop before the unembedding, which is applied at the answer only.
-        base_run = capture_forward(bridge, base.input_ids, trace=self.method == "exact")
+        # Two forwards serve everything: the source run (its z) and the base run (traced for exact
+        # patching; for attribution, the forward the gradient is taken through). Both stop before
+        # the unembedding, which is applied at the answer only.
         source_run = capture_forward(bridge, source.input_ids, [hook_z(layer) for layer in layers])
+        source_z = {layer: source_run.acts[hook_z(layer)] for layer in layers}
 
-        def final_metric(batch: Batch, final: torch.Tensor) -> torch.Tensor:
-            answer = final[everyone, batch.answer_positions]
+        def final_metric(answer: torch.Tensor) -> torch.Tensor:
             with torch.inference_mode():
                 return row_metric(answer, everyone)
 
-        base_ld, source_ld = final_metric(base, base_run.final), final_metric(source, source_run.final)
-        clean_ld, corrupt_ld = (source_ld, base_ld) if self.direction == "denoise" else (base_ld, source_ld)
-        source_z = {layer: source_run.acts[hook_z(layer)] for layer in layers}
-
+        source_ld = final_metric(source_run.final[everyone, source.answer_positions])
         verified = None
         if self.method == "exact":
+            base_run = capture_forward(bridge, base.input_ids, trace=True)
             assert base_run.trace is not None
+            base_ld = final_metric(base_run.final[everyone, base.answer_positions])
             patched = yield from self._exact(base_run.trace, source_z, heads, mask, base.answer_positions, row_metric)
         else:
             n_heads = model.bridge.cfg.n_heads
-            estimates = attribution_estimates(
+            estimates, base_answer = attribution_estimates(
                 model.bridge, base.input_ids, source_z, mask, base.answer_positions, readout.from_residual, n_heads
             )
+            base_ld = final_metric(base_answer)
             patched = torch.stack([estimates[h.layer, h.head] + base_ld for h in heads])
             yield "attribution: one forward per input and one backward"
-            if self.verify_top:
-                top = self._ranked(heads, patched, clean_ld, corrupt_ld)[: self.verify_top]
-                exact = yield from self._exact(
-                    trace_blocks(bridge, base.input_ids),
-                    source_z,
-                    [heads[i] for i in top],
-                    mask,
-                    base.answer_positions,
-                    row_metric,
+        clean_ld, corrupt_ld = (source_ld, base_ld) if self.direction == "denoise" else (base_ld, source_ld)
+        if self.method == "attribution" and self.verify_top:
+            top = self._ranked(heads, patched, clean_ld, corrupt_ld)[: self.verify_top]
+            exact = yield from self._exact(
+                trace_blocks(bridge, base.input_ids),
+                source_z,
+                [heads[i] for i in top],
+                mask,
+                base.answer_positions,
+                row_metric,
+            )
+            verified = [
+                VerifiedHead(
+                    head=str(heads[i]),
+                    attribution_score=self._score(patched[i], clean_ld, corrupt_ld).value,
+                    exact_score=self._score(exact[j], clean_ld, corrupt_ld).value,
                 )
-                verified = [
-                    VerifiedHead(
-                        head=str(heads[i]),
-                        attribution_score=self._score(patched[i], clean_ld, corrupt_ld).value,
-                        exact_score=self._score(exact[j], clean_ld, corrupt_ld).value,
-                    )
-                    for j, i in enumerate(top)
-                ]
+                for j, i in enumerate(top)
+            ]
         self.result = self._measurement(heads, patched, clean_ld, corrupt_ld, diffs, mask, verified)
 
     def _exact(

@@ -433,6 +433,15 @@ def _rows_kwargs(call_kwargs: dict[str, Any], rows_prompt: torch.Tensor, batch_s
 # --- attribution patching -------------------------------------------------------------------------
 
 
+@dataclass
+class Attribution:
+    """First-order terms per layer (see ``attribution_terms``) and the base run's final residual at
+    each prompt's answer position, ``[batch, d_model]``."""
+
+    terms: dict[int, torch.Tensor]
+    base_answer_residual: torch.Tensor
+
+
 def attribution_terms(
     bridge: Any,
     base_ids: torch.Tensor,
@@ -440,7 +449,7 @@ def attribution_terms(
     source: dict[int, torch.Tensor],
     answer_positions: torch.Tensor,
     residual_metric: RowMetric,
-) -> dict[int, torch.Tensor]:
+) -> Attribution:
     """First-order terms of (patched − base) metric at each layer of ``source``, per prompt and position.
 
     Term = (a_src − a_base) · ∂metric/∂a_base, from one forward and one backward of the base
@@ -450,7 +459,9 @@ def attribution_terms(
     when the metric is linear in the activation (nothing non-linear downstream); an
     approximation otherwise. ``residual_metric`` reads the metric from the final residual at the
     answer positions (a readout's ``from_residual``): the forward stops after the last block, so
-    the vocabulary projection of every position is neither computed nor differentiated.
+    the vocabulary projection of every position is neither computed nor differentiated. The same
+    forward is the base run: its final residual at the answer positions comes back too, so no
+    separate base forward is needed.
     """
     layers = sorted(source)
     grads_at: dict[int, torch.Tensor] = {}
@@ -498,7 +509,7 @@ def attribution_terms(
         base = values_at[layer] if site == "resid_mid" else grads_at[layer].detach()
         term = (source[layer].to(torch.float64) - base.to(torch.float64)) * grad.to(torch.float64)
         terms[layer] = term if site == "mlp_post" else term.sum(dim=-1)
-    return terms
+    return Attribution(terms, rows.detach())
 
 
 def attribution_estimates(
@@ -509,12 +520,13 @@ def attribution_estimates(
     answer_positions: torch.Tensor,
     residual_metric: RowMetric,
     n_heads: int,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """First-order estimate of (patched − base) metric per head and prompt, ``[n_layers, n_heads, batch]``,
-    patching each head's z at the positions of ``patch_mask`` (see ``attribution_terms``)."""
-    terms = attribution_terms(bridge, base_ids, "z", source_z, answer_positions, residual_metric)
+    patching each head's z at the positions of ``patch_mask`` (see ``attribution_terms``); and the base
+    run's final residual at the answer positions."""
+    run = attribution_terms(bridge, base_ids, "z", source_z, answer_positions, residual_metric)
     estimates = torch.zeros(len(bridge.blocks), n_heads, base_ids.shape[0], dtype=torch.float64)
     mask = patch_mask.unsqueeze(-1).to(torch.float64)  # [batch, seq, 1]
-    for layer, term in terms.items():
+    for layer, term in run.terms.items():
         estimates[layer] = (term * mask).sum(dim=1).T  # [n_heads, batch]
-    return estimates
+    return estimates, run.base_answer_residual

@@ -155,43 +155,65 @@ class PatchJob(Job[PatchMeasurement]):
         site = COMPONENTS[self.component]
         base, source = (corrupt, clean) if self.direction == "denoise" else (clean, corrupt)
 
-        base_run = capture_forward(bridge, base.input_ids, trace=True)
         source_run = capture_forward(bridge, source.input_ids, [site_hook(site, layer) for layer in layers])
         source_acts = {layer: source_run.acts[site_hook(site, layer)] for layer in layers}
         everyone = torch.arange(n)
-        with torch.inference_mode():
-            base_logits = logits_from_residual(bridge, base_run.final[everyone, base.answer_positions])
-            source_logits = logits_from_residual(bridge, source_run.final[everyone, source.answer_positions])
-        clean_logits = source_logits if self.direction == "denoise" else base_logits
+        source_answer = source_run.final[everyone, source.answer_positions]
+        # The base run is a traced forward for exact patching; for attribution it is the forward the
+        # gradient goes through — except that KL in the noise direction needs its logits first.
+        kl_needs_base = self.metric == "kl" and self.direction == "noise"
+        base_run = None
+        if self.method == "exact" or kl_needs_base:
+            base_run = capture_forward(bridge, base.input_ids, trace=self.method == "exact")
+        clean_logits = None
+        if self.metric == "kl":
+            clean_answer = source_answer if base_run is None else base_run.final[everyone, base.answer_positions]
+            with torch.inference_mode():
+                clean_logits = logits_from_residual(bridge, clean_answer)
         readout = self._readout(clean_logits)
+        choose_neurons = self.component == "mlp_neurons" and neurons is None
+        attribution = None
+        if self.method == "attribution" or choose_neurons:
+            attribution = attribution_terms(
+                bridge, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual
+            )
+        if base_run is not None:
+            base_answer = base_run.final[everyone, base.answer_positions]
+        else:
+            assert attribution is not None
+            base_answer = attribution.base_answer_residual
         with torch.inference_mode():
-            base_m, source_m = readout.from_logits(base_logits, everyone), readout.from_logits(source_logits, everyone)
+            base_m, source_m = (
+                readout.from_residual(base_answer, everyone),
+                readout.from_residual(source_answer, everyone),
+            )
         clean_m, corrupt_m = (source_m, base_m) if self.direction == "denoise" else (base_m, source_m)
         yield "clean and corrupt runs"
 
         cells = self._cells(layers, positions, first_diff, neurons)
         mask = position_mask("all", base.attention_mask, base.answer_positions)
-        if self.component == "mlp_neurons" and neurons is None:
-            cells = self._top_neurons(base, source_acts, layers, mask, readout, base_m)
+        if choose_neurons:
+            assert attribution is not None
+            cells = self._top_neurons(attribution.terms, layers, mask)
             yield f"attribution over every neuron: top {self.top_neurons} per layer chosen"
         limits.check("max_patch_rows", len(cells) * n, "Patched runs (cells × pairs; pass fewer layers or positions)")
         verified = None
         if self.method == "exact":
-            assert base_run.trace is not None
+            assert base_run is not None and base_run.trace is not None
             patched = yield from self._exact(base_run.trace, site, source_acts, cells, mask, base, readout, first_diff)
         else:
-            patched = self._attribution(base, site, source_acts, cells, mask, readout, base_m)
+            assert attribution is not None
+            patched = self._attribution(attribution.terms, cells, mask, base_m)
             yield "attribution: one forward per input and one backward"
             if self.verify_top:
-                patched_exact = yield from self._verify(
+                verified = yield from self._verify(
                     base, site, source_acts, cells, patched, mask, readout, first_diff, clean_m, corrupt_m
                 )
-                verified = patched_exact
         self.result = self._measurement(
             cells, patched, base_m, clean_m, corrupt_m, clean, corrupt, diffs, layers, positions, first_diff, verified
         )
 
-    def _readout(self, clean_logits: torch.Tensor) -> Readout:
+    def _readout(self, clean_logits: torch.Tensor | None) -> Readout:
         tokenizer, n = self.model.tokenizer, len(self.clean_prompts)
         correct = incorrect = None
         if self.metric in ("logit_diff", "log_prob"):
@@ -252,19 +274,9 @@ class PatchJob(Job[PatchMeasurement]):
         return patched
 
     def _attribution(
-        self,
-        base: Batch,
-        site: Site,
-        source_acts: dict[int, torch.Tensor],
-        cells: list[Unit],
-        mask: torch.Tensor,
-        readout: Readout,
-        base_m: torch.Tensor,
+        self, terms: dict[int, torch.Tensor], cells: list[Unit], mask: torch.Tensor, base_m: torch.Tensor
     ) -> torch.Tensor:
         """Estimated patched metric per cell and prompt: base + Σ over the cell of Δa · ∂m/∂a."""
-        terms = attribution_terms(
-            self.model.bridge, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual
-        )
         rows = []
         for cell in cells:
             term = terms[cell.layer]  # [batch, seq] or [batch, seq, channels]
@@ -276,19 +288,8 @@ class PatchJob(Job[PatchMeasurement]):
                 rows.append(term[:, cell.position])
         return torch.stack(rows) + base_m
 
-    def _top_neurons(
-        self,
-        base: Batch,
-        source_acts: dict[int, torch.Tensor],
-        layers: list[int],
-        mask: torch.Tensor,
-        readout: Readout,
-        base_m: torch.Tensor,
-    ) -> list[Unit]:
+    def _top_neurons(self, terms: dict[int, torch.Tensor], layers: list[int], mask: torch.Tensor) -> list[Unit]:
         """The ``top_neurons`` neurons of each layer with the largest |attribution estimate| (mean over pairs)."""
-        terms = attribution_terms(
-            self.model.bridge, base.input_ids, "mlp_post", source_acts, base.answer_positions, readout.from_residual
-        )
         cells = []
         for layer in layers:
             per_neuron = (terms[layer] * mask.unsqueeze(-1)).sum(dim=1).mean(dim=0)  # [d_mlp]
@@ -440,6 +441,11 @@ class PatchJob(Job[PatchMeasurement]):
             notes.append(
                 "Attribution is a first-order (gradient) estimate of exact patching, not a measurement; "
                 "use verify_top or method 'exact' before citing a cell's number."
+            )
+        if self.metric == "kl" and self.method == "attribution" and self.direction == "noise":
+            notes.append(
+                "KL(clean‖run) is minimal (0) at the clean run, so its gradient there is 0: attribution in the "
+                "noise direction estimates 0 for every cell to first order. Use method 'exact', or 'denoise'."
             )
         if self.metric == "kl":
             notes.append(
