@@ -51,6 +51,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens' per-cell progress bars
     from transformer_lens import patching
 
     model = load_model(args.model)

@@ -2,8 +2,9 @@
 
 Spawns ``python -m mcp_interp serve`` as a stdio subprocess — exactly as Claude Code or Cursor
 would — and calls ``model_info``, ``tokenize``, ``logit_diff`` and ``answer_rank`` on the IOI
-pairs shipped in ``mcp_interp/data/corpora/ioi.json``, then ``explain`` on the first pair and one controlled
-``causal_swap_trial`` (France→Canada), printing the numbers a client receives.
+pairs shipped in ``mcp_interp/data/corpora/ioi.json``, ``patch`` (the layer × position map of the
+residual stream), ``logit_diff`` with a two-token answer, then ``explain`` on the first pair and one
+controlled ``causal_swap_trial`` (France→Canada), printing the numbers a client receives.
 
 Usage: ``python scripts/demo.py [--model smollm2-135m]`` (``./run demo`` sets everything up first).
 """
@@ -81,6 +82,35 @@ async def demo(model: str) -> None:
         for note in rank["notes"]:
             print(f"  note: {note}")
 
+        started_patch = time.perf_counter()
+        patch_args = {
+            "clean_prompts": prompts,
+            "corrupt_prompts": [p.corrupt for p in pairs],
+            "correct": args["correct"],
+            "incorrect": args["incorrect"],
+            "component": "resid_pre",
+        }
+        mapped = structured(await client.call_tool("patch", patch_args))
+        print(
+            f"patch resid_pre, every layer × position ({time.perf_counter() - started_patch:.1f} s; "
+            f"{len(mapped['skipped_positions'])} positions before the first differing token scored 0 unrun; "
+            f"heatmap {mapped['figure_uri']}):"
+        )
+        for cell in mapped["cells"][:4]:
+            print(f"  {cell['score']:+.2f}  {cell['label']}")
+
+        north = structured(
+            await client.call_tool(
+                "logit_diff",
+                {"prompts": ["The United States is a country in"], "correct": " North America", "incorrect": " Europe"},
+            )
+        )
+        example = north["examples"][0]
+        print(
+            f"\nlogit_diff with a two-token answer ({north['answer_kind']}): log P({example['correct']}) = "
+            f"{example['correct_log_prob']:+.3f}, log P({example['incorrect']}) = {example['incorrect_log_prob']:+.3f}"
+        )
+
         started_explain = time.perf_counter()
         explain_args = {
             "prompt": pairs[0].clean,
@@ -125,9 +155,9 @@ async def demo(model: str) -> None:
             print(f"  note: {note}")
 
         bad = await client.call_tool(
-            "logit_diff", {"prompts": prompts[:1], "correct": " Mary Ann", "incorrect": " John"}
+            "patch", {**patch_args, "component": "mlp_neurons", "layers": [28], "neurons": [5000]}
         )
-        print("\na deliberately bad call (multi-token answer) returns a tool error the assistant can act on:")
+        print("\na deliberately bad call (a neuron that does not exist) returns a tool error the assistant can act on:")
         print("  isError:", bad.is_error)
         print("  " + "\n  ".join(getattr(block, "text", "") for block in bad.content))
     print(f"\ndemo done in {time.perf_counter() - started:.1f} s")

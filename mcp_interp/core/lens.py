@@ -329,6 +329,7 @@ def induction(model: LoadedModel, seq_len: int = 50, n_seqs: int = 8, seed: int 
         heads=ranked,
         notes=[
             "A high induction score shows the attention pattern of an induction head on repeated random tokens; "
-            "whether the head uses it to predict the next token is a causal question (ablate it and measure loss)."
+            "whether the head uses it to predict the next token is a causal question: "
+            "`loss` with an `intervention` that ablates it measures that."
         ],
     )
