@@ -34,6 +34,8 @@ from mcp_interp.core.tokens import encode, resolve_answers
 from mcp_interp.corpora import ioi_pairs
 from mcp_interp.models import load_model
 
+os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens' per-cell progress bars (read when a bar is made)
+
 BLOCK_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")  # the order of get_act_patch_block_every
 
 
@@ -51,7 +53,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens' per-cell progress bars
     from transformer_lens import patching
 
     model = load_model(args.model)

@@ -3,6 +3,7 @@ cell, a known-answer construction, attribution against exact on a linear case, a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -459,3 +460,56 @@ def test_neurons_chosen_by_attribution_are_then_patched_exactly(tiny: LoadedMode
 
         with tiny.bridge.hooks(fwd_hooks=[("blocks.2.mlp.hook_post", hook)]):
             assert cell.patched == pytest.approx(metric(tiny.bridge(corrupt_ids)).item(), abs=1e-4)
+
+
+# --- patch with answers of several tokens --------------------------------------------------------
+
+SHORT_CLEAN = [c.removesuffix(" to") for c in CLEAN]
+SHORT_CORRUPT = [c.removesuffix(" to") for c in CORRUPT]
+GOOD_SEQ, BAD_SEQ = ["to mary", "to tom"], ["to john", "to james"]
+
+
+def test_patch_with_sequence_answers_matches_transformer_lens_on_teacher_forced_rows(tiny: LoadedModel) -> None:
+    """Reference: TransformerLens' get_act_patch_resid_pre on a batch holding, for each pair, the
+    corrupt prompt and the corrupt prompt + 'to' (the teacher-forced rows), with a metric written
+    here: mean over pairs of Σ log P(correct tokens) − Σ log P(incorrect tokens)."""
+    result = run(PatchJob(tiny, SHORT_CLEAN, SHORT_CORRUPT, GOOD_SEQ, BAD_SEQ, "resid_pre"))
+    assert result.patched is not None and any("teacher-forced" in n for n in result.notes)
+    tok = tiny.tokenizer
+    rows, reads = [], []  # reads: (row, token, sign)
+    for i in range(2):
+        prompt = {"clean": tok(SHORT_CLEAN[i])["input_ids"], "corrupt": tok(SHORT_CORRUPT[i])["input_ids"]}
+        to, good, bad = (tok.convert_tokens_to_ids(w) for w in ("to", CORRECT[i], INCORRECT[i]))
+        rows.append((prompt["clean"], prompt["corrupt"]))
+        reads += [(len(rows) - 1, to, +1), (len(rows) - 1, to, -1)]
+        rows.append((prompt["clean"] + [to], prompt["corrupt"] + [to]))
+        reads += [(len(rows) - 1, good, +1), (len(rows) - 1, bad, -1)]
+    width = max(len(r[0]) for r in rows)
+    clean_ids = torch.tensor([r[0] + [0] * (width - len(r[0])) for r in rows])
+    corrupt_ids = torch.tensor([r[1] + [0] * (width - len(r[1])) for r in rows])
+    last = [len(r[0]) - 1 for r in rows]
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        total = torch.zeros((), dtype=torch.float64)
+        for row, token, sign in reads:
+            total = total + sign * torch.log_softmax(logits[row, last[row]].double(), dim=-1)[token]
+        return total / 2  # mean over the two pairs
+
+    _, cache = tiny.bridge.run_with_cache(clean_ids)
+    reference = tl_patching.get_act_patch_resid_pre(tiny.bridge, corrupt_ids, cache, metric).double()
+    ours = torch.tensor(result.patched, dtype=torch.float64)
+    prompt_width = ours.shape[1]  # the grid covers the prompts' positions
+    assert (ours - reference[:, :prompt_width]).abs().max().item() < 1e-4
+    plain = readouts.logit_diff(tiny, SHORT_CLEAN, GOOD_SEQ, BAD_SEQ)
+    assert result.clean.per_example == pytest.approx(plain.logit_diff.per_example, abs=1e-5)
+
+
+def test_patch_attribution_with_sequence_answers_is_checked_by_its_exact_runs(tiny: LoadedModel) -> None:
+    result = run(
+        PatchJob(tiny, SHORT_CLEAN, SHORT_CORRUPT, GOOD_SEQ, BAD_SEQ, "mlp_out", method="attribution", verify_top=2)
+    )
+    exact = run(PatchJob(tiny, SHORT_CLEAN, SHORT_CORRUPT, GOOD_SEQ, BAD_SEQ, "mlp_out"))
+    assert result.verified is not None and exact.scores is not None
+    for row in result.verified:
+        layer, position = (int(x) for x in re.findall(r"layer (\d+) .*\(position (\d+)\)", row.label)[0])
+        assert row.exact_score == pytest.approx(exact.scores[layer][position], abs=1e-6)

@@ -129,7 +129,7 @@ def answer_log_probs(
             f"Prompt {i} followed by its answer is {n} tokens, over the server's limit of {max_tokens} (max_tokens): "
             "shorten the prompt or the answer, or raise --max-tokens."
         )
-    extended = _batch(sequences, [lengths[i] - 1 for i, _ in rows], pad_token_id_of(batch), batch.input_ids.device)
+    extended = batch_of_ids(sequences, [lengths[i] - 1 for i, _ in rows], batch.input_ids.device)
     hooks = prepare_ablation(bridge, extended, ablation).hooks if ablation is not None else []
     with torch.inference_mode(), bridge.hooks(fwd_hooks=hooks):
         logits = bridge(extended.input_ids, return_type="logits")
@@ -143,18 +143,10 @@ def answer_log_probs(
     return torch.stack([torch.logsumexp(values[owners == i], dim=0) for i in range(len(answers))])
 
 
-def pad_token_id_of(batch: Batch) -> int:
-    """The id the batch pads with (any id works: padding is masked and never read)."""
-    lengths = batch.lengths
-    for i, length in enumerate(lengths):
-        if length < batch.input_ids.shape[1]:
-            return int(batch.input_ids[i, length])
-    return 0
-
-
-def _batch(sequences: list[list[int]], answer_positions: list[int], pad: int, device: Any) -> Batch:
+def batch_of_ids(sequences: list[list[int]], answer_positions: list[int], device: Any) -> Batch:
+    """A right-padded ``Batch`` of token-id lists (padding is masked and never read, so its id is 0)."""
     width = max(len(s) for s in sequences)
-    input_ids = torch.full((len(sequences), width), pad, dtype=torch.long)
+    input_ids = torch.zeros((len(sequences), width), dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for r, sequence in enumerate(sequences):
         input_ids[r, : len(sequence)] = torch.tensor(sequence)

@@ -29,11 +29,6 @@ from mcp_interp.schemas.localize import (
 
 family = Family("localize")
 
-OptionalAnswers = Annotated[
-    str | list[str] | None,
-    Field(description="One single-token answer for every pair, or one per pair (' Mary', with the leading space)."),
-]
-
 
 async def patch_figure(kit: Toolkit, result: PatchMeasurement, model_name: str) -> tuple[str, ResourceLink]:
     """The heatmap of a ``patch`` result: layers × tokens (heads × tokens for heads_by_pos; bars for neurons)."""
@@ -70,8 +65,12 @@ async def patch(
         ),
     ],
     ctx: Context,
-    correct: OptionalAnswers = None,
-    incorrect: OptionalAnswers = None,
+    correct: Annotated[
+        SequenceAnswers | None, Field(description="Correct answer(s); needed by logit_diff and log_prob.")
+    ] = None,
+    incorrect: Annotated[
+        SequenceAnswers | None, Field(description="Incorrect answer(s); needed by logit_diff.")
+    ] = None,
     direction: Annotated[
         Literal["denoise", "noise"],
         Field(description="denoise: run corrupt, patch in clean (what restores it?); noise: the reverse."),

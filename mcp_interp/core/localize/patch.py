@@ -26,13 +26,15 @@ import torch
 
 from mcp_interp import limits
 from mcp_interp.core import metrics
+from mcp_interp.core.answers import Answer, resolve_answer_specs, spacing_notes
 from mcp_interp.core.bridge import logits_from_residual, site_hook
 from mcp_interp.core.heads import position_mask
 from mcp_interp.core.jobs import Job
-from mcp_interp.core.localize.readouts import Readout, make_readout
+from mcp_interp.core.localize.readouts import LogProbReadout, Readout, make_readout
+from mcp_interp.core.localize.rows import RowPlan
 from mcp_interp.core.patching import BlockTrace, Site, Unit, attribution_terms, capture_forward, trace_blocks
 from mcp_interp.core.suffix_sweep import best_sweep
-from mcp_interp.core.tokens import Batch, PairDiff, encode, resolve_answers, token_strings, validate_pairs
+from mcp_interp.core.tokens import Batch, PairDiff, encode, token_strings, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Score
@@ -61,8 +63,8 @@ class PatchJob(Job[PatchMeasurement]):
     model: LoadedModel
     clean_prompts: Sequence[str]
     corrupt_prompts: Sequence[str]
-    correct: str | Sequence[str] | None
-    incorrect: str | Sequence[str] | None
+    correct: Any  # answers as the tools take them (core.answers): strings, {"any_of": [...]}, or a list
+    incorrect: Any
     component: str
     direction: str = "denoise"
     method: str = "exact"
@@ -76,6 +78,7 @@ class PatchJob(Job[PatchMeasurement]):
     engine: str | None = field(default=None, init=False)
     notes: list[str] = field(default_factory=list, init=False)
     clean_tokens: list[str] = field(default_factory=list, init=False)  # of the first clean prompt
+    plan: RowPlan = field(default_factory=lambda: RowPlan.identity(0), init=False)
 
     # --- inputs -------------------------------------------------------------------------------
 
@@ -153,11 +156,15 @@ class PatchJob(Job[PatchMeasurement]):
         self.clean_tokens = token_strings(tokenizer, clean.ids(0))
         first_diff = min((p for d in diffs for p in d.positions[:1]), default=width)
         site = COMPONENTS[self.component]
-        base, source = (corrupt, clean) if self.direction == "denoise" else (clean, corrupt)
+        self.plan = self._row_plan(n)
+        base, source = (self.plan.extend(corrupt), self.plan.extend(clean))
+        if self.direction == "noise":
+            base, source = source, base
+        rows = base.input_ids.shape[0]
 
         source_run = capture_forward(bridge, source.input_ids, [site_hook(site, layer) for layer in layers])
         source_acts = {layer: source_run.acts[site_hook(site, layer)] for layer in layers}
-        everyone = torch.arange(n)
+        everyone = torch.arange(rows)
         source_answer = source_run.final[everyone, source.answer_positions]
         # The base run is a traced forward for exact patching; for attribution it is the forward the
         # gradient goes through — except that KL in the noise direction needs its logits first.
@@ -187,6 +194,8 @@ class PatchJob(Job[PatchMeasurement]):
                 readout.from_residual(base_answer, everyone),
                 readout.from_residual(source_answer, everyone),
             )
+        base_rows_m = base_m
+        base_m, source_m = self.plan.combine(base_m), self.plan.combine(source_m)
         clean_m, corrupt_m = (source_m, base_m) if self.direction == "denoise" else (base_m, source_m)
         yield "clean and corrupt runs"
 
@@ -194,16 +203,19 @@ class PatchJob(Job[PatchMeasurement]):
         mask = position_mask("all", base.attention_mask, base.answer_positions)
         if choose_neurons:
             assert attribution is not None
-            cells = self._top_neurons(attribution.terms, layers, mask)
+            cells = self._top_neurons(attribution.terms, layers, mask, base_rows_m)
             yield f"attribution over every neuron: top {self.top_neurons} per layer chosen"
-        limits.check("max_patch_rows", len(cells) * n, "Patched runs (cells × pairs; pass fewer layers or positions)")
+        limits.check("max_patch_rows", len(cells) * rows, "Patched runs (cells × pairs × answer tokens)")
         verified = None
         if self.method == "exact":
             assert base_run is not None and base_run.trace is not None
-            patched = yield from self._exact(base_run.trace, site, source_acts, cells, mask, base, readout, first_diff)
+            patched_rows = yield from self._exact(
+                base_run.trace, site, source_acts, cells, mask, base, readout, first_diff
+            )
+            patched = self.plan.combine(patched_rows)
         else:
             assert attribution is not None
-            patched = self._attribution(attribution.terms, cells, mask, base_m)
+            patched = base_m + self.plan.fold(base_rows_m, self._attribution(attribution.terms, cells, mask))
             yield "attribution: one forward per input and one backward"
             if self.verify_top:
                 verified = yield from self._verify(
@@ -213,15 +225,36 @@ class PatchJob(Job[PatchMeasurement]):
             cells, patched, base_m, clean_m, corrupt_m, clean, corrupt, diffs, layers, positions, first_diff, verified
         )
 
-    def _readout(self, clean_logits: torch.Tensor | None) -> Readout:
-        tokenizer, n = self.model.tokenizer, len(self.clean_prompts)
-        correct = incorrect = None
+    def _answers(self, n: int) -> tuple[list[Answer] | None, list[Answer] | None]:
+        tokenizer = self.model.tokenizer
+        good = bad = None
         if self.metric in ("logit_diff", "log_prob"):
-            assert self.correct is not None
-            correct = torch.tensor(resolve_answers(tokenizer, self.correct, n, "correct"))
+            good = resolve_answer_specs(tokenizer, self.correct, n, "correct")
         if self.metric == "logit_diff":
-            assert self.incorrect is not None
-            incorrect = torch.tensor(resolve_answers(tokenizer, self.incorrect, n, "incorrect"))
+            bad = resolve_answer_specs(tokenizer, self.incorrect, n, "incorrect")
+        return good, bad
+
+    def _row_plan(self, n: int) -> RowPlan:
+        """One row per pair, or one per answer token when some answer is several tokens or a set."""
+        good, bad = self._answers(n)
+        if good is None or all(a.kind == "token" for a in good + (bad or [])):
+            return RowPlan.identity(n)
+        self.notes.append(
+            "Some answer is several tokens or a set: each pair is patched once per answer token (prompt + the "
+            "answer's earlier tokens, teacher-forced), and the metric is rebuilt from those log-probs "
+            f"({'log P(correct) − log P(incorrect)' if bad is not None else 'log P(correct)'}); positions are "
+            "the prompt's."
+        )
+        self.notes.extend(spacing_notes(self.model.tokenizer, good + (bad or [])))
+        return RowPlan.sequences(good, bad)
+
+    def _readout(self, clean_logits: torch.Tensor | None) -> Readout:
+        if not self.plan.is_identity:
+            assert self.plan.targets is not None
+            return LogProbReadout(self.model.bridge, self.plan.targets)
+        good, bad = self._answers(len(self.clean_prompts))
+        correct = torch.tensor([a.first_token for a in good]) if good is not None else None
+        incorrect = torch.tensor([a.first_token for a in bad]) if bad is not None else None
         return make_readout(self.metric, self.model.bridge, correct, incorrect, clean_logits)
 
     def _cells(self, layers: list[int], positions: list[int], first_diff: int, neurons: list[int] | None) -> list[Unit]:
@@ -273,10 +306,8 @@ class PatchJob(Job[PatchMeasurement]):
         patched[run] = chosen.sweep.values
         return patched
 
-    def _attribution(
-        self, terms: dict[int, torch.Tensor], cells: list[Unit], mask: torch.Tensor, base_m: torch.Tensor
-    ) -> torch.Tensor:
-        """Estimated patched metric per cell and prompt: base + Σ over the cell of Δa · ∂m/∂a."""
+    def _attribution(self, terms: dict[int, torch.Tensor], cells: list[Unit], mask: torch.Tensor) -> torch.Tensor:
+        """Estimated change of each row's metric per cell, ``[cells, rows]``: Σ over the cell of Δa · ∂m/∂a."""
         rows = []
         for cell in cells:
             term = terms[cell.layer]  # [batch, seq] or [batch, seq, channels]
@@ -286,13 +317,16 @@ class PatchJob(Job[PatchMeasurement]):
                 rows.append((term * mask).sum(dim=1))
             else:
                 rows.append(term[:, cell.position])
-        return torch.stack(rows) + base_m
+        return torch.stack(rows)
 
-    def _top_neurons(self, terms: dict[int, torch.Tensor], layers: list[int], mask: torch.Tensor) -> list[Unit]:
+    def _top_neurons(
+        self, terms: dict[int, torch.Tensor], layers: list[int], mask: torch.Tensor, base_rows_m: torch.Tensor
+    ) -> list[Unit]:
         """The ``top_neurons`` neurons of each layer with the largest |attribution estimate| (mean over pairs)."""
         cells = []
         for layer in layers:
-            per_neuron = (terms[layer] * mask.unsqueeze(-1)).sum(dim=1).mean(dim=0)  # [d_mlp]
+            per_row = (terms[layer] * mask.unsqueeze(-1)).sum(dim=1)  # [rows, d_mlp]
+            per_neuron = self.plan.fold(base_rows_m, per_row.T).mean(dim=-1)  # [d_mlp]
             top = per_neuron.abs().topk(min(self.top_neurons, per_neuron.numel())).indices
             cells += [Unit(layer, int(n)) for n in sorted(top.tolist())]
         return cells
@@ -312,9 +346,10 @@ class PatchJob(Job[PatchMeasurement]):
     ) -> Generator[str, None, list[VerifiedCell]]:
         order = self._ranked(estimated, clean_m, corrupt_m)[: self.verify_top]
         top = [cells[i] for i in order]
-        exact = yield from self._exact(
+        exact_rows = yield from self._exact(
             trace_blocks(self.model.bridge, base.input_ids), site, source_acts, top, mask, base, readout, first_diff
         )
+        exact = self.plan.combine(exact_rows)
         return [
             VerifiedCell(
                 label=self._label(cells[i]),
