@@ -188,7 +188,7 @@ def test_bad_words_and_layers_are_input_errors(tiny: LoadedModel) -> None:
     lens, info = identity_lens(tiny)
     with pytest.raises(InputError, match="cannot be edited with this lens"):
         causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", ".", "six", 2, settings())
-    with pytest.raises(InputError, match="one known token with a leading space, but ' zzqx' is the unknown token"):
+    with pytest.raises(InputError, match="'zzqx' cannot be scored: ' zzqx' tokenizes to \\['\\[UNK\\]'\\]"):
         causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "Canada", "zzqx", "six", 1, settings())
     with pytest.raises(InputError, match="same token"):
         causal_swap_trial(tiny, lens, info, TEMPLATE, "France", "France", ".", "six", 1, settings())
@@ -299,3 +299,52 @@ def test_the_benchmarks_batched_edits_equal_one_trial_at_a_time(tiny: LoadedMode
         batched = [record.real, *(c.score for c in record.controls)]
         assert [s.rank for s in one_at_a_time] == [s.rank for s in batched]
         assert [s.logit for s in one_at_a_time] == pytest.approx([s.logit for s in batched], abs=1e-4)
+
+
+def greedy_words(model: LoadedModel, concept: str, n: int = 2) -> str:
+    """The tiny model's own greedy continuation of n words: an answer of n tokens it is capable of."""
+    ids = model.tokenizer(TEMPLATE.replace("{arg}", concept))["input_ids"]
+    words = []
+    for _ in range(n):
+        with torch.no_grad():
+            token = int(model.bridge(torch.tensor([ids]), return_type="logits")[0, -1].argmax())
+        ids.append(token)
+        words.append(str(model.tokenizer.decode([token])).strip())
+    return " ".join(words)
+
+
+def test_a_trial_with_two_token_answers_scores_every_step(tiny: LoadedModel) -> None:
+    layer = next(layer for layer in (0, 1) if source_active(tiny, "France", layer, "last"))
+    lens, info = identity_lens(tiny)
+    source_answer, target_answer = greedy_words(tiny, "France"), greedy_words(tiny, "Canada")
+    tok = tiny.tokenizer
+    target_ids = tok(" " + target_answer, add_special_tokens=False)["input_ids"]
+    assert len(target_ids) == 2 and source_answer != target_answer
+    record = causal_swap_trial(
+        tiny, lens, info, TEMPLATE, "France", "Canada", source_answer, target_answer, layer, settings()
+    ).trial
+    assert record.baseline.source_answer.top1 and record.baseline.source_answer.n_tokens == 2
+    assert record.status == "executed" and record.real is not None and record.real.n_tokens == 2
+    # The real edit rerun through the library's own hook on the prompt + the target's first token.
+    prompt = tok(TEMPLATE.replace("{arg}", "France"))["input_ids"]
+    source, target = (tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in ("France", "Canada"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hooks = lens.coordinate_patch_hooks(tiny.bridge, source, target, [layer], positions=[len(prompt) - 1], k=25)
+    with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=hooks):
+        logits = tiny.bridge(torch.tensor([prompt + target_ids[:1]]), return_type="logits")[0, -2:].double()
+    margins = []
+    for step, token in enumerate(target_ids):
+        others = torch.cat([logits[step, :token], logits[step, token + 1 :]])
+        margins.append(float(logits[step, token] - others.max()))
+    assert record.real.margin == pytest.approx(min(margins), abs=1e-4)
+    assert record.real.top1 == (min(margins) > 0)
+    assert record.real.logit == pytest.approx(float(logits[0, target_ids[0]]), abs=1e-4)
+    # A second word the model does not say makes the source prompt incapable: the filter reads every step.
+    first_word = source_answer.split()[0]
+    wrong = next(w for w in ("paris", "six", "the", "of") if w != source_answer.split()[1])
+    excluded = causal_swap_trial(
+        tiny, lens, info, TEMPLATE, "France", "Canada", f"{first_word} {wrong}", target_answer, layer, settings()
+    ).trial
+    assert excluded.status == "excluded_not_capable"
+    assert excluded.baseline.source_answer.rank == 0 and excluded.baseline.source_answer.margin < 0

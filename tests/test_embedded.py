@@ -208,8 +208,9 @@ async def test_cancelled_patch_heads_stops_at_the_next_layer(embedded: LoadedMod
 
 
 def test_causal_swap_benchmark_on_the_country_corpus(embedded: LoadedModel) -> None:
-    """Structure only (no success-rate claims): every slot accounted for, ' Pound' ledgered with how it
-    splits, baselines checked against a direct forward, summary consistent with the trials."""
+    """Structure only (no success-rate claims): every slot accounted for, the two-token ' Pound' scored
+    teacher-forced against a hand computation, baselines checked against a direct forward, summary
+    consistent with the trials."""
     from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
     from mcp_interp.core.swap.corpus import load_corpus
     from mcp_interp.core.swap.lenses import identity_lens
@@ -232,7 +233,16 @@ def test_causal_swap_benchmark_on_the_country_corpus(embedded: LoadedModel) -> N
     result = job.result
     assert result is not None
     pound = [e for e in result.exclusions if e.kind == "prompt" and e.concept == "Egypt" and e.function == "currency"]
-    assert len(pound) == 1 and "' P', 'ound'" in pound[0].reason
+    assert len(pound) == 1 and "not capable" in pound[0].reason and "' Pound'" in pound[0].reason
+    # ' Pound' = ' P' + 'ound': its margin is the smaller of the two teacher-forced steps' margins.
+    text = "The single-word name for the currency now used in Egypt is the"
+    prompt = embedded.tokenizer(text, return_tensors="pt").input_ids[0].tolist()
+    pieces = embedded.tokenizer(" Pound", add_special_tokens=False).input_ids
+    assert len(pieces) == 2 and pound[0].prompt == text
+    with torch.no_grad():
+        steps = embedded.bridge(torch.tensor([prompt + pieces[:1]]), return_type="logits")[0, -2:].double()
+    margins = [float(steps[k, t] - torch.cat([steps[k, :t], steps[k, t + 1 :]]).max()) for k, t in enumerate(pieces)]
+    assert pound[0].margin == pytest.approx(min(margins), abs=1e-4)
     egypt_currency = [
         e
         for e in result.exclusions

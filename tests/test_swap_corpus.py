@@ -13,16 +13,19 @@ from mcp_interp.schemas.swap import SwapCorpus
 
 
 class SplitsSomeWords:
-    """A stand-in tokenizer: every word is one token except the ones listed, which split in two."""
+    """A stand-in tokenizer: every word is one token except the ones listed, which split in two, and the
+    ``unknown`` ones, which are the unknown token."""
 
-    def __init__(self, split: set[str]) -> None:
-        self.split = split
-        self.vocab: dict[str, int] = {}
+    def __init__(self, split: set[str], unknown: frozenset[str] = frozenset()) -> None:
+        self.split, self.unknown = split, unknown
+        self.vocab: dict[str, int] = {"[UNK]": 0}
 
-    unk_token_id = None
+    unk_token_id = 0
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, Any]:
         word = text.strip()
+        if word in self.unknown:
+            return {"input_ids": [0]}
         pieces = [" " + word[:1], word[1:]] if word in self.split else [" " + word]
         return {"input_ids": [self.vocab.setdefault(p, len(self.vocab)) for p in pieces]}
 
@@ -46,16 +49,19 @@ def test_shipped_countries_corpus_and_cross_product() -> None:
     assert sum(k.function == "capital" and k.source == "France" for k in keys) == 3
 
 
-def test_a_split_word_excludes_only_what_needs_it() -> None:
+def test_a_split_answer_is_a_sequence_and_an_unknown_one_excludes_only_what_needs_it() -> None:
     corpus = load_corpus("countries")
-    resolved = resolve(corpus, SplitsSomeWords({"Pound"}))
-    assert set(resolved.unusable) == {"Pound"}
-    assert ("currency", "Egypt") not in resolved.answer_ids
-    assert len(resolved.answer_ids) == 15
-    reason = token_reason(resolved, corpus, "currency", "France", "Egypt")
-    assert reason is not None and "'Pound' is not a single token" in reason and "' P'" in reason
-    assert token_reason(resolved, corpus, "currency", "France", "China") is None
-    assert token_reason(resolved, corpus, "capital", "Egypt", "France") is None
+    tokenizer = SplitsSomeWords({"Pound"})
+    resolved = resolve(corpus, tokenizer)
+    assert not resolved.unusable and len(resolved.answer_ids) == 16
+    assert [tokenizer.decode([i]) for i in resolved.answer_ids[("currency", "Egypt")]] == [" P", "ound"]
+    assert token_reason(resolved, corpus, "currency", "France", "Egypt") is None
+    unknown = resolve(corpus, SplitsSomeWords(set(), frozenset({"Pound"})))
+    assert set(unknown.unusable) == {"Pound"} and ("currency", "Egypt") not in unknown.answer_ids
+    reason = token_reason(unknown, corpus, "currency", "France", "Egypt")
+    assert reason is not None and "'Pound' cannot be scored" in reason and "does not know" in reason
+    assert token_reason(unknown, corpus, "currency", "France", "China") is None
+    assert token_reason(unknown, corpus, "capital", "Egypt", "France") is None
 
 
 def test_a_split_concept_excludes_every_trial_with_it() -> None:
@@ -75,7 +81,7 @@ def test_nothing_usable_is_an_error_naming_the_words() -> None:
         }
     )
     with pytest.raises(InputError, match="Nothing in corpus 'tiny' is usable") as raised:
-        resolve(corpus, SplitsSomeWords({"Aa", "Xx", "Yy"}))
+        resolve(corpus, SplitsSomeWords({"Aa"}, frozenset({"Xx", "Yy"})))
     assert "'Xx'" in str(raised.value) and "'Aa'" in str(raised.value)
 
 

@@ -141,7 +141,7 @@ async def test_benchmark_errors_name_the_fix(
     # The shipped corpus runs on tiny; its answers outside tiny's vocabulary are ledgered, not fatal.
     ledger = nothing.structured_content["exclusions"]
     pound = [e for e in ledger if e["kind"] == "prompt" and e["function"] == "currency" and e["concept"] == "Egypt"]
-    assert len(pound) == 1 and "'Pound'" in pound[0]["reason"] and "unknown token" in pound[0]["reason"]
+    assert len(pound) == 1 and "'Pound'" in pound[0]["reason"] and "does not know" in pound[0]["reason"]
 
 
 async def test_fit_lens_then_a_jacobian_trial(

@@ -248,3 +248,17 @@ def test_summarize_counts_constructed_trials_by_hand() -> None:
     # by prompt: France (1 − ¼ + 1 − ½)/2 > 0, Japan 0 − ½ < 0, Italy 0 − 0 = 0.
     assert (summary.paired.by_prompt.real_better, summary.paired.by_prompt.control_better) == (1, 1)
     assert summary.paired.by_prompt.ties == 1
+
+
+def test_score_sequence_is_strict_top1_at_every_step() -> None:
+    from mcp_interp.core.swap.stats import score_answer, score_sequence
+
+    steps = torch.tensor([[0.0, 3.0, 1.0, 2.0], [5.0, 0.0, 4.0, 1.0], [1.0, 2.0, 2.0, 0.0]], dtype=torch.float64)
+    both = score_sequence(steps[:2], [1, 0])  # top-1 at both steps, margins 1 and 1
+    assert both.strict_top1 and both.margin == 1.0 and both.rank == 0 and both.logit == 3.0
+    fails = score_sequence(steps[:2], [1, 2])  # the second token is beaten by token 0 by 1
+    assert not fails.strict_top1 and fails.margin == -1.0 and fails.top_token == 0 and fails.rank == 0
+    tie = score_sequence(steps, [1, 0, 2])  # a tie for first at the last step is not a success
+    assert tie.margin == 0.0 and not tie.strict_top1 and tie.top_token in (1, 2)
+    one = score_sequence(steps[:1], [3])
+    assert one == score_answer(steps[0], 3)

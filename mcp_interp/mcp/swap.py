@@ -87,7 +87,9 @@ async def causal_swap_trial(
     (the source answer must be the strict top-1), the real edit (skipped if the source atom is not in the
     activation's active sparse support) and one displacement-matched control edit per seed, all scored on the
     target answer (success = strict top-1; rank 0 = top-1; margin = its logit − best other). Words are
-    resolved as the single token of ' ' + word. One trial is an anecdote: use causal_swap_benchmark for rates."""
+    resolved as the tokens of ' ' + word: a concept must be one token; an answer of several tokens succeeds when
+    greedy decoding produces all of it (strict top-1 at every teacher-forced step; margin = the smallest).
+    One trial is an anecdote: use causal_swap_benchmark for rates."""
     settings = SwapSettings(
         lens=lens,
         position=position,

@@ -100,16 +100,24 @@ class FitSettings(BaseModel):
 
 
 class AnswerScore(BaseModel):
-    token: str = Field(description="The scored answer token as decoded, e.g. ' Ottawa'.")
-    token_id: int
-    logit: float
-    rank: int = Field(
-        description="Tokens with a strictly larger logit, 0-based: 0 = top-1 (a tie counts as 0). The reference "
-        "protocol's ranks are 1-based."
+    token: str = Field(description="The scored answer as decoded, e.g. ' Ottawa' (or ' North America').")
+    token_id: int = Field(description="Its (first) token id.")
+    n_tokens: int = Field(
+        default=1, description="Tokens in the answer; > 1 is scored teacher-forced, step by step (greedy decoding)."
     )
-    margin: float = Field(description="Answer logit minus the largest other logit; > 0 means strict top-1.")
-    top1: bool = Field(description="Strict top-1 (margin > 0): a tie for first is not a success.")
-    top_token: str = Field(description="The model's actual top token in this run.")
+    logit: float = Field(description="The (first) answer token's logit.")
+    rank: int = Field(
+        description="Tokens with a strictly larger logit than the (first) answer token, 0-based: 0 = top-1 (a tie "
+        "counts as 0). The reference protocol's ranks are 1-based."
+    )
+    margin: float = Field(
+        description="Answer logit minus the largest other logit (the smallest over the answer's tokens); > 0 means "
+        "strict top-1 (at every step)."
+    )
+    top1: bool = Field(description="Strict top-1 (margin > 0) at every step: a tie for first is not a success.")
+    top_token: str = Field(
+        description="The model's actual top token (at the first step where the answer is not the strict top-1)."
+    )
 
 
 class Atom(BaseModel):

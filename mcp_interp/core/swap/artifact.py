@@ -38,10 +38,14 @@ FINGERPRINTED = ("protocol", "results", *(f"results.{name}" for name in RESULT_B
 
 DEFINITIONS = {
     "success_definition": "A trial succeeds when the target's answer token is the strict top-1 of the next-token "
-    "logits after the edit: its logit exceeds every other token's (margin > 0); a tie for first is not a success.",
+    "logits after the edit: its logit exceeds every other token's (margin > 0); a tie for first is not a success. "
+    "An answer of several tokens succeeds when each of its tokens is the strict top-1 given the prompt and the "
+    "answer's earlier tokens (teacher forcing, the edit applied throughout): greedy decoding produces it; its "
+    "margin is the smallest over its tokens.",
     "baseline_definition": "A prompt is capable when, unedited, its own answer token is the strict top-1 at the last "
-    "position; incapable prompts (and, with require_target_known, trials whose target prompt is incapable) are "
-    "excluded before any edit and listed in the exclusion ledger.",
+    "position (every token of a several-token answer, teacher-forced); incapable prompts (and, with "
+    "require_target_known, trials whose target prompt is incapable) are excluded before any edit and listed in the "
+    "exclusion ledger.",
     "rank_definition": "rank = number of tokens with a strictly larger logit, so ranks are 0-based: 0 = top-1 (a tie "
     "for first also gives 0). The reference protocol's ranks are 1-based (1 = top-1): add 1 to compare.",
 }

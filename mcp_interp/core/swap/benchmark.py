@@ -24,14 +24,15 @@ from mcp_interp.core.swap.trial import (
     EditPlan,
     PromptRun,
     TrialTokens,
+    answer_logits,
     answer_score,
     capability_reason,
     check_settings,
     edit_position,
-    edited_last_logits,
     new_record,
     plan_edit_trial,
     prompt_run,
+    run_edits,
     score_edit_trial,
 )
 from mcp_interp.errors import InputError
@@ -72,7 +73,8 @@ class SwapBenchmarkJob:
         if not runnable:
             raise InputError(
                 f"No trial of corpus {corpus.name!r} can run with this model's tokenizer: every (function, source, "
-                f"target) needs a word that is not a single token. Not single tokens: {self.resolved.unusable}."
+                f"target) needs a word it cannot use (a concept must be one token, an answer known tokens): "
+                f"{self.resolved.unusable}."
             )
         self.result: SwapBenchmarkMeasurement | None = None
 
@@ -105,9 +107,8 @@ class SwapBenchmarkJob:
                     plans += [plan] if plan is not None else []
                 if plans:
                     run = runs[(function, source)]
-                    logits = edited_last_logits(self.model, run, layer, torch.cat([q.patched for q in plans]))
-                    for plan, rows in zip(plans, logits.split([len(q.patched) for q in plans]), strict=True):
-                        score_edit_trial(self.model, plan, rows, self.settings)
+                    for plan, logits in zip(plans, run_edits(self.model, run, layer, plans), strict=True):
+                        score_edit_trial(self.model, plan, logits, self.settings)
                 for key, done_record in done:
                     status = "excluded" if done_record is None else done_record.status
                     yield f"layer {layer}: {key.function} {key.source}→{key.target} {status}"
@@ -139,19 +140,21 @@ class SwapBenchmarkJob:
         )
         record.baseline = TrialBaseline(
             source_answer=scores[(key.function, key.source)],
-            target_answer=answer_score(
-                tokenizer, run.last_logits, self.resolved.answer_ids[(key.function, key.target)]
-            ),
+            target_answer=self._score(run, self.resolved.answer_ids[(key.function, key.target)]),
             target_prompt_answer=scores[(key.function, key.target)],
         )
         tokens = TrialTokens(
             source_id=self.resolved.concept_ids[key.source],
             target_id=self.resolved.concept_ids[key.target],
-            source_answer_id=self.resolved.answer_ids[(key.function, key.source)],
-            target_answer_id=self.resolved.answer_ids[(key.function, key.target)],
+            source_answer=self.resolved.answer_ids[(key.function, key.source)],
+            target_answer=self.resolved.answer_ids[(key.function, key.target)],
         )
         plan = plan_edit_trial(self.model, self.lens, run, layer, tokens, self.settings, record, distances)
         return record, plan
+
+    def _score(self, run: PromptRun, answer: tuple[int, ...]) -> AnswerScore:
+        """An answer scored in an unedited run (teacher-forced when it is several tokens)."""
+        return answer_score(self.model.tokenizer, answer_logits(self.model, run, answer), answer)
 
     def _prompt(self, function: str, concept: str) -> str:
         return prompt_text(next(f for f in self.corpus.functions if f.name == function), concept)
@@ -175,7 +178,7 @@ class SwapBenchmarkJob:
                 if self.settings.position == "concept" and ids[position] != self.resolved.concept_ids[concept]:
                     mismatched.add(function.name)
                 run = prompt_run(self.model, ids, position, self.layers)
-                score = answer_score(tokenizer, run.last_logits, self.resolved.answer_ids[(function.name, concept)])
+                score = self._score(run, self.resolved.answer_ids[(function.name, concept)])
                 runs[(function.name, concept)] = run
                 scores[(function.name, concept)] = score
                 if not score.top1:
@@ -208,7 +211,7 @@ class SwapBenchmarkJob:
                 self.resolved.answer_ids[(key.function, key.source)]
                 == self.resolved.answer_ids[(key.function, key.target)]
             ):
-                reason = "source and target have the same answer token, so a success could not be told apart"
+                reason = "source and target have the same answer tokens, so a success could not be told apart"
             if reason is None and not scores[(key.function, key.source)].top1:
                 reason = "the source prompt is not capable (see its prompt exclusion)"
             if reason is None and self.settings.require_target_known and not scores[(key.function, key.target)].top1:

@@ -6,10 +6,12 @@ A trial is (function, source, target, layer) with source ≠ target: edit the so
 representation of the source concept toward the target and ask whether the model now gives the
 target's answer.
 
-Tokens: a concept is the lens atom of ``" " + concept`` and an answer the token of
-``" " + word``; each must be a single token of the loaded model. A word that is not sends
-every prompt and trial that needs it to the exclusion ledger with that reason, and the rest of
-the corpus runs; a corpus in which nothing is usable is an ``InputError`` naming the words.
+Tokens: a concept is the lens atom of ``" " + concept`` and must be a single token of the loaded
+model; an answer is the tokens of ``" " + word`` — one or several (" North America" is scored as
+a sequence: strict top-1 at every step of teacher forcing, i.e. greedy decoding produces it). A
+concept that is not one token, or an answer with a token the tokenizer does not know, sends every
+prompt and trial that needs it to the exclusion ledger with that reason, and the rest of the
+corpus runs; a corpus in which nothing is usable is an ``InputError`` naming the words.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ class Resolved:
     """Token ids of a corpus under one tokenizer, and why any word could not be used."""
 
     concept_ids: dict[str, int]
-    answer_ids: dict[tuple[str, str], int]  # (function, concept) → id
-    unusable: dict[str, str]  # word → how it tokenizes (not a single token)
+    answer_ids: dict[tuple[str, str], tuple[int, ...]]  # (function, concept) → the answer's token ids
+    unusable: dict[str, str]  # word → why it cannot be used (how it tokenizes)
 
 
 def single_token(tokenizer: Any, word: str) -> tuple[int | None, str]:
@@ -77,6 +79,19 @@ def single_token(tokenizer: Any, word: str) -> tuple[int | None, str]:
     return None, f"{text!r} is {len(ids)} tokens {[tokenizer.decode([i]) for i in ids]}"
 
 
+def answer_token_ids(tokenizer: Any, word: str) -> tuple[tuple[int, ...] | None, str]:
+    """The known tokens of ``" " + word.strip()`` (one or more), or None and why not."""
+    text = " " + word.strip()
+    ids = tuple(int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"])
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if ids and (unknown is None or unknown not in ids):
+        return ids, ""
+    return (
+        None,
+        f"{text!r} tokenizes to {[tokenizer.decode([i]) for i in ids]}, with a token the tokenizer does not know",
+    )
+
+
 def resolve(corpus: SwapCorpus, tokenizer: Any) -> Resolved:
     unusable: dict[str, str] = {}
 
@@ -86,17 +101,23 @@ def resolve(corpus: SwapCorpus, tokenizer: Any) -> Resolved:
             unusable[word] = why
         return token
 
+    def tokens(word: str) -> tuple[int, ...] | None:
+        ids, why = answer_token_ids(tokenizer, word)
+        if ids is None:
+            unusable[word] = why
+        return ids
+
     concept_ids = {c: i for c in corpus.concepts if (i := single(c)) is not None}
     answer_ids = {
-        (f.name, c): i for f in corpus.functions for c in corpus.concepts if (i := single(f.answers[c])) is not None
+        (f.name, c): ids for f in corpus.functions for c in corpus.concepts if (ids := tokens(f.answers[c])) is not None
     }
     same = [c for c in concept_ids if list(concept_ids.values()).count(concept_ids[c]) > 1]
     if same:
         raise InputError(f"Concepts {same} resolve to the same token: a swap needs distinct concept atoms.")
     if len(concept_ids) < 2 or not answer_ids:
         raise InputError(
-            f"Nothing in corpus {corpus.name!r} is usable with this model's tokenizer: concepts and answers must be "
-            f"single tokens with a leading space. Not single tokens: {unusable}."
+            f"Nothing in corpus {corpus.name!r} is usable with this model's tokenizer: concepts must be single "
+            f"tokens with a leading space, answers known tokens. Unusable: {unusable}."
         )
     return Resolved(concept_ids=concept_ids, answer_ids=answer_ids, unusable=unusable)
 
@@ -109,5 +130,5 @@ def token_reason(resolved: Resolved, corpus: SwapCorpus, function: str, *concept
             return f"concept {concept!r} is not a single token: {resolved.unusable[concept]}"
         if (function, concept) not in resolved.answer_ids:
             word = answers[concept]
-            return f"answer {word!r} is not a single token: {resolved.unusable[word]}"
+            return f"answer {word!r} cannot be scored: {resolved.unusable[word]}"
     return None

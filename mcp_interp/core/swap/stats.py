@@ -58,6 +58,27 @@ def score_answer(logits: torch.Tensor, answer_id: int) -> TopScore:
     )
 
 
+def score_sequence(step_logits: torch.Tensor, answer: Sequence[int]) -> TopScore:
+    """Score an answer of one or more tokens from ``[len(answer), vocab]`` teacher-forced logits (row k
+    predicts ``answer[k]`` after the prompt and ``answer[:k]``).
+
+    The answer is the strict top-1 exactly when greedy decoding produces all of it, so ``margin`` is the
+    smallest margin over its tokens (> 0 iff every token is the strict top-1); ``logit`` and ``rank`` are
+    the first token's; ``top_token`` is the model's top token at the first step where the answer is not
+    the strict top-1 (the first step's when it always is). One token: exactly ``score_answer``.
+    """
+    if step_logits.ndim != 2 or step_logits.shape[0] != len(answer) or not len(answer):
+        raise ValueError(f"expected [{len(answer)}, vocab] step logits, got shape {tuple(step_logits.shape)}")
+    steps = [score_answer(row, token) for row, token in zip(step_logits, answer, strict=True)]
+    failing = next((step for step in steps if not step.strict_top1), steps[0])
+    return TopScore(
+        logit=steps[0].logit,
+        rank=steps[0].rank,
+        margin=min(step.margin for step in steps),
+        top_token=failing.top_token,
+    )
+
+
 def clopper_pearson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Exact (Clopper–Pearson) two-sided interval for a binomial proportion, from beta quantiles.
 

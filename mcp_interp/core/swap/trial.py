@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from mcp_interp.core.bridge import hook_out
 from mcp_interp.core.swap import stats
 from mcp_interp.core.swap.controls import ControlPool, control_pool, distances_from, draw_control
-from mcp_interp.core.swap.corpus import prompt_text, single_token
+from mcp_interp.core.swap.corpus import answer_token_ids, prompt_text, single_token
 from mcp_interp.core.swap.lenses import resolve_lens
 from mcp_interp.core.tokens import token_ids
 from mcp_interp.errors import InputError, NumericalError
@@ -94,6 +94,14 @@ def word_token(tokenizer: Any, word: str, what: str) -> int:
     return token
 
 
+def answer_tokens(tokenizer: Any, word: str, what: str) -> tuple[int, ...]:
+    """The tokens of ``" " + word.strip()``: one, or several (scored as a sequence)."""
+    tokens, why = answer_token_ids(tokenizer, word)
+    if tokens is None:
+        raise InputError(f"The {what} {word!r} cannot be scored: {why}. Check it with the `tokenize` tool.")
+    return tokens
+
+
 def edit_position(tokenizer: Any, template: str, concept: str, position: str | int) -> tuple[list[int], int]:
     """The prompt's token ids and the index of the activation to edit.
 
@@ -128,11 +136,15 @@ def edit_position(tokenizer: Any, template: str, concept: str, position: str | i
     raise InputError(f"position must be 'last', 'concept' or a token index, got {position!r}.")
 
 
-def answer_score(tokenizer: Any, logits: torch.Tensor, answer_id: int) -> AnswerScore:
-    score = stats.score_answer(logits, answer_id)
+def answer_score(tokenizer: Any, logits: torch.Tensor, answer: int | Sequence[int]) -> AnswerScore:
+    """Score an answer from its step logits: ``[len(answer), vocab]`` teacher-forced, or ``[vocab]`` for one token."""
+    tokens = [answer] if isinstance(answer, int) else list(answer)
+    steps = logits.unsqueeze(0) if logits.ndim == 1 else logits
+    score = stats.score_sequence(steps, tokens)
     return AnswerScore(
-        token=tokenizer.decode([answer_id]),
-        token_id=answer_id,
+        token=tokenizer.decode(tokens),
+        token_id=tokens[0],
+        n_tokens=len(tokens),
         logit=score.logit,
         rank=score.rank,
         margin=score.margin,
@@ -165,9 +177,28 @@ def prompt_run(model: LoadedModel, ids: list[int], position: int, layers: Sequen
     )
 
 
+def answer_logits(model: LoadedModel, run: PromptRun, answer: Sequence[int]) -> torch.Tensor:
+    """Unedited step logits of an answer, ``[len(answer), vocab]``: the prompt's last-position logits, then
+    (for several tokens) one forward of the prompt followed by the answer's earlier tokens."""
+    if len(answer) == 1:
+        return run.last_logits.unsqueeze(0)
+    tokens = torch.tensor([run.ids + list(answer[:-1])], device=model.device)
+    with torch.no_grad():
+        logits = model.bridge(tokens, return_type="logits")[0, len(run.ids) - 1 :]
+    return require_finite(logits.float().cpu(), model.tokenizer, run.ids, "teacher-forcing the answer")
+
+
 def edited_last_logits(model: LoadedModel, run: PromptRun, layer: int, patched: torch.Tensor) -> torch.Tensor:
     """Next-token logits ``[n_edits, vocab]`` with row i's activation at (layer, position) set to ``patched[i]``."""
-    tokens = torch.tensor([run.ids], device=model.device).expand(patched.shape[0], -1)
+    return edited_logits(model, run, layer, patched)[:, 0]
+
+
+def edited_logits(
+    model: LoadedModel, run: PromptRun, layer: int, patched: torch.Tensor, continuation: Sequence[int] = ()
+) -> torch.Tensor:
+    """Logits ``[n_edits, 1 + len(continuation), vocab]`` at the prompt's last position and after each
+    continuation token, with row i's activation at (layer, position) set to ``patched[i]``."""
+    tokens = torch.tensor([run.ids + list(continuation)], device=model.device).expand(patched.shape[0], -1)
 
     def write(activation: torch.Tensor, hook: Any) -> torch.Tensor:
         activation = activation.clone()
@@ -177,7 +208,7 @@ def edited_last_logits(model: LoadedModel, run: PromptRun, layer: int, patched: 
     with torch.no_grad(), model.bridge.hooks(fwd_hooks=[(hook_out(layer), write)]):
         logits = model.bridge(tokens, return_type="logits")
     where = f"after an edit at layer {layer}, position {run.position}"
-    return require_finite(logits[:, -1].float().cpu(), model.tokenizer, run.ids, where)
+    return require_finite(logits[:, len(run.ids) - 1 :].float().cpu(), model.tokenizer, run.ids, where)
 
 
 def patch_diagnostics(patch: Any, raised: list[str]) -> PatchDiagnostics:
@@ -216,8 +247,8 @@ def top_atoms(tokenizer: Any, decomposition: Any, dictionary: torch.Tensor) -> l
 class TrialTokens:
     source_id: int
     target_id: int
-    source_answer_id: int
-    target_answer_id: int
+    source_answer: tuple[int, ...]  # the answer's token ids: one, or several (a sequence)
+    target_answer: tuple[int, ...]
 
 
 def never_drawn(tokenizer: Any, d_vocab: int) -> list[int]:
@@ -280,7 +311,7 @@ def plan_edit_trial(
     if key not in distance_cache:
         distance_cache[key] = distances_from(dictionary, tokens.source_id)
     distances = distance_cache[key]
-    excluded = {tokens.source_answer_id, tokens.target_answer_id, *support}
+    excluded = {*tokens.source_answer, *tokens.target_answer, *support}
     excluded.update(never_drawn(tokenizer, dictionary.shape[0]))
     pool: ControlPool = control_pool(
         dictionary, tokens.source_id, tokens.target_id, excluded, settings.control_tolerance, distances
@@ -311,12 +342,39 @@ def plan_edit_trial(
     return EditPlan(record, tokens, controls, distances, patched, patches, diagnostics)
 
 
-def score_edit_trial(model: LoadedModel, plan: EditPlan, logits: torch.Tensor, settings: SwapSettings) -> None:
-    """Step 3: score the target's answer in each edited run (``logits`` [1 + seeds, vocab], real first)."""
+def run_edits(model: LoadedModel, run: PromptRun, layer: int, plans: Sequence[EditPlan]) -> list[EditLogits]:
+    """The edited runs of several trials of one prompt at one layer. One-token answers: one batched forward
+    of every edit. Answers of several tokens: per trial, the edits teacher-forced through the target's answer
+    (and the real edit through the source's answer)."""
+    if all(len(p.tokens.target_answer) == len(p.tokens.source_answer) == 1 for p in plans):
+        logits = edited_last_logits(model, run, layer, torch.cat([p.patched for p in plans]))
+        return [EditLogits(rows, rows[0]) for rows in logits.split([len(p.patched) for p in plans])]
+    out = []
+    for plan in plans:
+        target = edited_logits(model, run, layer, plan.patched, plan.tokens.target_answer[:-1])
+        source = target[0, :1]  # the first step is the same position for both answers
+        if len(plan.tokens.source_answer) > 1:
+            source = edited_logits(model, run, layer, plan.patched[:1], plan.tokens.source_answer[:-1])[0]
+        out.append(EditLogits(target, source))
+    return out
+
+
+@dataclass
+class EditLogits:
+    """A trial's edited logits: ``target`` for every edit (real first), ``[edits, vocab]`` or teacher-forced
+    ``[edits, steps, vocab]``; ``source`` for the real edit through the source's answer, ``[vocab]`` or
+    ``[steps, vocab]``."""
+
+    target: torch.Tensor
+    source: torch.Tensor
+
+
+def score_edit_trial(model: LoadedModel, plan: EditPlan, logits: EditLogits, settings: SwapSettings) -> None:
+    """Step 3: score the target's answer in each edited run (real first) and the source's in the real one."""
     tokenizer, record, tokens, patches = model.tokenizer, plan.record, plan.tokens, plan.patches
     record.status = EXECUTED
-    record.real = answer_score(tokenizer, logits[0], tokens.target_answer_id)
-    record.real_source_answer = answer_score(tokenizer, logits[0], tokens.source_answer_id)
+    record.real = answer_score(tokenizer, logits.target[0], tokens.target_answer)
+    record.real_source_answer = answer_score(tokenizer, logits.source, tokens.source_answer)
     record.target_was_active = not patches[0].target_was_appended
     record.real_edit_norm = float(torch.linalg.vector_norm(patches[0].delta))
     record.real_patch = plan.diagnostics[0]
@@ -327,7 +385,7 @@ def score_edit_trial(model: LoadedModel, plan: EditPlan, logits: torch.Tensor, s
             token_id=token,
             displacement=float(plan.distances[token]),
             edit_norm=float(torch.linalg.vector_norm(patch.delta)),
-            score=answer_score(tokenizer, logits[i + 1], tokens.target_answer_id),
+            score=answer_score(tokenizer, logits.target[i + 1], tokens.target_answer),
             patch=plan.diagnostics[i + 1],
         )
         for i, (seed, token, patch) in enumerate(zip(settings.control_seeds, plan.controls, patches[1:], strict=True))
@@ -357,24 +415,25 @@ def causal_swap_trial(
     tokens = TrialTokens(
         source_id=word_token(tokenizer, source, "source concept"),
         target_id=word_token(tokenizer, target, "target concept"),
-        source_answer_id=word_token(tokenizer, source_answer, "source answer"),
-        target_answer_id=word_token(tokenizer, target_answer, "target answer"),
+        source_answer=answer_tokens(tokenizer, source_answer, "source answer"),
+        target_answer=answer_tokens(tokenizer, target_answer, "target answer"),
     )
     if tokens.source_id == tokens.target_id:
         raise InputError("source and target are the same token: a swap needs two different concepts.")
-    if tokens.source_answer_id == tokens.target_answer_id:
-        raise InputError("source_answer and target_answer are the same token: success would be indistinguishable.")
+    if tokens.source_answer == tokens.target_answer:
+        raise InputError("source_answer and target_answer are the same tokens: success would be indistinguishable.")
     ids, position = edit_position(tokenizer, template, source.strip(), settings.position)
     run = prompt_run(model, ids, position, [layer])
     record = new_record(tokenizer, function.name, source, target, layer, prompt_text(function, source.strip()), run)
     baseline = TrialBaseline(
-        source_answer=answer_score(tokenizer, run.last_logits, tokens.source_answer_id),
-        target_answer=answer_score(tokenizer, run.last_logits, tokens.target_answer_id),
+        source_answer=answer_score(tokenizer, answer_logits(model, run, tokens.source_answer), tokens.source_answer),
+        target_answer=answer_score(tokenizer, answer_logits(model, run, tokens.target_answer), tokens.target_answer),
     )
     if settings.require_target_known:
         target_ids, _ = edit_position(tokenizer, template, target.strip(), "last")
         target_run = prompt_run(model, target_ids, len(target_ids) - 1, [])
-        baseline.target_prompt_answer = answer_score(tokenizer, target_run.last_logits, tokens.target_answer_id)
+        target_logits = answer_logits(model, target_run, tokens.target_answer)
+        baseline.target_prompt_answer = answer_score(tokenizer, target_logits, tokens.target_answer)
     record.baseline = baseline
     notes = []
     if not baseline.source_answer.top1:
@@ -387,7 +446,7 @@ def causal_swap_trial(
         try:
             plan = plan_edit_trial(model, lens, run, layer, tokens, settings, record, {})
             if plan is not None:
-                score_edit_trial(model, plan, edited_last_logits(model, run, layer, plan.patched), settings)
+                score_edit_trial(model, plan, run_edits(model, run, layer, [plan])[0], settings)
         finally:
             lens.clear_device_cache()  # the dictionary is vocabulary-sized
     if record.status == EXECUTED:
