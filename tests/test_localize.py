@@ -98,9 +98,10 @@ def test_block_components_match_transformer_lens_on_every_cell(
 
 
 @pytest.mark.parametrize("metric", ["log_prob", "kl"])
-def test_other_metrics_match_transformer_lens(tiny: LoadedModel, metric: str) -> None:
-    result = run(PatchJob(tiny, CLEAN, CORRUPT, CORRECT, None, "resid_pre", direction="noise", metric=metric))
-    reference = tl_grid(tiny, tl_patching.get_act_patch_resid_pre, "noise", metric)
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_other_metrics_match_transformer_lens(tiny: LoadedModel, metric: str, direction: str) -> None:
+    result = run(PatchJob(tiny, CLEAN, CORRUPT, CORRECT, None, "resid_pre", direction=direction, metric=metric))
+    reference = tl_grid(tiny, tl_patching.get_act_patch_resid_pre, direction, metric)
     assert result.patched is not None
     assert (torch.tensor(result.patched, dtype=torch.float64) - reference).abs().max().item() < 1e-4
     if metric == "kl":

@@ -174,7 +174,11 @@ class PatchJob(Job[PatchMeasurement]):
             base_run = capture_forward(bridge, base.input_ids, trace=self.method == "exact")
         clean_logits = None
         if self.metric == "kl":
-            clean_answer = source_answer if base_run is None else base_run.final[everyone, base.answer_positions]
+            if self.direction == "denoise":
+                clean_answer = source_answer
+            else:
+                assert base_run is not None
+                clean_answer = base_run.final[everyone, base.answer_positions]
             with torch.inference_mode():
                 clean_logits = logits_from_residual(bridge, clean_answer)
         readout = self._readout(clean_logits)
