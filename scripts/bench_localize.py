@@ -19,8 +19,12 @@ Usage: ``python scripts/bench_localize.py [--model smollm2-135m] [--skip-heads-r
 
 from __future__ import annotations
 
-import argparse
 import os
+
+# TransformerLens' per-cell progress bars: tqdm reads TQDM_* when it is first imported.
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,8 +37,6 @@ from mcp_interp.core.patch_heads import PatchHeadsJob
 from mcp_interp.core.tokens import encode, resolve_answers
 from mcp_interp.corpora import ioi_pairs
 from mcp_interp.models import load_model
-
-os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens' per-cell progress bars (read when a bar is made)
 
 BLOCK_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")  # the order of get_act_patch_block_every
 

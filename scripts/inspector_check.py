@@ -7,7 +7,7 @@ the machine's Node is older) and by CI. Against ``mcp-interp serve --model tiny`
 * ``tools/call`` of ``model_info`` and ``logit_diff`` — structured content present and valid
   against the tool's schema;
 * ``resources/templates/list`` and ``prompts/list``;
-* a deliberately bad call (a multi-token answer) — the Inspector must exit with its tool-error
+* a deliberately bad call (a neuron that does not exist) — the Inspector must exit with its tool-error
   code 5 and show our error text.
 
 Usage: ``python scripts/inspector_check.py INSPECTOR_BIN`` (the ``mcp-inspector`` executable).
@@ -76,16 +76,20 @@ def main() -> int:
         "--method",
         "tools/call",
         "--tool-name",
-        "logit_diff",
+        "patch",
         "--tool-arg",
-        'prompts=["when mary went to"]',
+        'clean_prompts=["when mary and john went to the store , john gave a drink to"]',
         "--tool-arg",
-        "correct=mary john",
+        'corrupt_prompts=["when mary and john went to the store , mary gave a drink to"]',
         "--tool-arg",
-        "incorrect=john",
+        "component=mlp_neurons",
+        "--tool-arg",
+        "neurons=[9999]",
+        "--tool-arg",
+        "metric=kl",
         expect=TOOL_ERROR_EXIT,
     )
-    assert bad.get("isError") is True and "exactly one token" in bad["content"][0]["text"]
+    assert bad.get("isError") is True and "out of range" in bad["content"][0]["text"]
     print("Inspector checks passed")
     return 0
 
