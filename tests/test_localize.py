@@ -514,3 +514,17 @@ def test_patch_attribution_with_sequence_answers_is_checked_by_its_exact_runs(ti
     for row in result.verified:
         layer, position = (int(x) for x in re.findall(r"layer (\d+) .*\(position (\d+)\)", row.label)[0])
         assert row.exact_score == pytest.approx(exact.scores[layer][position], abs=1e-6)
+
+
+def test_patch_is_one_step_per_layer_and_stops_between_layers(tiny: LoadedModel) -> None:
+    """What cancellation relies on (``Toolkit.run_job`` closes the job between steps): one step for the
+    clean/corrupt runs, one per layer swept, as announced by total_steps; closing mid-sweep leaves no result."""
+    job = PatchJob(tiny, CLEAN, CORRUPT, CORRECT, INCORRECT, "resid_pre", layers=[1, 2])
+    steps = list(job.steps())
+    assert len(steps) == job.total_steps() == 1 + 2  # the runs, then layers 1 and 2
+    assert steps[1:] == ["exact patching: layer 1 of 2 done", "exact patching: layer 2 of 2 done"]
+    stopped = PatchJob(tiny, CLEAN, CORRUPT, CORRECT, INCORRECT, "resid_pre")
+    generator = stopped.steps()
+    next(generator), next(generator)
+    generator.close()
+    assert stopped.result is None

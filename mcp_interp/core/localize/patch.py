@@ -25,20 +25,19 @@ from typing import Any
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core import metrics
 from mcp_interp.core.answers import Answer, resolve_answer_specs, spacing_notes
 from mcp_interp.core.bridge import logits_from_residual, site_hook
 from mcp_interp.core.heads import position_mask
 from mcp_interp.core.jobs import Job
 from mcp_interp.core.localize.readouts import LogProbReadout, Readout, make_readout
+from mcp_interp.core.localize.report import PatchReport, finite
 from mcp_interp.core.localize.rows import RowPlan
 from mcp_interp.core.patching import BlockTrace, Site, Unit, attribution_terms, capture_forward, trace_blocks
 from mcp_interp.core.suffix_sweep import best_sweep
-from mcp_interp.core.tokens import Batch, PairDiff, encode, token_strings, validate_pairs
+from mcp_interp.core.tokens import Batch, encode, token_strings, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import Score
-from mcp_interp.schemas.localize import PatchCell, PatchMeasurement, PositionToken, VerifiedCell
+from mcp_interp.schemas.localize import PatchMeasurement, VerifiedCell
 
 COMPONENTS: dict[str, Site] = {
     "resid_pre": "resid_pre",
@@ -50,10 +49,7 @@ COMPONENTS: dict[str, Site] = {
     "mlp_neurons": "mlp_post",
 }
 METRICS = ("logit_diff", "log_prob", "kl")
-TOP_CELLS = 20
-TOP_WITH_EXAMPLES = 10
 TOP_NEURONS_DEFAULT = 10
-SMALL_GAP = 0.5
 
 
 @dataclass
@@ -77,7 +73,7 @@ class PatchJob(Job[PatchMeasurement]):
     result: PatchMeasurement | None = field(default=None, init=False)
     engine: str | None = field(default=None, init=False)
     notes: list[str] = field(default_factory=list, init=False)
-    clean_tokens: list[str] = field(default_factory=list, init=False)  # of the first clean prompt
+    report: PatchReport | None = field(default=None, init=False)
     plan: RowPlan = field(default_factory=lambda: RowPlan.identity(0), init=False)
 
     # --- inputs -------------------------------------------------------------------------------
@@ -153,7 +149,11 @@ class PatchJob(Job[PatchMeasurement]):
         corrupt = encode(tokenizer, self.corrupt_prompts, model.device)
         n, width = len(clean.texts), clean.input_ids.shape[1]
         layers, positions, neurons = self._layers(), self._positions(width), self._neurons()
-        self.clean_tokens = token_strings(tokenizer, clean.ids(0))
+        cfg = bridge.cfg
+        self.report = PatchReport(
+            self.component, self.direction, self.method, self.metric, cfg.n_layers, cfg.n_heads, tokenizer,
+            token_strings(tokenizer, clean.ids(0)),
+        )  # fmt: skip
         first_diff = min((p for d in diffs for p in d.positions[:1]), default=width)
         site = COMPONENTS[self.component]
         self.plan = self._row_plan(n)
@@ -225,9 +225,10 @@ class PatchJob(Job[PatchMeasurement]):
                 verified = yield from self._verify(
                     base, site, source_acts, cells, patched, mask, readout, first_diff, clean_m, corrupt_m
                 )
-        self.result = self._measurement(
-            cells, patched, base_m, clean_m, corrupt_m, clean, corrupt, diffs, layers, positions, first_diff, verified
-        )
+        self.result = self.report.measurement(
+            cells, patched, clean_m, corrupt_m, clean, corrupt, diffs, layers, positions, first_diff, verified,
+            self.engine, self.notes,
+        )  # fmt: skip
 
     def _answers(self, n: int) -> tuple[list[Answer] | None, list[Answer] | None]:
         tokenizer = self.model.tokenizer
@@ -348,7 +349,9 @@ class PatchJob(Job[PatchMeasurement]):
         clean_m: torch.Tensor,
         corrupt_m: torch.Tensor,
     ) -> Generator[str, None, list[VerifiedCell]]:
-        order = self._ranked(estimated, clean_m, corrupt_m)[: self.verify_top]
+        report = self.report
+        assert report is not None
+        order = report.ranked(estimated, clean_m, corrupt_m)[: self.verify_top]
         top = [cells[i] for i in order]
         exact_rows = yield from self._exact(
             trace_blocks(self.model.bridge, base.input_ids), site, source_acts, top, mask, base, readout, first_diff
@@ -356,162 +359,9 @@ class PatchJob(Job[PatchMeasurement]):
         exact = self.plan.combine(exact_rows)
         return [
             VerifiedCell(
-                label=self._label(cells[i]),
-                attribution_score=_finite(self._score(estimated[i], clean_m, corrupt_m).value),
-                exact_score=_finite(self._score(exact[j], clean_m, corrupt_m).value),
+                label=report.label(cells[i]),
+                attribution_score=finite(report.score(estimated[i], clean_m, corrupt_m).value),
+                exact_score=finite(report.score(exact[j], clean_m, corrupt_m).value),
             )
             for j, i in enumerate(order)
         ]
-
-    # --- scores and the result ----------------------------------------------------------------
-
-    def _score(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> Score:
-        fraction = metrics.recovered_fraction(patched, clean, corrupt)
-        if self.direction == "denoise":
-            return fraction
-        return Score(value=1.0 - fraction.value, per_example=[1.0 - v for v in fraction.per_example])
-
-    def _ranked(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> list[int]:
-        values = [self._score(row, clean, corrupt).value for row in patched]
-        return sorted(range(len(values)), key=lambda i: -abs(values[i]) if values[i] == values[i] else 0.0)
-
-    def _label(self, cell: Unit) -> str:
-        if self.component == "mlp_neurons" or cell.position is None:
-            return f"layer {cell.layer}, MLP neuron {cell.channel} (every position)"
-        known = cell.position < len(self.clean_tokens)
-        token = self.clean_tokens[cell.position] if known else "<pad>"
-        where = f"token {token!r} (position {cell.position})"
-        if self.component == "heads_by_pos":
-            return f"head L{cell.layer}H{cell.channel}, {where}"
-        return f"layer {cell.layer} {self.component}, {where}"
-
-    def _measurement(
-        self,
-        cells: list[Unit],
-        patched: torch.Tensor,
-        base_m: torch.Tensor,
-        clean_m: torch.Tensor,
-        corrupt_m: torch.Tensor,
-        clean: Batch,
-        corrupt: Batch,
-        diffs: list[PairDiff],
-        layers: list[int],
-        positions: list[int],
-        first_diff: int,
-        verified: list[VerifiedCell] | None,
-    ) -> PatchMeasurement:
-        cfg = self.model.bridge.cfg
-        tokens = _position_tokens(self.model.tokenizer, clean, corrupt, diffs)
-        scores = [self._score(row, clean_m, corrupt_m) for row in patched]
-        grid: list[list[float | None]] | None = None
-        patched_grid: list[list[float | None]] | None = None
-        head_grid: list[list[list[float | None]]] | None = None
-        head_patched: list[list[list[float | None]]] | None = None
-        if self.component == "heads_by_pos":
-            head_grid = [[[None] * len(tokens) for _ in range(cfg.n_heads)] for _ in range(cfg.n_layers)]
-            head_patched = [[[None] * len(tokens) for _ in range(cfg.n_heads)] for _ in range(cfg.n_layers)]
-        elif self.component != "mlp_neurons":
-            grid = [[None] * len(tokens) for _ in range(cfg.n_layers)]
-            patched_grid = [[None] * len(tokens) for _ in range(cfg.n_layers)]
-        for cell, score, row in zip(cells, scores, patched, strict=True):
-            value = 0.0 if cell.position is not None and cell.position < first_diff else _finite(score.value)
-            if cell.position is None:
-                continue
-            if head_grid is not None and head_patched is not None and cell.channel is not None:
-                head_grid[cell.layer][cell.channel][cell.position] = value
-                head_patched[cell.layer][cell.channel][cell.position] = float(row.mean())
-            elif grid is not None and patched_grid is not None:
-                grid[cell.layer][cell.position] = value
-                patched_grid[cell.layer][cell.position] = float(row.mean())
-        order = self._ranked(patched, clean_m, corrupt_m)
-        if self.component != "mlp_neurons":
-            order = order[:TOP_CELLS]
-        rows = []
-        for rank, i in enumerate(order):
-            cell = cells[i]
-            token = tokens[cell.position].clean_token if cell.position is not None else None
-            detailed = rank < TOP_WITH_EXAMPLES
-            rows.append(
-                PatchCell(
-                    label=self._label(cell),
-                    layer=cell.layer,
-                    head=cell.channel if self.component == "heads_by_pos" else None,
-                    neuron=cell.channel if self.component == "mlp_neurons" else None,
-                    position=cell.position,
-                    token=token,
-                    score=_finite(scores[i].value),
-                    patched=float(patched[i].mean()),
-                    per_example_score=[_finite(v) for v in scores[i].per_example] if detailed else None,
-                    per_example_patched=[float(v) for v in patched[i]] if detailed else None,
-                )
-            )
-        return PatchMeasurement(
-            component=self.component,  # type: ignore[arg-type]
-            method=self.method,  # type: ignore[arg-type]
-            approximate=self.method == "attribution",
-            direction=self.direction,  # type: ignore[arg-type]
-            metric=self.metric,  # type: ignore[arg-type]
-            clean=metrics.score_of(clean_m),
-            corrupt=metrics.score_of(corrupt_m),
-            tokens=tokens,
-            differing_positions=[d.positions for d in diffs],
-            skipped_positions=[p for p in positions if p < first_diff] if self.component != "mlp_neurons" else [],
-            scores=grid,
-            patched=patched_grid,
-            head_scores=head_grid,
-            head_patched=head_patched,
-            cells=rows,
-            verified=verified,
-            engine=self.engine if self.method == "exact" or verified else None,
-            notes=self._notes(clean_m, corrupt_m, first_diff, len(tokens)),
-        )
-
-    def _notes(self, clean_m: torch.Tensor, corrupt_m: torch.Tensor, first_diff: int, width: int) -> list[str]:
-        notes = list(self.notes)
-        gap = float((clean_m - corrupt_m).mean())
-        if (self.metric == "logit_diff" and abs(gap) < SMALL_GAP) or gap == 0:
-            notes.append(
-                f"The clean−corrupt gap of {self.metric} is only {gap:+.3f}: scores divide by it and are unstable; "
-                "choose pairs the model separates more clearly."
-            )
-        if first_diff >= width:
-            notes.append("Every clean/corrupt pair is token-for-token identical: every score is undefined.")
-        if self.method == "attribution":
-            notes.append(
-                "Attribution is a first-order (gradient) estimate of exact patching, not a measurement; "
-                "use verify_top or method 'exact' before citing a cell's number."
-            )
-        if self.metric == "kl" and self.method == "attribution" and self.direction == "noise":
-            notes.append(
-                "KL(clean‖run) is minimal (0) at the clean run, so its gradient there is 0: attribution in the "
-                "noise direction estimates 0 for every cell to first order. Use method 'exact', or 'denoise'."
-            )
-        if self.metric == "kl":
-            notes.append(
-                "With metric 'kl' the clean value is 0 by definition: a score of 1 means the patched run's "
-                "distribution at the answer equals the clean one."
-            )
-        return notes
-
-
-def _position_tokens(tokenizer: Any, clean: Batch, corrupt: Batch, diffs: list[PairDiff]) -> list[PositionToken]:
-    width = clean.input_ids.shape[1]
-    clean_tokens = token_strings(tokenizer, clean.ids(0))
-    corrupt_tokens = token_strings(tokenizer, corrupt.ids(0))
-    counts = [0] * width
-    for diff in diffs:
-        for p in diff.positions:
-            counts[p] += 1
-    return [
-        PositionToken(
-            position=p,
-            clean_token=clean_tokens[p] if p < len(clean_tokens) else "",
-            corrupt_token=corrupt_tokens[p] if p < len(corrupt_tokens) else "",
-            differs_in_pairs=counts[p],
-        )
-        for p in range(width)
-    ]
-
-
-def _finite(value: float) -> float | None:
-    return None if value != value or value in (float("inf"), float("-inf")) else float(value)

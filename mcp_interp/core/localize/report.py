@@ -1,0 +1,188 @@
+"""What ``patch`` reports: scores of cells, their labels in words, the grids, and the notes.
+
+Score convention (same reading in both directions): ``denoise`` — (patched − corrupt) / (clean − corrupt),
+the fraction of the gap a cell restores; ``noise`` — (clean − patched) / (clean − corrupt), the fraction it
+destroys. 1 = the cell alone carries the effect, 0 = none, negative = it works against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcp_interp.core import metrics
+from mcp_interp.core.patching import Unit
+from mcp_interp.core.tokens import Batch, PairDiff, token_strings
+from mcp_interp.schemas.common import Score
+from mcp_interp.schemas.localize import PatchCell, PatchMeasurement, PositionToken, VerifiedCell
+
+TOP_CELLS = 20
+TOP_WITH_EXAMPLES = 10
+SMALL_GAP = 0.5  # |clean − corrupt| logit difference below which fractions are unstable
+
+
+@dataclass
+class PatchReport:
+    """The settings a ``patch`` result is read with, and the model's shape and first clean prompt's tokens."""
+
+    component: str
+    direction: str
+    method: str
+    metric: str
+    n_layers: int
+    n_heads: int
+    tokenizer: Any
+    clean_tokens: list[str]
+
+    def score(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> Score:
+        fraction = metrics.recovered_fraction(patched, clean, corrupt)
+        if self.direction == "denoise":
+            return fraction
+        return Score(value=1.0 - fraction.value, per_example=[1.0 - v for v in fraction.per_example])
+
+    def ranked(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> list[int]:
+        values = [self.score(row, clean, corrupt).value for row in patched]
+        return sorted(range(len(values)), key=lambda i: -abs(values[i]) if values[i] == values[i] else 0.0)
+
+    def label(self, cell: Unit) -> str:
+        if self.component == "mlp_neurons" or cell.position is None:
+            return f"layer {cell.layer}, MLP neuron {cell.channel} (every position)"
+        known = cell.position < len(self.clean_tokens)
+        token = self.clean_tokens[cell.position] if known else "<pad>"
+        where = f"token {token!r} (position {cell.position})"
+        if self.component == "heads_by_pos":
+            return f"head L{cell.layer}H{cell.channel}, {where}"
+        return f"layer {cell.layer} {self.component}, {where}"
+
+    def measurement(
+        self,
+        cells: list[Unit],
+        patched: torch.Tensor,
+        clean_m: torch.Tensor,
+        corrupt_m: torch.Tensor,
+        clean: Batch,
+        corrupt: Batch,
+        diffs: list[PairDiff],
+        layers: list[int],
+        positions: list[int],
+        first_diff: int,
+        verified: list[VerifiedCell] | None,
+        engine: str | None,
+        job_notes: list[str],
+    ) -> PatchMeasurement:
+        tokens = position_tokens(self.tokenizer, clean, corrupt, diffs)
+        scores = [self.score(row, clean_m, corrupt_m) for row in patched]
+        grid: list[list[float | None]] | None = None
+        patched_grid: list[list[float | None]] | None = None
+        head_grid: list[list[list[float | None]]] | None = None
+        head_patched: list[list[list[float | None]]] | None = None
+        if self.component == "heads_by_pos":
+            head_grid = [[[None] * len(tokens) for _ in range(self.n_heads)] for _ in range(self.n_layers)]
+            head_patched = [[[None] * len(tokens) for _ in range(self.n_heads)] for _ in range(self.n_layers)]
+        elif self.component != "mlp_neurons":
+            grid = [[None] * len(tokens) for _ in range(self.n_layers)]
+            patched_grid = [[None] * len(tokens) for _ in range(self.n_layers)]
+        for cell, score, row in zip(cells, scores, patched, strict=True):
+            value = 0.0 if cell.position is not None and cell.position < first_diff else finite(score.value)
+            if cell.position is None:
+                continue
+            if head_grid is not None and head_patched is not None and cell.channel is not None:
+                head_grid[cell.layer][cell.channel][cell.position] = value
+                head_patched[cell.layer][cell.channel][cell.position] = float(row.mean())
+            elif grid is not None and patched_grid is not None:
+                grid[cell.layer][cell.position] = value
+                patched_grid[cell.layer][cell.position] = float(row.mean())
+        order = self.ranked(patched, clean_m, corrupt_m)
+        if self.component != "mlp_neurons":
+            order = order[:TOP_CELLS]
+        rows = []
+        for rank, i in enumerate(order):
+            cell = cells[i]
+            token = tokens[cell.position].clean_token if cell.position is not None else None
+            detailed = rank < TOP_WITH_EXAMPLES
+            rows.append(
+                PatchCell(
+                    label=self.label(cell),
+                    layer=cell.layer,
+                    head=cell.channel if self.component == "heads_by_pos" else None,
+                    neuron=cell.channel if self.component == "mlp_neurons" else None,
+                    position=cell.position,
+                    token=token,
+                    score=finite(scores[i].value),
+                    patched=float(patched[i].mean()),
+                    per_example_score=[finite(v) for v in scores[i].per_example] if detailed else None,
+                    per_example_patched=[float(v) for v in patched[i]] if detailed else None,
+                )
+            )
+        return PatchMeasurement(
+            component=self.component,  # type: ignore[arg-type]
+            method=self.method,  # type: ignore[arg-type]
+            approximate=self.method == "attribution",
+            direction=self.direction,  # type: ignore[arg-type]
+            metric=self.metric,  # type: ignore[arg-type]
+            clean=metrics.score_of(clean_m),
+            corrupt=metrics.score_of(corrupt_m),
+            tokens=tokens,
+            differing_positions=[d.positions for d in diffs],
+            skipped_positions=[p for p in positions if p < first_diff] if self.component != "mlp_neurons" else [],
+            scores=grid,
+            patched=patched_grid,
+            head_scores=head_grid,
+            head_patched=head_patched,
+            cells=rows,
+            verified=verified,
+            engine=engine if self.method == "exact" or verified else None,
+            notes=job_notes + self.notes(clean_m, corrupt_m, first_diff, len(tokens)),
+        )
+
+    def notes(self, clean_m: torch.Tensor, corrupt_m: torch.Tensor, first_diff: int, width: int) -> list[str]:
+        notes = []
+        gap = float((clean_m - corrupt_m).mean())
+        if (self.metric == "logit_diff" and abs(gap) < SMALL_GAP) or gap == 0:
+            notes.append(
+                f"The clean−corrupt gap of {self.metric} is only {gap:+.3f}: scores divide by it and are unstable; "
+                "choose pairs the model separates more clearly."
+            )
+        if first_diff >= width:
+            notes.append("Every clean/corrupt pair is token-for-token identical: every score is undefined.")
+        if self.method == "attribution":
+            notes.append(
+                "Attribution is a first-order (gradient) estimate of exact patching, not a measurement; "
+                "use verify_top or method 'exact' before citing a cell's number."
+            )
+        if self.metric == "kl" and self.method == "attribution" and self.direction == "noise":
+            notes.append(
+                "KL(clean‖run) is minimal (0) at the clean run, so its gradient there is 0: attribution in the "
+                "noise direction estimates 0 for every cell to first order. Use method 'exact', or 'denoise'."
+            )
+        if self.metric == "kl":
+            notes.append(
+                "With metric 'kl' the clean value is 0 by definition: a score of 1 means the patched run's "
+                "distribution at the answer equals the clean one."
+            )
+        return notes
+
+
+def position_tokens(tokenizer: Any, clean: Batch, corrupt: Batch, diffs: list[PairDiff]) -> list[PositionToken]:
+    width = clean.input_ids.shape[1]
+    clean_tokens = token_strings(tokenizer, clean.ids(0))
+    corrupt_tokens = token_strings(tokenizer, corrupt.ids(0))
+    counts = [0] * width
+    for diff in diffs:
+        for p in diff.positions:
+            counts[p] += 1
+    return [
+        PositionToken(
+            position=p,
+            clean_token=clean_tokens[p] if p < len(clean_tokens) else "",
+            corrupt_token=corrupt_tokens[p] if p < len(corrupt_tokens) else "",
+            differs_in_pairs=counts[p],
+        )
+        for p in range(width)
+    ]
+
+
+def finite(value: float) -> float | None:
+    return None if value != value or value in (float("inf"), float("-inf")) else float(value)
