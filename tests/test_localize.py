@@ -528,3 +528,31 @@ def test_patch_is_one_step_per_layer_and_stops_between_layers(tiny: LoadedModel)
     next(generator), next(generator)
     generator.close()
     assert stopped.result is None
+
+
+@pytest.mark.parametrize("engine", ["suffix", "generic"])
+def test_pairs_of_different_lengths_are_padded_and_still_match_transformer_lens(
+    tiny: LoadedModel, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_interp.core import suffix_sweep
+
+    if engine == "generic":
+        monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
+    clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to the"]
+    corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to the"]
+    good, bad = ["mary", "tom"], ["john", "james"]
+    job = PatchJob(tiny, clean, corrupt, good, bad, "attn_out")
+    result = run(job)
+    assert job.engine is not None and job.engine.startswith(engine)
+    batch = encode(tiny.tokenizer, corrupt)
+    assert len(set(batch.lengths)) == 2, "the batch must be padded"
+    g, b = ids(tiny, good), ids(tiny, bad)
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        final = logits[torch.arange(2), batch.answer_positions]
+        return (final.gather(1, g[:, None]) - final.gather(1, b[:, None])).mean()
+
+    _, cache = tiny.bridge.run_with_cache(encode(tiny.tokenizer, clean).input_ids)
+    reference = tl_patching.get_act_patch_attn_out(tiny.bridge, batch.input_ids, cache, metric).double()
+    assert result.patched is not None
+    assert (torch.tensor(result.patched, dtype=torch.float64) - reference).abs().max().item() < 1e-4
