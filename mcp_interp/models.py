@@ -167,8 +167,11 @@ def weights_fingerprint(module: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def build_tiny() -> tuple[Any, Any]:
+def build_tiny(kv_heads: int = 2) -> tuple[Any, Any]:
     """The `tiny` model: 3 layers, 4 query heads sharing 2 KV heads, d_model 64, seed 0.
+
+    ``kv_heads=4`` gives the multi-head (not grouped-query) variant tests compare with libraries
+    that refuse grouped-query attention.
 
     ``initializer_range`` is larger than Llama's 0.02 so the random model's logits are
     spread out enough for metrics to differ between prompts; the weights mean nothing.
@@ -182,7 +185,7 @@ def build_tiny() -> tuple[Any, Any]:
         intermediate_size=128,
         num_hidden_layers=3,
         num_attention_heads=4,
-        num_key_value_heads=2,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=256,
         rms_norm_eps=1e-5,
         initializer_range=0.1,

@@ -1,0 +1,1 @@
+"""Circuits: edge attribution over the residual-stream graph (writers → readers)."""

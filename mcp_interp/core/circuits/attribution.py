@@ -1,0 +1,180 @@
+"""Edge attribution patching (EAP) and its integrated-gradients form (EAP-IG), grouped-query aware.
+
+Score of the edge writer → reader (denoising form, the sign of TransformerLens' convention):
+
+    score = mean over pairs of Σ_positions (a_clean[writer] − a_corrupt[writer]) · ∂m/∂(input of reader)
+
+— the first-order estimate of how much the metric m moves when the reader's input gets the
+writer's clean write instead of its corrupt one (nothing else changing). EAP takes the gradient on
+the corrupt run. EAP-IG (Hanna et al. 2024; Marks et al. 2024) averages it over ``ig_steps`` runs
+whose token embeddings lie on the straight line from the corrupt to the clean embeddings,
+e(α) = e_corrupt + α (e_clean − e_corrupt) at α = k/ig_steps, k = 1 … ig_steps: the summed
+attribution of the embeddings then approaches m(clean) − m(corrupt) (completeness of integrated
+gradients), which the first-order estimate does not.
+
+Why written here rather than called: TransformerLens 4.3's ``attribution_patch`` refuses
+grouped-query attention (``_check_kv_heads_match_query_heads``) and raises ``NotImplementedError``
+for ``ig_steps > 1``. The bridge itself exposes what is needed — each head's write (``hook_result``)
+and each reader's own input, key/value inputs per key/value group (``edge_hooks``) — so this module
+reads those hooks and does the arithmetic; on a multi-head model its scores equal
+``attribution_patch(..., EdgeAttributionConfig(granularity="edge"))`` summed over positions (a test).
+Every score is an estimate, never a measurement: exact checks belong to path patching and
+faithfulness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcp_interp.core.bridge import (
+    HOOK_EMBED,
+    edge_hooks,
+    hook_mlp_in,
+    hook_mlp_out,
+    hook_out,
+    hook_qkv_input,
+    hook_result,
+)
+from mcp_interp.core.circuits.graph import Graph, Reader, Writer, build_graph
+from mcp_interp.core.tokens import Batch
+
+RowMetric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (answer logits [rows, vocab], prompts) → [rows]
+
+
+def graph_of(bridge: Any) -> Graph:
+    cfg = bridge.cfg
+    n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+    return build_graph(cfg.n_layers, cfg.n_heads, n_kv, bool(getattr(cfg, "parallel_attn_mlp", False)))
+
+
+def writer_hook(writer: Writer) -> str:
+    if writer.kind == "embed":
+        return HOOK_EMBED
+    return hook_result(writer.layer) if writer.kind == "head" else hook_mlp_out(writer.layer)
+
+
+def reader_hook(reader: Reader, n_layers: int) -> str:
+    if reader.kind == "logits":
+        return hook_out(n_layers - 1)
+    return hook_mlp_in(reader.layer) if reader.kind == "mlp" else hook_qkv_input(reader.layer, reader.kind)
+
+
+def _select(values: dict[str, torch.Tensor], hook: str, index: int, per_head: bool) -> torch.Tensor:
+    value = values[hook]
+    return value[:, :, index] if per_head else value
+
+
+@dataclass
+class EdgeScores:
+    """``scores`` [n_writers, n_readers] (0 where there is no edge), the pairs' metric on the clean
+    and corrupt runs, and the graph."""
+
+    graph: Graph
+    scores: torch.Tensor
+    clean_metric: torch.Tensor  # [batch]
+    corrupt_metric: torch.Tensor  # [batch]
+
+
+class EdgeAttribution:
+    """EAP / EAP-IG over the bridge's graph; ``steps()`` yields once per gradient run (progress)."""
+
+    def __init__(
+        self, bridge: Any, clean: Batch, corrupt: Batch, metric: RowMetric, ig_steps: int = 1, integrated: bool = False
+    ) -> None:
+        self.bridge, self.clean, self.corrupt, self.metric = bridge, clean, corrupt, metric
+        self.ig_steps, self.integrated = ig_steps, integrated
+        self.graph = graph_of(bridge)
+        self.result: EdgeScores | None = None
+
+    def total_steps(self) -> int:
+        return 2 + (self.ig_steps if self.integrated else 1)
+
+    def steps(self) -> Iterator[str]:
+        graph, n_layers = self.graph, self.bridge.cfg.n_layers
+        writer_hooks = sorted({writer_hook(w) for w in graph.writers})
+        reader_hooks = sorted({reader_hook(r, n_layers) for r in graph.readers})
+        with edge_hooks(self.bridge):
+            clean_values, clean_metric = self._forward(self.clean, writer_hooks)
+            yield "clean run"
+            corrupt_values, corrupt_metric = self._forward(self.corrupt, writer_hooks)
+            yield "corrupt run"
+            alphas = [k / self.ig_steps for k in range(1, self.ig_steps + 1)] if self.integrated else [0.0]
+            grads: dict[str, torch.Tensor] = {}
+            for alpha in alphas:
+                step = self._gradients(reader_hooks, clean_values[HOOK_EMBED], corrupt_values[HOOK_EMBED], alpha)
+                for hook, grad in step.items():
+                    grads[hook] = grads[hook] + grad if hook in grads else grad
+                yield f"gradient at α = {alpha:.3f}"
+        batch = self.clean.input_ids.shape[0]
+        deltas = torch.stack(
+            [
+                (
+                    _select(clean_values, writer_hook(w), w.index, w.kind == "head")
+                    - _select(corrupt_values, writer_hook(w), w.index, w.kind == "head")
+                ).flatten()
+                for w in graph.writers
+            ]
+        )  # [writers, batch · seq · d_model]
+        gradients = torch.stack(
+            [
+                _select(grads, reader_hook(r, n_layers), r.index, r.kind in ("q", "k", "v")).flatten()
+                for r in graph.readers
+            ]
+        ) / len(alphas)  # [readers, batch · seq · d_model]
+        full = deltas @ gradients.T / batch
+        mask = torch.zeros_like(full, dtype=torch.bool)
+        writers_of, readers_of = zip(*graph.edges, strict=True)
+        mask[list(writers_of), list(readers_of)] = True
+        self.result = EdgeScores(graph, torch.where(mask, full, 0.0), clean_metric, corrupt_metric)
+
+    def _forward(self, batch: Batch, hooks: list[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        values: dict[str, torch.Tensor] = {}
+
+        def keep(name: str) -> Callable[[torch.Tensor, Any], None]:
+            def hook(value: torch.Tensor, hook: Any) -> None:
+                values[name] = value.detach().to(torch.float64)
+
+            return hook
+
+        with torch.no_grad(), self.bridge.hooks(fwd_hooks=[(name, keep(name)) for name in hooks]):
+            logits = self.bridge(batch.input_ids, return_type="logits")
+        rows = torch.arange(batch.input_ids.shape[0])
+        return values, self.metric(logits[rows, batch.answer_positions], rows).detach()
+
+    def _gradients(
+        self, reader_hooks: list[str], clean_embed: torch.Tensor, corrupt_embed: torch.Tensor, alpha: float
+    ) -> dict[str, torch.Tensor]:
+        """∂(Σ over pairs of m)/∂(each reader hook's value) on the corrupt tokens, the embeddings moved a
+        fraction ``alpha`` of the way to the clean ones (0: the corrupt run itself)."""
+        captured: dict[str, torch.Tensor] = {}
+
+        def keep(name: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+            def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+                # The clone is what the rest of the forward consumes. Upstream of every weight (the
+                # interpolated embeddings are constants) it is made a leaf that requires a gradient.
+                captured[name] = value.clone() if value.requires_grad else value.detach().clone().requires_grad_()
+                return captured[name]
+
+            return hook
+
+        def interpolate(value: torch.Tensor, hook: Any) -> torch.Tensor:
+            moved = corrupt_embed + alpha * (clean_embed - corrupt_embed)
+            return moved.to(value.dtype)
+
+        fwd_hooks: list[tuple[str, Callable[..., Any]]] = [(name, keep(name)) for name in reader_hooks]
+        if alpha:
+            fwd_hooks.insert(0, (HOOK_EMBED, interpolate))
+        rows = torch.arange(self.corrupt.input_ids.shape[0])
+        with torch.enable_grad(), self.bridge.hooks(fwd_hooks=fwd_hooks):
+            logits = self.bridge(self.corrupt.input_ids, return_type="logits")
+            total = self.metric(logits[rows, self.corrupt.answer_positions], rows).sum()
+            names = list(captured)
+            grads = torch.autograd.grad(total, [captured[name] for name in names], allow_unused=True)
+        return {
+            name: (torch.zeros_like(captured[name]) if grad is None else grad).detach().to(torch.float64)
+            for name, grad in zip(names, grads, strict=True)
+        }
