@@ -109,6 +109,45 @@ def cell_bars(labels: Sequence[str], values: Sequence[float | None], title: str,
             plt.close(fig)
 
 
+def layered_graph(
+    nodes: Sequence[tuple[str, float, float]],
+    edges: Sequence[tuple[str, str, float, str]],
+    title: str,
+    n_columns: int,
+) -> bytes:
+    """Nodes at (x, y) (x = the column: embeddings, each layer's attention and MLP, logits), edges as
+    straight lines from writer to reader: width ∝ |score|, red positive, blue negative, each labelled
+    at its end with the reader's input (q/k/v/in) when it has one."""
+    place = {name: (x, y) for name, x, y in nodes}
+    span = max((abs(score) for _, _, score, _ in edges), default=1.0) or 1.0
+    width_in = min(max(6.0, 1.5 + 0.32 * n_columns), 20.0)
+    rows = max((y for _, _, y in nodes), default=1) - min((y for _, _, y in nodes), default=0)
+    height_in = min(max(4.0, 1.5 + 0.45 * (rows + 1)), 12.0)
+    with _LOCK:
+        fig, ax = plt.subplots(figsize=(width_in, height_in), dpi=DPI)
+        try:
+            for source, target, score, label in sorted(edges, key=lambda e: abs(e[2])):
+                (x0, y0), (x1, y1) = place[source], place[target]
+                colour = "tab:red" if score > 0 else "tab:blue"
+                ax.plot([x0, x1], [y0, y1], color=colour, alpha=0.65, linewidth=0.4 + 4.0 * abs(score) / span)
+                if label:
+                    ax.annotate(label, (x1, y1), xytext=(-6, 2), textcoords="offset points", fontsize=6, color=colour)
+            for name, x, y in nodes:
+                ax.scatter([x], [y], s=60, color="white", edgecolors="black", zorder=3)
+                ax.annotate(name, (x, y), xytext=(3, -9), textcoords="offset points", fontsize=6, zorder=4)
+            ax.invert_yaxis()
+            ax.set_yticks([])
+            ax.set_xlabel("embed | layer l: attention (x = 2l+1), MLP (x = 2l+2) | logits")
+            ax.set_title(title + "  (red: toward clean, blue: against; width ∝ |score|)", fontsize=9)
+            fig.tight_layout()
+            description = f"{title}. Edges (writer → reader: score): " + "; ".join(
+                f"{s} → {t}{'.' + lab if lab else ''}: {v:+.4g}" for s, t, v, lab in edges
+            )
+            return _png(fig, description)
+        finally:
+            plt.close(fig)
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     """(width, height) from a PNG's IHDR chunk; ValueError if ``data`` is not a PNG."""
     if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":

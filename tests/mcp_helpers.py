@@ -23,6 +23,7 @@ EXPECTED_TOOLS = {
     "patch",
     "ablate",
     "loss",
+    "edge_attribution",
     "get_figure",
     "logit_lens",
     "dla",

@@ -161,3 +161,40 @@ def test_model_flags_are_restored(tiny: LoadedModel) -> None:
     run_eap(tiny)
     cfg = tiny.bridge.cfg
     assert (cfg.use_attn_result, cfg.use_split_qkv_input, cfg.use_hook_mlp_in) == (False, False, False)
+
+
+@pytest.mark.anyio
+async def test_edge_attribution_over_mcp_with_its_graph_figure(tiny_session: Any) -> None:
+    import base64
+
+    from mcp import Client
+
+    from mcp_interp.mcp.server import build_server
+    from tests.mcp_helpers import assert_valid_structured, error_text, png_text, tools_by_name
+
+    arguments = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": "mary", "incorrect": "john"}
+    async with Client(build_server(tiny_session)) as client:
+        tools = await tools_by_name(client)
+        result = assert_valid_structured(
+            tools["edge_attribution"], await client.call_tool("edge_attribution", {**arguments, "top_k": 10})
+        )
+        figure = await client.read_resource(result["figure_uri"])
+        ig = assert_valid_structured(
+            tools["edge_attribution"],
+            await client.call_tool("edge_attribution", {**arguments, "method": "eap-ig", "ig_steps": 4}),
+        )
+        bad_steps = await client.call_tool("edge_attribution", {**arguments, "method": "eap-ig", "ig_steps": 0})
+        too_many = await client.call_tool("edge_attribution", {**arguments, "ig_steps": 10_000})
+        unequal = await client.call_tool("edge_attribution", {**arguments, "corrupt_prompts": ["when mary went"]})
+    assert len(result["edges"]) == 10 and result["n_edges"] == 190 and result["n_readers"] == 28  # see the shape test
+    scores = [abs(e["score"]) for e in result["edges"]]
+    assert scores == sorted(scores, reverse=True)
+    assert result["kv_groups"] == ["L*KV0: H0-H1", "L*KV1: H2-H3"]
+    description = png_text(base64.b64decode(figure.contents[0].blob))["Description"]  # type: ignore[union-attr]
+    top = result["edges"][0]
+    assert (
+        f"{top['writer']} → {top['reader'].rsplit('.', 1)[0] if '.' in top['reader'] else top['reader']}" in description
+    )
+    assert ig["ig_steps"] == 4 and ig["embed_total_vs_gap"] is not None
+    assert "1 to 64" in error_text(bad_steps) and "1 to 64" in error_text(too_many)
+    assert "same number of tokens" in error_text(unequal)

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from mcp.server import MCPServer
 
 from mcp_interp import __version__
-from mcp_interp.mcp import explain, heads, lens, localize, prompts, readouts, stored, swap
+from mcp_interp.mcp import circuits, explain, heads, lens, localize, prompts, readouts, stored, swap
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.session import Session
 
@@ -28,6 +28,7 @@ FAMILIES: tuple[Family, ...] = (
     readouts.family,
     heads.family,
     localize.family,
+    circuits.family,
     lens.family,
     explain.family,
     swap.family,

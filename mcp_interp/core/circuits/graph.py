@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MLP_ROW = -1.5  # the figure's row for the embeddings, the MLPs and the logits
+
 
 @dataclass(frozen=True)
 class Writer:
@@ -29,6 +31,15 @@ class Writer:
         if self.kind == "embed":
             return "embed"
         return f"L{self.layer}H{self.index}" if self.kind == "head" else f"L{self.layer}MLP"
+
+    def place(self, n_heads: int) -> tuple[float, float]:
+        """Where the graph figure draws it: x = 1 + 2·layer for attention, 2 + 2·layer for the MLP; the
+        embeddings, MLPs and logits on a row above the heads (y = −1.5), key/value groups below them."""
+        if self.kind == "embed":
+            return 0.0, MLP_ROW
+        if self.kind == "head":
+            return 1.0 + 2 * self.layer, float(self.index)
+        return 2.0 + 2 * self.layer, MLP_ROW
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,20 @@ class Reader:
         if self.kind == "q":
             return f"L{self.layer}H{self.index}.q"
         return f"L{self.layer}KV{self.index}.{self.kind}"
+
+    def component(self) -> str:
+        """The node the figure draws the reader as: its head, its key/value group, its MLP, or the logits."""
+        name = str(self)
+        return name.rsplit(".", 1)[0] if "." in name else name
+
+    def place(self, n_heads: int, n_layers: int) -> tuple[float, float]:
+        if self.kind == "logits":
+            return 2.0 * n_layers + 1, MLP_ROW
+        if self.kind == "mlp":
+            return 2.0 + 2 * self.layer, MLP_ROW
+        if self.kind == "q":
+            return 1.0 + 2 * self.layer, float(self.index)
+        return 1.0 + 2 * self.layer, n_heads + 0.5 + self.index  # key/value groups below the heads
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,138 @@
+"""The measurement behind ``edge_attribution``: the job around ``core.circuits.attribution``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mcp_interp import limits
+from mcp_interp.core import metrics
+from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
+from mcp_interp.core.jobs import Job
+from mcp_interp.core.patching import LogitDiffReadout
+from mcp_interp.core.tokens import encode, resolve_answers, validate_pairs
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeScore, NodeScore
+
+MAX_IG_STEPS = 64
+MAX_TOP_K = 2000
+
+
+@dataclass
+class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
+    model: LoadedModel
+    clean_prompts: Sequence[str]
+    corrupt_prompts: Sequence[str]
+    correct: Any
+    incorrect: Any
+    method: str = "eap"
+    ig_steps: int = 5
+    top_k: int = 50
+    granularity: str = "edge"
+    result: EdgeAttributionMeasurement | None = field(default=None, init=False)
+    scores: EdgeScores | None = field(default=None, init=False)
+
+    def _check(self) -> None:
+        if self.method not in ("eap", "eap-ig"):
+            raise InputError(f"`method` must be 'eap' or 'eap-ig', got {self.method!r}.")
+        if self.granularity not in ("edge", "node"):
+            raise InputError(f"`granularity` must be 'edge' or 'node', got {self.granularity!r}.")
+        if not isinstance(self.ig_steps, int) or not 1 <= self.ig_steps <= MAX_IG_STEPS:
+            raise InputError(
+                f"`ig_steps` must be an integer from 1 to {MAX_IG_STEPS} (each step is one forward and backward), "
+                f"got {self.ig_steps!r}; 5 to 20 is usual."
+            )
+        if not isinstance(self.top_k, int) or not 1 <= self.top_k <= MAX_TOP_K:
+            raise InputError(f"`top_k` must be an integer from 1 to {MAX_TOP_K}, got {self.top_k!r}.")
+
+    def total_steps(self) -> int:
+        return 2 + (self.ig_steps if self.method == "eap-ig" else 1)
+
+    def steps(self) -> Iterator[str]:
+        self._check()
+        tokenizer = self.model.tokenizer
+        validate_pairs(tokenizer, self.clean_prompts, self.corrupt_prompts, ("clean_prompts", "corrupt_prompts"))
+        clean = encode(tokenizer, self.clean_prompts, self.model.device)
+        corrupt = encode(tokenizer, self.corrupt_prompts, self.model.device)
+        n = len(clean.texts)
+        limits.check("max_prompts", n, "Number of prompt pairs")
+        good = torch.tensor(resolve_answers(tokenizer, self.correct, n, "correct"))
+        bad = torch.tensor(resolve_answers(tokenizer, self.incorrect, n, "incorrect"))
+        readout = LogitDiffReadout(self.model.bridge, good, bad)
+        integrated = self.method == "eap-ig"
+        steps = self.ig_steps if integrated else 1
+        run = EdgeAttribution(self.model.bridge, clean, corrupt, readout.from_logits, steps, integrated)
+        yield from run.steps()
+        assert run.result is not None
+        self.scores = run.result
+        self.result = self._measurement(run.result, integrated)
+
+    def _measurement(self, result: EdgeScores, integrated: bool) -> EdgeAttributionMeasurement:
+        graph, scores = result.graph, result.scores
+        ranked = sorted(graph.edges, key=lambda e: -abs(float(scores[e])))
+        edges = [
+            EdgeScore(writer=str(graph.writers[w]), reader=str(graph.readers[r]), score=float(scores[w, r]))
+            for w, r in ranked[: self.top_k]
+        ] if self.granularity == "edge" else []  # fmt: skip
+        totals = scores.sum(dim=1)
+        nodes = sorted(
+            (NodeScore(node=str(w), score=float(totals[i])) for i, w in enumerate(graph.writers)),
+            key=lambda node: -abs(node.score),
+        )
+        gap = float((result.clean_metric - result.corrupt_metric).mean())
+        notes = [
+            "Edge attribution is a first-order (gradient) estimate, not a measurement: verify the edges you cite "
+            "with exact path patching or a faithfulness test.",
+        ]
+        if graph.n_kv_heads != graph.n_heads:
+            notes.append(
+                f"Grouped-query attention: {graph.n_heads} query heads share {graph.n_kv_heads} key/value groups, so "
+                "a key or value reader ('L5KV0.k') is one group's input, shared by its heads (see kv_groups)."
+            )
+        embed_gap = None
+        if integrated:
+            embed = float(totals[0])
+            embed_gap = embed - gap
+            notes.append(
+                f"EAP-IG with {self.ig_steps} steps: the embeddings' total attribution is {embed:+.3f} for a mean "
+                f"clean−corrupt gap of {gap:+.3f}; a large difference means more steps are needed."
+            )
+        per = graph.n_heads // graph.n_kv_heads
+        return EdgeAttributionMeasurement(
+            method=self.method,  # type: ignore[arg-type]
+            ig_steps=self.ig_steps if integrated else 1,
+            granularity=self.granularity,  # type: ignore[arg-type]
+            clean_logit_diff=metrics.score_of(result.clean_metric),
+            corrupt_logit_diff=metrics.score_of(result.corrupt_metric),
+            n_edges=len(graph.edges),
+            n_writers=len(graph.writers),
+            n_readers=len(graph.readers),
+            kv_groups=[f"L*KV{g}: H{g * per}-H{(g + 1) * per - 1}" for g in range(graph.n_kv_heads)],
+            edges=edges,
+            nodes=nodes,
+            embed_total_vs_gap=embed_gap,
+            notes=notes,
+        )
+
+
+def graph_figure_data(
+    result: EdgeScores, top_k: int
+) -> tuple[list[tuple[str, float, float]], list[tuple[str, str, float, str]], int]:
+    """Nodes (name, x, y) and edges (writer, reader node, score, reader input) of the top ``top_k`` edges
+    for ``figures.layered_graph``; readers are drawn as their head, key/value group, MLP or the logits."""
+    graph, scores = result.graph, result.scores
+    n_heads, n_layers = graph.n_heads, max(r.layer for r in graph.readers) + 1
+    top = sorted(graph.edges, key=lambda e: -abs(float(scores[e])))[:top_k]
+    nodes: dict[str, tuple[float, float]] = {}
+    edges = []
+    for w, r in top:
+        writer, reader = graph.writers[w], graph.readers[r]
+        nodes[str(writer)] = writer.place(n_heads)
+        nodes[reader.component()] = reader.place(n_heads, n_layers)
+        label = "" if reader.kind == "logits" else ("in" if reader.kind == "mlp" else reader.kind)
+        edges.append((str(writer), reader.component(), float(scores[w, r]), label))
+    return [(name, x, y) for name, (x, y) in nodes.items()], edges, 2 * n_layers + 2

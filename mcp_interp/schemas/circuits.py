@@ -1,0 +1,54 @@
+"""Results of the circuits family: ``edge_attribution``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from mcp_interp.schemas.common import Measurement, Provenance, Score
+
+NODE_NAMES = (
+    "Writers: 'embed', a head 'L5H1', an MLP 'L5MLP'. Readers: a query input 'L5H1.q', the key or value input "
+    "of a key/value group 'L5KV0.k' / 'L5KV0.v' (under grouped-query attention one group's input is shared by "
+    "several query heads: see `kv_groups`), an MLP input 'L5MLP.in', 'logits'."
+)
+
+
+class EdgeScore(BaseModel):
+    writer: str
+    reader: str
+    score: float = Field(
+        description="Estimated change of the metric (logit difference) when this reader's input gets the writer's "
+        "clean write instead of its corrupt one, summed over positions, mean over pairs; > 0 = toward clean."
+    )
+
+
+class NodeScore(BaseModel):
+    node: str
+    score: float = Field(description="Sum of the writer's edge scores: its node attribution.")
+
+
+class EdgeAttributionMeasurement(Measurement):
+    method: Literal["eap", "eap-ig"]
+    ig_steps: int = Field(description="Gradient runs averaged (1 for eap).")
+    granularity: Literal["edge", "node"]
+    approximate: bool = Field(default=True, description="Always true: attribution is a gradient estimate.")
+    clean_logit_diff: Score
+    corrupt_logit_diff: Score
+    n_edges: int = Field(description="Edges in the graph.")
+    n_writers: int
+    n_readers: int
+    kv_groups: list[str] = Field(description="Which query heads share each key/value group, e.g. 'L*KV0: H0-H2'.")
+    edges: list[EdgeScore] = Field(description=f"Top edges by |score| (granularity 'edge'). {NODE_NAMES}")
+    nodes: list[NodeScore] = Field(description="Every writer's total, sorted by |score|.")
+    embed_total_vs_gap: float | None = Field(
+        default=None,
+        description="eap-ig: the embeddings' summed attribution minus the mean clean−corrupt gap; near 0 when "
+        "ig_steps is enough (completeness of integrated gradients).",
+    )
+    figure_uri: str | None = Field(default=None, description="The top edges drawn by layer, figure://…")
+
+
+class EdgeAttributionResult(Provenance, EdgeAttributionMeasurement):
+    pass
