@@ -24,6 +24,7 @@ EXPECTED_TOOLS = {
     "ablate",
     "loss",
     "edge_attribution",
+    "path_patch",
     "get_figure",
     "logit_lens",
     "dla",

@@ -1,4 +1,5 @@
-"""Circuit tools: ``edge_attribution`` (EAP / EAP-IG over the writer → reader graph, grouped-query aware)."""
+"""Circuit tools: ``edge_attribution`` (EAP / EAP-IG over the writer → reader graph, grouped-query aware)
+and ``path_patch`` (the exact effect of one path sender → receiver)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from pydantic import Field
 
 from mcp_interp import figures
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
+from mcp_interp.core.circuits.path import PathPatchJob
 from mcp_interp.mcp.arguments import Answers
 from mcp_interp.mcp.toolkit import Family, Toolkit
-from mcp_interp.schemas.circuits import EdgeAttributionResult
+from mcp_interp.schemas.circuits import EdgeAttributionResult, PathPatchResult
 
 family = Family("circuits")
 
@@ -62,5 +64,50 @@ async def edge_attribution(
     summary = (
         f"edge_attribution ({method}): {result.n_edges} edges; clean logit diff {result.clean_logit_diff.value:+.3f}, "
         f"corrupt {result.corrupt_logit_diff.value:+.3f}. Top edges: {top or 'see nodes'}. Graph: {result.figure_uri}"
+    )
+    return kit.finish(result, summary, [link])
+
+
+@family.tool()
+async def path_patch(
+    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
+    corrupt_prompts: Annotated[
+        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
+    ],
+    correct: Answers,
+    incorrect: Answers,
+    sender: Annotated[str, Field(description="The writer: a head 'L5H1' or an MLP 'L5MLP'.")],
+    ctx: Context,
+    receivers: Annotated[
+        str | list[str] | None,
+        Field(
+            description="Omitted: every later query head (q) or key/value group (k, v); 'logits': the final residual "
+            "stream; or names 'L9H3' / 'L9KV1' (for k/v a query head means its key/value group)."
+        ),
+    ] = None,
+    component: Annotated[
+        Literal["q", "k", "v"], Field(description="Which input of a receiving head: query, key or value.")
+    ] = "q",
+) -> Annotated[CallToolResult, PathPatchResult]:
+    """Exact direct path patching of the edge sender → receiver: the sender's clean-minus-corrupt write is
+    added to that receiver's own input only (every other reader still sees the corrupt write), in the
+    corrupt run; the logit difference says what that one path carries. Under grouped-query attention key
+    and value receivers are key/value groups. Returns the [layer][head or group] grid of patched values,
+    the recovered fractions, the receivers sorted, and a heatmap."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    job = PathPatchJob(model, clean_prompts, corrupt_prompts, correct, incorrect, sender, receivers, component)
+    await kit.run_job(ctx, job)
+    assert job.result is not None
+    title = f"path_patch {sender} → {component}: recovered fraction, {model.name}"
+    job.result.figure_uri, link = await kit.figure(
+        title, figures.layer_head_heatmap, job.result.recovered, title, "recovered fraction"
+    )
+    result = kit.with_provenance(PathPatchResult, job.result, started)
+    top = "; ".join(f"{r.receiver} {r.recovered:+.3f}" for r in result.receivers[:5] if r.recovered is not None)
+    summary = (
+        f"path_patch {sender} → {component}: clean {result.clean_logit_diff.value:+.3f}, corrupt "
+        f"{result.corrupt_logit_diff.value:+.3f}; top paths by recovered fraction: {top}. Heatmap: {result.figure_uri}"
     )
     return kit.finish(result, summary, [link])

@@ -1,4 +1,4 @@
-"""Results of the circuits family: ``edge_attribution``."""
+"""Results of the circuits family: ``edge_attribution`` and ``path_patch``."""
 
 from __future__ import annotations
 
@@ -51,4 +51,29 @@ class EdgeAttributionMeasurement(Measurement):
 
 
 class EdgeAttributionResult(Provenance, EdgeAttributionMeasurement):
+    pass
+
+
+class ReceiverScore(BaseModel):
+    receiver: str = Field(description="'L9H3.q', 'L9KV1.k' / '.v' (a key/value group), or 'logits'.")
+    patched_logit_diff: float = Field(description="Mean logit difference with the path into this receiver patched.")
+    recovered: float | None = Field(
+        description="(patched − corrupt) / (clean − corrupt): the fraction of the gap this one path restores."
+    )
+
+
+class PathPatchMeasurement(Measurement):
+    sender: str
+    component: Literal["q", "k", "v"]
+    clean_logit_diff: Score
+    corrupt_logit_diff: Score
+    patched_logit_diff: list[list[float | None]] = Field(
+        description="[layer][head] (q) or [layer][key/value group] (k, v): the patched metric; None = not a receiver."
+    )
+    recovered: list[list[float | None]] = Field(description="Same layout: the recovered fraction.")
+    receivers: list[ReceiverScore] = Field(description="Every receiver, sorted by |recovered|.")
+    figure_uri: str | None = Field(default=None, description="Heatmap of the recovered fractions, figure://…")
+
+
+class PathPatchResult(Provenance, PathPatchMeasurement):
     pass

@@ -1,0 +1,231 @@
+"""Exact direct path patching: the edge sender → receiver, measured rather than estimated.
+
+The sender's clean-minus-corrupt write (a head's ``hook_result``, an MLP's output) is added, at every
+position, to one receiver's own input — a query head's query input, a key/value group's key or
+value input, or the final residual stream the logits read — in the corrupt run; every other reader
+still sees the sender's corrupt write. The metric of that run, against the clean and corrupt runs,
+is the edge's effect (Wang et al. 2022). Under grouped-query attention a key or value receiver is a
+key/value group: its input is shared by the group's query heads, so that is what can be patched.
+
+All receivers run in one batched sweep: row (receiver i, pair b) is the corrupt prompt b with the
+delta added at receiver i only, in chunks of rows. Equal to TransformerLens'
+``patching.get_act_patch_direct_path`` on a multi-head model (a test).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mcp_interp.core import metrics
+from mcp_interp.core.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
+from mcp_interp.core.jobs import Job
+from mcp_interp.core.patching import LogitDiffReadout
+from mcp_interp.core.tokens import encode, resolve_answers, validate_pairs
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverScore
+
+ROWS_PER_CALL = 256
+_SENDER = re.compile(r"^\s*L(\d+)\s*(?:H(\d+)|(MLP))\s*$", re.IGNORECASE)
+_RECEIVER = re.compile(r"^\s*L(\d+)\s*(H|KV)(\d+)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Receiver:
+    layer: int  # -1 for the logits
+    index: int = 0  # query head for "q", key/value group for "k"/"v"
+
+    def name(self, component: str) -> str:
+        if self.layer < 0:
+            return "logits"
+        return f"L{self.layer}H{self.index}.q" if component == "q" else f"L{self.layer}KV{self.index}.{component}"
+
+
+@dataclass
+class PathPatchJob(Job[PathPatchMeasurement]):
+    model: LoadedModel
+    clean_prompts: Sequence[str]
+    corrupt_prompts: Sequence[str]
+    correct: Any
+    incorrect: Any
+    sender: str
+    receivers: Any = None  # None (every later head or group), "logits", or a list of names
+    component: str = "q"
+    result: PathPatchMeasurement | None = field(default=None, init=False)
+
+    def _sender(self) -> tuple[int, int | None]:
+        """(layer, head) of the sender; head None for an MLP."""
+        cfg = self.model.bridge.cfg
+        match = _SENDER.match(self.sender) if isinstance(self.sender, str) else None
+        if match is None:
+            raise InputError(f"`sender` {self.sender!r} must be a head 'L5H1' or an MLP 'L5MLP'.")
+        layer = int(match.group(1))
+        head = None if match.group(3) else int(match.group(2))
+        if not 0 <= layer < cfg.n_layers or (head is not None and not 0 <= head < cfg.n_heads):
+            raise InputError(
+                f"`sender` {self.sender!r} does not exist: layers 0..{cfg.n_layers - 1}, heads 0..{cfg.n_heads - 1}."
+            )
+        return layer, head
+
+    def _receivers(self, sender_layer: int) -> list[Receiver]:
+        cfg = self.model.bridge.cfg
+        width = cfg.n_heads if self.component == "q" else (getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
+        per = cfg.n_heads // width
+        if self.receivers == "logits":
+            return [Receiver(-1)]
+        if self.receivers is None:
+            return [Receiver(layer, i) for layer in range(sender_layer + 1, cfg.n_layers) for i in range(width)]
+        names = [self.receivers] if isinstance(self.receivers, str) else list(self.receivers)
+        if not names:
+            raise InputError("`receivers` is empty: omit it for every later head, or pass 'logits' or names.")
+        out: list[Receiver] = []
+        for name in names:
+            match = _RECEIVER.match(name) if isinstance(name, str) else None
+            if match is None:
+                raise InputError(f"Receiver {name!r} must be a head 'L9H3', a key/value group 'L9KV1', or 'logits'.")
+            layer, kind, index = int(match.group(1)), match.group(2).upper(), int(match.group(3))
+            if kind == "KV" and self.component == "q":
+                raise InputError(f"Receiver {name!r} is a key/value group: with component 'q' name a query head.")
+            if kind == "H" and self.component != "q":
+                index //= per  # a query head reads the key/value input of its group
+            limit = cfg.n_heads if kind == "H" and self.component == "q" else width
+            if not 0 <= layer < cfg.n_layers or not 0 <= index < limit:
+                raise InputError(f"Receiver {name!r} does not exist in this model.")
+            if layer <= sender_layer:
+                raise InputError(
+                    f"Receiver {name!r} is at layer {layer}, not after the sender {self.sender!r} (layer "
+                    f"{sender_layer}): a path runs from a writer to a later reader."
+                )
+            if Receiver(layer, index) not in out:
+                out.append(Receiver(layer, index))
+        return out
+
+    def total_steps(self) -> int:
+        return 2
+
+    def steps(self) -> Iterator[str]:
+        if self.component not in ("q", "k", "v"):
+            raise InputError(f"`component` must be 'q', 'k' or 'v', got {self.component!r}.")
+        sender_layer, sender_head = self._sender()
+        receivers = self._receivers(sender_layer)
+        model, tokenizer, bridge = self.model, self.model.tokenizer, self.model.bridge
+        validate_pairs(tokenizer, self.clean_prompts, self.corrupt_prompts, ("clean_prompts", "corrupt_prompts"))
+        clean = encode(tokenizer, self.clean_prompts, model.device)
+        corrupt = encode(tokenizer, self.corrupt_prompts, model.device)
+        n = len(clean.texts)
+        readout = LogitDiffReadout(
+            bridge,
+            torch.tensor(resolve_answers(tokenizer, self.correct, n, "correct")),
+            torch.tensor(resolve_answers(tokenizer, self.incorrect, n, "incorrect")),
+        )
+        write = hook_result(sender_layer) if sender_head is not None else hook_mlp_out(sender_layer)
+        with edge_hooks(bridge):
+            clean_write, clean_m = self._run(clean.input_ids, clean.answer_positions, readout, write, sender_head)
+            corrupt_write, corrupt_m = self._run(
+                corrupt.input_ids, corrupt.answer_positions, readout, write, sender_head
+            )
+            yield "clean and corrupt runs"
+            patched = self._sweep(corrupt.input_ids, corrupt.answer_positions, readout, clean_write - corrupt_write,
+                                  receivers)  # fmt: skip
+            yield f"{len(receivers)} receivers patched"
+        self.result = self._measurement(receivers, patched, clean_m, corrupt_m)
+
+    def _run(
+        self, ids: torch.Tensor, answers: torch.Tensor, readout: LogitDiffReadout, write: str, head: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        kept: list[torch.Tensor] = []
+
+        def keep(value: torch.Tensor, hook: Any) -> None:
+            kept.append((value[:, :, head] if head is not None else value).detach().clone())
+
+        with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=[(write, keep)]):
+            logits = self.model.bridge(ids, return_type="logits")
+        rows = torch.arange(ids.shape[0])
+        return kept[0], readout.from_logits(logits[rows, answers], rows)
+
+    def _sweep(
+        self,
+        ids: torch.Tensor,
+        answers: torch.Tensor,
+        readout: LogitDiffReadout,
+        delta: torch.Tensor,
+        receivers: list[Receiver],
+    ) -> torch.Tensor:
+        """Patched metric per receiver and pair, ``[receivers, pairs]``."""
+        n = ids.shape[0]
+        per_call = max(1, ROWS_PER_CALL // n)
+        out = []
+        for lo in range(0, len(receivers), per_call):
+            chunk = receivers[lo : lo + per_call]
+            hooks: dict[str, list[tuple[int, int]]] = {}  # hook → (receiver position in chunk, index)
+            for i, receiver in enumerate(chunk):
+                name = hook_out(self.model.bridge.cfg.n_layers - 1) if receiver.layer < 0 else hook_qkv_input(
+                    receiver.layer, self.component
+                )  # fmt: skip
+                hooks.setdefault(name, []).append((i, receiver.index))
+            fwd_hooks = [
+                (name, self._adder(members, delta, n, name.endswith("_input"))) for name, members in hooks.items()
+            ]
+            rows = torch.arange(n * len(chunk))
+            with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=fwd_hooks):
+                logits = self.model.bridge(ids.repeat(len(chunk), 1), return_type="logits")
+            values = readout.from_logits(logits[rows, answers.repeat(len(chunk))], rows % n)
+            out.append(values.view(len(chunk), n))
+        return torch.cat(out)
+
+    @staticmethod
+    def _adder(
+        members: list[tuple[int, int]], delta: torch.Tensor, n: int, per_reader: bool
+    ) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+            value = value.clone()
+            for i, index in members:
+                rows = slice(i * n, (i + 1) * n)
+                if per_reader:
+                    value[rows, :, index] += delta.to(value.dtype)
+                else:
+                    value[rows] += delta.to(value.dtype)
+            return value
+
+        return hook
+
+    def _measurement(
+        self, receivers: list[Receiver], patched: torch.Tensor, clean_m: torch.Tensor, corrupt_m: torch.Tensor
+    ) -> PathPatchMeasurement:
+        cfg = self.model.bridge.cfg
+        width = cfg.n_heads if self.component == "q" else (getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
+        grid: list[list[float | None]] = [[None] * width for _ in range(cfg.n_layers)]
+        recovered: list[list[float | None]] = [[None] * width for _ in range(cfg.n_layers)]
+        rows = []
+        for receiver, values in zip(receivers, patched, strict=True):
+            fraction = metrics.recovered_fraction(values, clean_m, corrupt_m).value
+            fraction_or_none = fraction if fraction == fraction else None
+            if receiver.layer >= 0:
+                grid[receiver.layer][receiver.index] = float(values.mean())
+                recovered[receiver.layer][receiver.index] = fraction_or_none
+            rows.append((receiver.name(self.component), float(values.mean()), fraction_or_none))
+        rows.sort(key=lambda row: -abs(row[2] or 0.0))
+        notes = ["Exact: each receiver's run is a real forward with the sender's clean write added to that input only."]
+        if self.component != "q" and width != cfg.n_heads:
+            notes.append(
+                f"Grouped-query attention: a {self.component} receiver is a key/value group ('L9KV1'), shared by "
+                f"{cfg.n_heads // width} query heads; patching it changes all of them."
+            )
+        return PathPatchMeasurement(
+            sender=self.sender.strip(),
+            component=self.component,  # type: ignore[arg-type]
+            clean_logit_diff=metrics.score_of(clean_m),
+            corrupt_logit_diff=metrics.score_of(corrupt_m),
+            patched_logit_diff=grid,
+            recovered=recovered,
+            receivers=[
+                ReceiverScore(receiver=name, patched_logit_diff=value, recovered=fraction)
+                for name, value, fraction in rows
+            ],
+            notes=notes,
+        )
