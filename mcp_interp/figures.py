@@ -148,6 +148,38 @@ def layered_graph(
             plt.close(fig)
 
 
+def faithfulness_curve(
+    ks: Sequence[int], values: Sequence[float | None], random_means: Sequence[float | None], title: str
+) -> bytes:
+    """Faithfulness (recovered fraction) of the top-k circuit against k, with the random circuits' mean."""
+    with _LOCK:
+        fig, ax = plt.subplots(figsize=(7, 4), dpi=DPI)
+        try:
+
+            def line(ys: Sequence[float | None], **style: Any) -> None:
+                points = [(k, y) for k, y in zip(ks, ys, strict=True) if y is not None]
+                if points:
+                    ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", **style)
+
+            line(values, color="tab:red", label="top-k circuit (exact)")
+            line(random_means, color="tab:grey", linestyle="--", label="random circuits, same k (mean)")
+            ax.axhline(1.0, color="black", linewidth=0.5)
+            ax.axhline(0.0, color="black", linewidth=0.5)
+            ax.set_xscale("log")
+            ax.set_xlabel("edges in the circuit (k)")
+            ax.set_ylabel("recovered fraction of the gap")
+            ax.set_title(title, fontsize=9)
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            description = f"{title}. " + "; ".join(
+                f"k={k}: {v if v is None else round(v, 4)} (random {r if r is None else round(r, 4)})"
+                for k, v, r in zip(ks, values, random_means, strict=True)
+            )
+            return _png(fig, description)
+        finally:
+            plt.close(fig)
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     """(width, height) from a PNG's IHDR chunk; ValueError if ``data`` is not a PNG."""
     if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":

@@ -25,6 +25,7 @@ EXPECTED_TOOLS = {
     "loss",
     "edge_attribution",
     "path_patch",
+    "circuit_faithfulness",
     "get_figure",
     "logit_lens",
     "dla",

@@ -11,11 +11,17 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from mcp_interp import figures
+from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
 from mcp_interp.core.circuits.path import PathPatchJob
 from mcp_interp.mcp.arguments import Answers
 from mcp_interp.mcp.toolkit import Family, Toolkit
-from mcp_interp.schemas.circuits import EdgeAttributionResult, PathPatchResult
+from mcp_interp.schemas.circuits import (
+    CircuitFaithfulnessResult,
+    EdgeAttributionResult,
+    EdgeRef,
+    PathPatchResult,
+)
 
 family = Family("circuits")
 
@@ -111,3 +117,61 @@ async def path_patch(
         f"{result.corrupt_logit_diff.value:+.3f}; top paths by recovered fraction: {top}. Heatmap: {result.figure_uri}"
     )
     return kit.finish(result, summary, [link])
+
+
+@family.tool()
+async def circuit_faithfulness(
+    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
+    corrupt_prompts: Annotated[
+        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
+    ],
+    correct: Answers,
+    incorrect: Answers,
+    ctx: Context,
+    edges: Annotated[
+        list[EdgeRef] | None,
+        Field(description="The circuit: edges {writer, reader} as edge_attribution returns them (score ignored)."),
+    ] = None,
+    top_k: Annotated[
+        int | None,
+        Field(description="Instead of edges: the top k edges by attribution (0 = the empty circuit); adds a curve."),
+    ] = None,
+    ablation: Annotated[
+        Literal["corrupt", "mean"],
+        Field(description="What an ablated edge carries: the corrupt run's write, or the clean writes' mean."),
+    ] = "corrupt",
+    random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20), seeded.")] = 5,
+    seed: Annotated[int, Field(description="Seed of the random circuits.")] = 0,
+) -> Annotated[CallToolResult, CircuitFaithfulnessResult]:
+    """Exact faithfulness of a circuit: the model run on the clean prompts with every edge outside the
+    circuit ablated (each reader's input rebuilt exactly), as the recovered fraction of the clean−corrupt
+    logit-difference gap (1 = the circuit reproduces the clean behaviour, 0 = the corrupt one), per example,
+    next to random circuits of the same size; with top_k, a curve of faithfulness against k and a figure."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    job = CircuitFaithfulnessJob(
+        model, clean_prompts, corrupt_prompts, correct, incorrect, edges, top_k, ablation, random_circuits, seed
+    )
+    await kit.run_job(ctx, job)
+    assert job.result is not None
+    links = []
+    if job.result.curve:
+        curve = job.result.curve
+        title = f"circuit faithfulness against k ({ablation}): {model.name}"
+        job.result.figure_uri, link = await kit.figure(
+            title,
+            figures.faithfulness_curve,
+            [p.k for p in curve],
+            [p.faithfulness for p in curve],
+            [p.random_mean for p in curve],
+            title,
+        )
+        links.append(link)
+    result = kit.with_provenance(CircuitFaithfulnessResult, job.result, started)
+    random_mean = "n/a" if result.random_mean is None else f"{result.random_mean:+.3f}"
+    summary = (
+        f"circuit_faithfulness: {result.n_edges} of {result.total_edges} edges kept, faithfulness "
+        f"{result.faithfulness.value:+.3f} (random circuits of the same size: {random_mean})."
+    )
+    return kit.finish(result, summary, links)

@@ -77,3 +77,38 @@ class PathPatchMeasurement(Measurement):
 
 class PathPatchResult(Provenance, PathPatchMeasurement):
     pass
+
+
+class EdgeRef(BaseModel):
+    writer: str = Field(description="'embed', 'L5H1' or 'L5MLP'.")
+    reader: str = Field(description="'L9H3.q', 'L9KV1.k', 'L9KV1.v', 'L9MLP.in' or 'logits'.")
+    score: float | None = Field(default=None, description="Ignored here (edge_attribution's score may be passed).")
+
+
+class CurvePoint(BaseModel):
+    k: int = Field(description="Edges in the circuit (the top k by attribution).")
+    faithfulness: float | None = Field(description="Recovered fraction of the clean−corrupt gap, exact.")
+    random_mean: float | None = Field(description="Mean over the random circuits of the same size.")
+
+
+class CircuitFaithfulnessMeasurement(Measurement):
+    ablation: Literal["corrupt", "mean"]
+    n_edges: int = Field(description="Edges in the circuit.")
+    total_edges: int = Field(description="Edges in the whole graph.")
+    clean_logit_diff: Score
+    corrupt_logit_diff: Score
+    faithfulness: Score = Field(
+        description="(m_circuit − m_corrupt) / (m_clean − m_corrupt) with every edge outside the circuit ablated "
+        "exactly: 1 = the circuit alone reproduces the clean behaviour, 0 = no better than the corrupt run. "
+        "`value` is the ratio of means; `per_example` each pair's own ratio."
+    )
+    random_baseline: list[float | None] = Field(
+        description="The same measurement for random circuits of the same number of edges (seeded)."
+    )
+    random_mean: float | None
+    curve: list[CurvePoint] = Field(default_factory=list, description="With top_k: faithfulness at other sizes.")
+    figure_uri: str | None = Field(default=None, description="Faithfulness against k with the random baseline.")
+
+
+class CircuitFaithfulnessResult(Provenance, CircuitFaithfulnessMeasurement):
+    pass
