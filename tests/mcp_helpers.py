@@ -26,6 +26,7 @@ EXPECTED_TOOLS = {
     "edge_attribution",
     "path_patch",
     "circuit_faithfulness",
+    "find_circuit",
     "get_figure",
     "logit_lens",
     "dla",

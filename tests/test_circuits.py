@@ -448,3 +448,41 @@ async def test_circuit_faithfulness_over_mcp_with_its_curve(tiny_session: Any) -
     description = png_text(base64.b64decode(figure.contents[0].blob))["Description"]  # type: ignore[union-attr]
     assert "k=190: 1.0" in description
     assert explicit["n_edges"] == 1 and len(explicit["random_baseline"]) == 6 and explicit["curve"] == []
+
+
+def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: LoadedModel) -> None:
+    """Bisection's answer k: its faithfulness reaches the target and k − 1 edges do not (checked here
+    with circuit_faithfulness on the top k − 1 edges by the same attribution)."""
+    from mcp_interp.core.circuits.faithfulness_job import FindCircuitJob
+    from mcp_interp.core.jobs import drain
+
+    clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to"]
+    corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to"]
+    job = FindCircuitJob(tiny, clean, corrupt, ["mary", "tom"], ["john", "james"], target=0.8)
+    drain(job)
+    found = job.result
+    assert found is not None and 0 < found.n_edges < found.total_edges
+    assert found.faithfulness.value >= 0.8
+    below = faithfulness_job(tiny, top_k=found.n_edges - 1)
+    assert below.faithfulness.value < 0.8
+    assert [s.k for s in found.search] and all(0 < s.k < found.total_edges for s in found.search)
+    assert len(found.random_baseline) == 5
+
+
+@pytest.mark.anyio
+async def test_find_circuit_over_mcp(tiny_session: Any) -> None:
+    from mcp import Client
+
+    from mcp_interp.mcp.server import build_server
+    from tests.mcp_helpers import assert_valid_structured, error_text, tools_by_name
+
+    arguments = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": "mary", "incorrect": "john"}
+    async with Client(build_server(tiny_session)) as client:
+        tools = await tools_by_name(client)
+        found = assert_valid_structured(
+            tools["find_circuit"], await client.call_tool("find_circuit", {**arguments, "target": 0.5})
+        )
+        bad = await client.call_tool("find_circuit", {**arguments, "target": 1.5})
+    assert found["faithfulness"]["value"] >= 0.5 and len(found["edges"]) == found["n_edges"]
+    assert found["figure_uri"].startswith("figure://")
+    assert "(0, 1]" in error_text(bad)

@@ -1,5 +1,5 @@
-"""Circuit tools: ``edge_attribution`` (EAP / EAP-IG over the writer → reader graph, grouped-query aware)
-and ``path_patch`` (the exact effect of one path sender → receiver)."""
+"""Circuit tools: ``edge_attribution`` (EAP / EAP-IG over the writer → reader graph, grouped-query aware),
+``path_patch`` (the exact effect of one path), ``circuit_faithfulness`` and ``find_circuit``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from mcp_interp import figures
-from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
+from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
 from mcp_interp.core.circuits.path import PathPatchJob
 from mcp_interp.mcp.arguments import Answers
@@ -20,6 +20,7 @@ from mcp_interp.schemas.circuits import (
     CircuitFaithfulnessResult,
     EdgeAttributionResult,
     EdgeRef,
+    FindCircuitResult,
     PathPatchResult,
 )
 
@@ -175,3 +176,44 @@ async def circuit_faithfulness(
         f"{result.faithfulness.value:+.3f} (random circuits of the same size: {random_mean})."
     )
     return kit.finish(result, summary, links)
+
+
+@family.tool()
+async def find_circuit(
+    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
+    corrupt_prompts: Annotated[
+        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
+    ],
+    correct: Answers,
+    incorrect: Answers,
+    ctx: Context,
+    target: Annotated[float, Field(description="Faithfulness to reach, a recovered fraction in (0, 1].")] = 0.8,
+    ablation: Annotated[
+        Literal["corrupt", "mean"],
+        Field(description="What an ablated edge carries: the corrupt run's write, or the clean writes' mean."),
+    ] = "corrupt",
+    random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20), seeded.")] = 5,
+    seed: Annotated[int, Field(description="Seed of the random circuits.")] = 0,
+) -> Annotated[CallToolResult, FindCircuitResult]:
+    """Find a circuit: edge attribution, then the smallest top-k set of edges whose exact faithfulness (every
+    other edge ablated in real forwards) reaches `target`, by bisection over k. Returns the circuit's edges,
+    its faithfulness per example, random circuits of the same size, every k measured, and a graph figure."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    job = FindCircuitJob(
+        model, clean_prompts, corrupt_prompts, correct, incorrect, target, ablation, random_circuits, seed
+    )
+    await kit.run_job(ctx, job)
+    assert job.result is not None and job.scores is not None
+    title = f"find_circuit (faithfulness ≥ {target}): {model.name}, top edges"
+    nodes, edges, columns = graph_figure_data(job.scores, min(50, job.result.n_edges))
+    job.result.figure_uri, link = await kit.figure(title, figures.layered_graph, nodes, edges, title, columns)
+    result = kit.with_provenance(FindCircuitResult, job.result, started)
+    random_mean = "n/a" if result.random_mean is None else f"{result.random_mean:+.3f}"
+    summary = (
+        f"find_circuit: {result.n_edges} of {result.total_edges} edges reach faithfulness "
+        f"{result.faithfulness.value:+.3f} (target {target}; random circuits of that size: {random_mean}). "
+        f"Graph: {result.figure_uri}"
+    )
+    return kit.finish(result, summary, [link])

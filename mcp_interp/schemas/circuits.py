@@ -112,3 +112,27 @@ class CircuitFaithfulnessMeasurement(Measurement):
 
 class CircuitFaithfulnessResult(Provenance, CircuitFaithfulnessMeasurement):
     pass
+
+
+class SearchStep(BaseModel):
+    k: int
+    faithfulness: float | None
+
+
+class FindCircuitMeasurement(Measurement):
+    target: float
+    ablation: Literal["corrupt", "mean"]
+    n_edges: int = Field(description="Edges in the circuit found (the smallest top-k reaching the target).")
+    total_edges: int
+    clean_logit_diff: Score
+    corrupt_logit_diff: Score
+    edges: list[EdgeScore] = Field(description="The circuit's edges with their attribution scores (at most 2000).")
+    faithfulness: Score = Field(description="The circuit's exact faithfulness (recovered fraction), per example.")
+    random_baseline: list[float | None] = Field(description="Random circuits of the same size, seeded.")
+    random_mean: float | None
+    search: list[SearchStep] = Field(description="Every k the bisection measured exactly, in order.")
+    figure_uri: str | None = Field(default=None, description="The circuit's top edges by layer, figure://…")
+
+
+class FindCircuitResult(Provenance, FindCircuitMeasurement):
+    pass
