@@ -3,7 +3,8 @@
 Times ``edge_attribution`` (EAP; EAP-IG with 5 steps) and ``path_patch`` (every later query head from
 L23H3, the head the other tools single out on IOI), prints the top edges, the embeddings' EAP-IG
 completeness error, and the strongest paths. Goals (issue "circuits"): EAP over all edges ≤ 10 s,
-EAP-IG with 5 steps ≤ 45 s. (Faithfulness and ``find_circuit`` are not built yet.)
+EAP-IG with 5 steps ≤ 45 s, one exact faithfulness evaluation ≤ 5 s, ``find_circuit`` ≤ 90 s; also the
+faithfulness curve of the top-k circuits against k with the random baseline.
 
 Usage: ``python scripts/bench_circuits.py [--model smollm2-135m]``.
 """
@@ -16,6 +17,7 @@ import time
 
 import torch
 
+from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob
 from mcp_interp.core.circuits.path import PathPatchJob
 from mcp_interp.core.jobs import drain
@@ -58,6 +60,31 @@ def main() -> None:
     print(f"\npath_patch L23H3 → every later query head: {time.perf_counter() - started:.2f} s")
     for receiver in path.result.receivers[:5]:
         print(f"  {receiver.receiver:<10} recovered {receiver.recovered:+.3f}")
+
+    single = CircuitFaithfulnessJob(model, *inputs, edges=[{"writer": "L23H3", "reader": "logits"}])
+    started = time.perf_counter()
+    drain(single)
+    seconds = time.perf_counter() - started
+    assert single.result is not None
+    print(f"\ncircuit_faithfulness of one edge + 5 random circuits (6 exact evaluations): {seconds:.2f} s")
+    curve = CircuitFaithfulnessJob(model, *inputs, top_k=200)
+    started = time.perf_counter()
+    drain(curve)
+    assert curve.result is not None
+    print(f"faithfulness curve (top-k by EAP; 5 random circuits per k): {time.perf_counter() - started:.2f} s")
+    for point in curve.result.curve:
+        print(f"  k = {point.k:>4}: top-k {point.faithfulness:+.3f}   random mean {point.random_mean:+.3f}")
+    found = FindCircuitJob(model, *inputs, target=0.8)
+    started = time.perf_counter()
+    drain(found)
+    assert found.result is not None
+    print(
+        f"\nfind_circuit (target 0.8): {time.perf_counter() - started:.2f} s, {found.result.n_edges} of "
+        f"{found.result.total_edges} edges, faithfulness {found.result.faithfulness.value:+.3f}, random mean "
+        f"{found.result.random_mean:+.3f}; bisection: {[(s.k, s.faithfulness) for s in found.result.search]}"
+    )
+    for edge in found.result.edges[:10]:
+        print(f"  {edge.writer:>7} → {edge.reader:<12} {edge.score:+.3f}")
 
 
 if __name__ == "__main__":
