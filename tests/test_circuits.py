@@ -486,3 +486,60 @@ async def test_find_circuit_over_mcp(tiny_session: Any) -> None:
     assert found["faithfulness"]["value"] >= 0.5 and len(found["edges"]) == found["n_edges"]
     assert found["figure_uri"].startswith("figure://")
     assert "(0, 1]" in error_text(bad)
+
+
+# --- a known circuit: only one head moves information between positions -------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_head_model() -> LoadedModel:
+    """`tiny` with every head's output projection zeroed except L1H2's (amplified): attention is the only
+    way information moves between positions, so the clean/corrupt difference (the name at position 9)
+    reaches the answer position only through L1H2 — through its key/value group's inputs at position 9
+    and its write at the answer."""
+    hf_model, tokenizer = build_tiny()
+    d_head = hf_model.config.head_dim
+    with torch.no_grad():
+        for layer, block in enumerate(hf_model.model.layers):
+            weight = block.self_attn.o_proj.weight
+            keep = weight[:, 2 * d_head : 3 * d_head].clone()
+            weight.zero_()
+            if layer == 1:
+                weight[:, 2 * d_head : 3 * d_head] = 30 * keep
+    return boot("tiny-one-head", "tiny", "tiny-one-head", hf_model, tokenizer)
+
+
+def test_known_circuit_only_the_carrier_head_and_what_feeds_it_matter(one_head_model: LoadedModel) -> None:
+    from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
+    from mcp_interp.core.jobs import drain
+
+    eap = run_eap(one_head_model)
+    graph = eap.graph
+    assert abs(float((eap.clean_metric - eap.corrupt_metric).sum())) > 0.05, "the pair must differ"
+    # Heads that write nothing have zero gradient at their query input: EAP gives those edges exactly 0.
+    silent_q = [r for r, x in enumerate(graph.readers) if x.kind == "q" and str(x) != "L1H2.q"]
+    assert float(eap.scores[:, silent_q].abs().max()) < 1e-9
+    # Every edge out of a silent head is 0 too (its write is 0 in both runs).
+    silent = [w for w, x in enumerate(graph.writers) if x.kind == "head" and str(x) != "L1H2"]
+    assert float(eap.scores[silent].abs().max()) < 1e-9
+    # The carrier's key/value group (group 1: heads 2-3) and its write are where the effect goes.
+    carrier = next(w for w, x in enumerate(graph.writers) if str(x) == "L1H2")
+    assert float(eap.scores[carrier].abs().sum()) > 1e-3
+
+    def faithfulness_without(drop: set[tuple[int, int]]) -> float:
+        kept = [{"writer": str(graph.writers[w]), "reader": str(graph.readers[r])} for w, r in graph.edges
+                if (w, r) not in drop]  # fmt: skip
+        job = CircuitFaithfulnessJob(one_head_model, CLEAN, CORRUPT, "mary", "john", edges=kept)
+        drain(job)
+        assert job.result is not None
+        return job.result.faithfulness.value
+
+    # Exact: ablating every edge into the silent heads' inputs changes nothing (faithfulness 1) …
+    into_silent = {(w, r) for w, r in graph.edges if graph.readers[r].kind == "q" and r in silent_q}
+    into_silent |= {
+        (w, r) for w, r in graph.edges if graph.readers[r].kind in ("k", "v") and graph.readers[r].layer != 1
+    }
+    assert faithfulness_without(into_silent) == pytest.approx(1.0, abs=1e-4)
+    # … while ablating the carrier's own out-edges removes the whole effect (faithfulness 0).
+    out_of_carrier = {(w, r) for w, r in graph.edges if w == carrier}
+    assert faithfulness_without(out_of_carrier) == pytest.approx(0.0, abs=1e-4)
