@@ -104,8 +104,13 @@ def test_other_metrics_match_transformer_lens(tiny: LoadedModel, metric: str, di
     reference = tl_grid(tiny, tl_patching.get_act_patch_resid_pre, direction, metric)
     assert result.patched is not None
     assert (torch.tensor(result.patched, dtype=torch.float64) - reference).abs().max().item() < 1e-4
-    if metric == "kl":
-        assert result.clean.value == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_kl_of_the_clean_run_is_zero_in_both_directions(tiny: LoadedModel, direction: str) -> None:
+    result = run(PatchJob(tiny, CLEAN, CORRUPT, None, None, "attn_out", direction=direction, metric="kl"))
+    assert result.clean.per_example == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert min(result.corrupt.per_example) > 0
 
 
 def test_generic_engine_matches_transformer_lens(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
