@@ -190,6 +190,7 @@ async def test_edge_attribution_over_mcp_with_its_graph_figure(tiny_session: Any
     scores = [abs(e["score"]) for e in result["edges"]]
     assert scores == sorted(scores, reverse=True)
     assert result["kv_groups"] == ["L*KV0: H0-H1", "L*KV1: H2-H3"]
+    assert all(e["per_example"] == pytest.approx([e["score"]]) for e in result["edges"])  # one pair
     description = png_text(base64.b64decode(figure.contents[0].blob))["Description"]  # type: ignore[union-attr]
     top = result["edges"][0]
     assert (
@@ -218,6 +219,9 @@ def test_path_patching_equals_transformer_lens_direct_path(multi_head: LoadedMod
     from transformer_lens import patching
 
     ours = run_path(multi_head, "L0H1", component)
+    for receiver in ours.receivers:
+        assert len(receiver.per_example_patched) == 2
+        assert sum(receiver.per_example_patched) / 2 == pytest.approx(receiver.patched_logit_diff)
     tok = multi_head.tokenizer
     clean_ids, corrupt_ids = encode(tok, CLEAN * 2).input_ids, encode(tok, CORRUPT * 2).input_ids
     good, bad = tok.convert_tokens_to_ids("mary"), tok.convert_tokens_to_ids("john")
@@ -543,3 +547,22 @@ def test_known_circuit_only_the_carrier_head_and_what_feeds_it_matter(one_head_m
     # … while ablating the carrier's own out-edges removes the whole effect (faithfulness 0).
     out_of_carrier = {(w, r) for w, r in graph.edges if w == carrier}
     assert faithfulness_without(out_of_carrier) == pytest.approx(0.0, abs=1e-4)
+
+
+def test_edge_scores_per_pair_average_to_the_scores_and_match_one_pair_runs(tiny: LoadedModel) -> None:
+    from mcp_interp.core.circuits.pairs import prepare_pairs
+
+    pairs_clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to"]
+    pairs_corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to"]
+
+    def eap(clean: list[str], corrupt: list[str], good: list[str], bad: list[str]) -> EdgeScores:
+        pairs = prepare_pairs(tiny, clean, corrupt, good, bad)
+        job = EdgeAttribution(tiny.bridge, pairs.clean, pairs.corrupt, pairs.readout.from_logits)
+        list(job.steps())
+        assert job.result is not None
+        return job.result
+
+    both = eap(pairs_clean, pairs_corrupt, ["mary", "tom"], ["john", "james"])
+    second = eap(pairs_clean[1:], pairs_corrupt[1:], ["tom"], ["james"])
+    assert torch.allclose(both.per_pair.mean(dim=0), both.scores)
+    assert (both.per_pair[1] - second.scores).abs().max().item() < 1e-6

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from mcp_interp.schemas.common import AnswerSpec, Intervention
+from mcp_interp.schemas.common import AnswerSpec, Intervention, PositionsSpec
 
 Prompts = Annotated[
     list[str],
@@ -35,3 +35,25 @@ SequenceAnswers = Annotated[
         "A plain list of strings always means one answer per prompt; a set is always an object."
     ),
 ]
+CleanPrompts = Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")]
+CorruptPrompts = Annotated[
+    list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
+]
+OptionalCorrect = Annotated[
+    SequenceAnswers | None, Field(description="Correct answer(s); enables the logit difference.")
+]
+OptionalIncorrect = Annotated[
+    SequenceAnswers | None, Field(description="Incorrect answer(s) for the logit difference.")
+]
+AblationMethod = Annotated[
+    Literal["zero", "mean", "resample"],
+    Field(
+        description="zero: the part = 0 (a direction is projected out); mean: its batch mean at the same position "
+        "(by index when prompts share a length, else by distance from the last token); resample: another prompt's "
+        "(seeded permutation without fixed points; equal lengths)."
+    ),
+]
+AblationPositions = Annotated[
+    PositionsSpec, Field(description="'all' (default), 'last' (answer position) or token indices.")
+]
+ResampleSeed = Annotated[int, Field(description="Seed of the resample permutation.")]

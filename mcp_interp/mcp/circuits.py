@@ -14,7 +14,11 @@ from mcp_interp import figures
 from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
 from mcp_interp.core.circuits.path import PathPatchJob
-from mcp_interp.mcp.arguments import Answers
+from mcp_interp.mcp.arguments import (
+    Answers,
+    CleanPrompts,
+    CorruptPrompts,
+)
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.schemas.circuits import (
     CircuitFaithfulnessResult,
@@ -29,10 +33,8 @@ family = Family("circuits")
 
 @family.tool()
 async def edge_attribution(
-    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
-    corrupt_prompts: Annotated[
-        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
-    ],
+    clean_prompts: CleanPrompts,
+    corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
     ctx: Context,
@@ -77,10 +79,8 @@ async def edge_attribution(
 
 @family.tool()
 async def path_patch(
-    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
-    corrupt_prompts: Annotated[
-        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
-    ],
+    clean_prompts: CleanPrompts,
+    corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
     sender: Annotated[str, Field(description="The writer: a head 'L5H1' or an MLP 'L5MLP'.")],
@@ -122,10 +122,8 @@ async def path_patch(
 
 @family.tool()
 async def circuit_faithfulness(
-    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
-    corrupt_prompts: Annotated[
-        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
-    ],
+    clean_prompts: CleanPrompts,
+    corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
     ctx: Context,
@@ -180,10 +178,8 @@ async def circuit_faithfulness(
 
 @family.tool()
 async def find_circuit(
-    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
-    corrupt_prompts: Annotated[
-        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
-    ],
+    clean_prompts: CleanPrompts,
+    corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
     ctx: Context,

@@ -13,7 +13,17 @@ from pydantic import Field
 from mcp_interp import figures
 from mcp_interp.core.ablate import ablate_heads
 from mcp_interp.core.patch_heads import PatchHeadsJob
-from mcp_interp.mcp.arguments import Answers, Prompts, SequenceAnswers
+from mcp_interp.mcp.arguments import (
+    AblationMethod,
+    AblationPositions,
+    Answers,
+    CleanPrompts,
+    CorruptPrompts,
+    OptionalCorrect,
+    OptionalIncorrect,
+    Prompts,
+    ResampleSeed,
+)
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.schemas.common import AblationSpec, HeadSpec, PositionsSpec
 from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsMeasurement, PatchHeadsResult
@@ -29,24 +39,11 @@ async def ablate_head(
         Field(description="Heads to ablate together in one forward pass: 'L9H3' or {layer, head}, or a list."),
     ],
     ctx: Context,
-    method: Annotated[
-        Literal["zero", "mean", "resample"],
-        Field(
-            description="zero: z = 0; mean: batch mean at the same position (by index when prompts share a "
-            "length, else by distance from the last token); "
-            "resample: another prompt's z (seeded permutation without fixed points; equal lengths)."
-        ),
-    ] = "zero",
-    correct: Annotated[
-        SequenceAnswers | None, Field(description="Correct answer(s); enables the logit difference.")
-    ] = None,
-    incorrect: Annotated[
-        SequenceAnswers | None, Field(description="Incorrect answer(s) for the logit difference.")
-    ] = None,
-    positions: Annotated[
-        PositionsSpec, Field(description="'all' (default), 'last' (answer position) or token indices.")
-    ] = "all",
-    seed: Annotated[int, Field(description="Seed of the resample permutation.")] = 0,
+    method: AblationMethod = "zero",
+    correct: OptionalCorrect = None,
+    incorrect: OptionalIncorrect = None,
+    positions: AblationPositions = "all",
+    seed: ResampleSeed = 0,
 ) -> AblateHeadResult:
     """Ablate attention heads (on hook_z, so grouped-query attention works) and report, before and
     after: logit difference (with answers), KL(clean‖ablated), answer log-prob and rank, per example
@@ -67,10 +64,8 @@ async def heads_heatmap(
 
 @family.tool()
 async def patch_heads(
-    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
-    corrupt_prompts: Annotated[
-        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
-    ],
+    clean_prompts: CleanPrompts,
+    corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
     ctx: Context,

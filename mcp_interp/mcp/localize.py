@@ -15,9 +15,19 @@ from mcp_interp import figures
 from mcp_interp.core.ablate import ablate as ablate_targets
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
-from mcp_interp.mcp.arguments import OptionalIntervention, Prompts, SequenceAnswers
+from mcp_interp.mcp.arguments import (
+    AblationMethod,
+    AblationPositions,
+    CleanPrompts,
+    CorruptPrompts,
+    OptionalCorrect,
+    OptionalIncorrect,
+    OptionalIntervention,
+    Prompts,
+    ResampleSeed,
+)
 from mcp_interp.mcp.toolkit import Family, Toolkit
-from mcp_interp.schemas.common import TARGETS_DESCRIPTION, AblationSpec, PositionsSpec, TargetSpec
+from mcp_interp.schemas.common import TARGETS_DESCRIPTION, AblationSpec, TargetSpec
 from mcp_interp.schemas.localize import (
     AblateResult,
     Component,
@@ -51,10 +61,8 @@ async def patch_figure(kit: Toolkit, result: PatchMeasurement, model_name: str) 
 
 @family.tool()
 async def patch(
-    clean_prompts: Annotated[list[str], Field(description="Prompts where the model shows the behaviour.")],
-    corrupt_prompts: Annotated[
-        list[str], Field(description="Minimal-pair partners, one per clean prompt, same token length.")
-    ],
+    clean_prompts: CleanPrompts,
+    corrupt_prompts: CorruptPrompts,
     component: Annotated[
         Component,
         Field(
@@ -65,12 +73,8 @@ async def patch(
         ),
     ],
     ctx: Context,
-    correct: Annotated[
-        SequenceAnswers | None, Field(description="Correct answer(s); needed by logit_diff and log_prob.")
-    ] = None,
-    incorrect: Annotated[
-        SequenceAnswers | None, Field(description="Incorrect answer(s); needed by logit_diff.")
-    ] = None,
+    correct: OptionalCorrect = None,
+    incorrect: OptionalIncorrect = None,
     direction: Annotated[
         Literal["denoise", "noise"],
         Field(description="denoise: run corrupt, patch in clean (what restores it?); noise: the reverse."),
@@ -131,23 +135,11 @@ async def ablate(
     prompts: Prompts,
     targets: Annotated[list[TargetSpec], Field(description=TARGETS_DESCRIPTION)],
     ctx: Context,
-    method: Annotated[
-        Literal["zero", "mean", "resample"],
-        Field(
-            description="zero: the part = 0 (a direction is projected out); mean: its batch mean at the same "
-            "position; resample: another prompt's (seeded permutation without fixed points; equal lengths)."
-        ),
-    ] = "zero",
-    correct: Annotated[
-        SequenceAnswers | None, Field(description="Correct answer(s); enables the logit difference.")
-    ] = None,
-    incorrect: Annotated[
-        SequenceAnswers | None, Field(description="Incorrect answer(s) for the logit difference.")
-    ] = None,
-    positions: Annotated[
-        PositionsSpec, Field(description="'all' (default), 'last' (answer position) or token indices.")
-    ] = "all",
-    seed: Annotated[int, Field(description="Seed of the resample permutation.")] = 0,
+    method: AblationMethod = "zero",
+    correct: OptionalCorrect = None,
+    incorrect: OptionalIncorrect = None,
+    positions: AblationPositions = "all",
+    seed: ResampleSeed = 0,
 ) -> AblateResult:
     """Ablate any components together — heads, MLPs ('L28MLP'), attention layers ('L12ATTN'), MLP
     neurons, residual directions — and report, before and after: logit difference (with answers),

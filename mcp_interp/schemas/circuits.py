@@ -22,6 +22,7 @@ class EdgeScore(BaseModel):
         description="Estimated change of the metric (logit difference) when this reader's input gets the writer's "
         "clean write instead of its corrupt one, summed over positions, mean over pairs; > 0 = toward clean."
     )
+    per_example: list[float] | None = Field(default=None, description="The score of each pair (the top 10 edges).")
 
 
 class NodeScore(BaseModel):
@@ -57,6 +58,7 @@ class EdgeAttributionResult(Provenance, EdgeAttributionMeasurement):
 class ReceiverScore(BaseModel):
     receiver: str = Field(description="'L9H3.q', 'L9KV1.k' / '.v' (a key/value group), or 'logits'.")
     patched_logit_diff: float = Field(description="Mean logit difference with the path into this receiver patched.")
+    per_example_patched: list[float] = Field(description="The patched logit difference of each pair.")
     recovered: float | None = Field(
         description="(patched − corrupt) / (clean − corrupt): the fraction of the gap this one path restores."
     )

@@ -70,11 +70,12 @@ def _select(values: dict[str, torch.Tensor], hook: str, index: int, per_head: bo
 
 @dataclass
 class EdgeScores:
-    """``scores`` [n_writers, n_readers] (0 where there is no edge), the pairs' metric on the clean
-    and corrupt runs, and the graph."""
+    """``scores`` [n_writers, n_readers] (0 where there is no edge; the mean over pairs of ``per_pair``,
+    [batch, n_writers, n_readers]), the pairs' metric on the clean and corrupt runs, and the graph."""
 
     graph: Graph
     scores: torch.Tensor
+    per_pair: torch.Tensor
     clean_metric: torch.Tensor  # [batch]
     corrupt_metric: torch.Tensor  # [batch]
 
@@ -109,27 +110,29 @@ class EdgeAttribution:
                 for hook, grad in step.items():
                     grads[hook] = grads[hook] + grad if hook in grads else grad
                 yield f"gradient at α = {alpha:.3f}"
-        batch = self.clean.input_ids.shape[0]
         deltas = torch.stack(
             [
                 (
                     _select(clean_values, writer_hook(w), w.index, w.kind == "head")
                     - _select(corrupt_values, writer_hook(w), w.index, w.kind == "head")
-                ).flatten()
+                ).flatten(1)
                 for w in graph.writers
-            ]
-        )  # [writers, batch · seq · d_model]
+            ],
+            dim=1,
+        )  # [batch, writers, seq · d_model]
         gradients = torch.stack(
             [
-                _select(grads, reader_hook(r, n_layers), r.index, r.kind in ("q", "k", "v")).flatten()
+                _select(grads, reader_hook(r, n_layers), r.index, r.kind in ("q", "k", "v")).flatten(1)
                 for r in graph.readers
-            ]
-        ) / len(alphas)  # [readers, batch · seq · d_model]
-        full = deltas @ gradients.T / batch
-        mask = torch.zeros_like(full, dtype=torch.bool)
+            ],
+            dim=1,
+        ) / len(alphas)  # [batch, readers, seq · d_model]
+        per_pair = deltas @ gradients.transpose(1, 2)  # [batch, writers, readers]
+        mask = torch.zeros(per_pair.shape[1:], dtype=torch.bool)
         writers_of, readers_of = zip(*graph.edges, strict=True)
         mask[list(writers_of), list(readers_of)] = True
-        self.result = EdgeScores(graph, torch.where(mask, full, 0.0), clean_metric, corrupt_metric)
+        per_pair = torch.where(mask, per_pair, 0.0)
+        self.result = EdgeScores(graph, per_pair.mean(dim=0), per_pair, clean_metric, corrupt_metric)
 
     def _forward(self, batch: Batch, hooks: list[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         values: dict[str, torch.Tensor] = {}

@@ -16,16 +16,20 @@ by construction — the sanity pins a test holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+import random
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from mcp_interp.core.bridge import edge_hooks
-from mcp_interp.core.circuits.attribution import RowMetric, graph_of, reader_hook, writer_hook
+from mcp_interp.core import metrics
+from mcp_interp.core.circuits.attribution import RowMetric, reader_hook, writer_hook
 from mcp_interp.core.circuits.graph import Graph
+from mcp_interp.core.circuits.pairs import Pairs
 from mcp_interp.core.tokens import Batch
 from mcp_interp.errors import InputError
+from mcp_interp.schemas.common import Score
 
 
 def writer_values(bridge: Any, graph: Graph, ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -126,21 +130,31 @@ def replacement_values(
     raise InputError(f"`ablation` must be 'corrupt' or 'mean', got {ablation!r}.")
 
 
-def faithfulness(
-    bridge: Any,
-    clean: Batch,
-    corrupt: Batch,
-    metric: RowMetric,
-    circuits: Sequence[set[tuple[int, int]]],
-    ablation: str = "corrupt",
-) -> tuple[Graph, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-    """(graph, clean metric, corrupt metric, the ablated metric per circuit), each per pair."""
-    graph = graph_of(bridge)
-    with edge_hooks(bridge):
-        replacement = replacement_values(bridge, graph, clean, corrupt, ablation)
-        rows_c, rows_k = torch.arange(clean.input_ids.shape[0]), torch.arange(corrupt.input_ids.shape[0])
+class Ablator:
+    """Exact runs of one set of pairs with edges outside a circuit ablated (use inside ``edge_hooks``):
+    the replacement writes and the clean and corrupt metrics are computed once, each circuit costs one
+    forward of the pairs."""
+
+    def __init__(self, bridge: Any, graph: Graph, pairs: Pairs, ablation: str) -> None:
+        self.bridge, self.graph, self.pairs = bridge, graph, pairs
+        self.replacement = replacement_values(bridge, graph, pairs.clean, pairs.corrupt, ablation)
+        rows = torch.arange(pairs.n)
         with torch.no_grad():
-            clean_m = metric(bridge(clean.input_ids)[rows_c, clean.answer_positions], rows_c).to(torch.float64)
-            corrupt_m = metric(bridge(corrupt.input_ids)[rows_k, corrupt.answer_positions], rows_k).to(torch.float64)
-        results = [ablated_metric(bridge, graph, clean, circuit, replacement, metric) for circuit in circuits]
-    return graph, clean_m, corrupt_m, results
+            clean, corrupt = pairs.clean, pairs.corrupt
+            self.clean_m = pairs.readout.from_logits(bridge(clean.input_ids)[rows, clean.answer_positions], rows)
+            self.corrupt_m = pairs.readout.from_logits(bridge(corrupt.input_ids)[rows, corrupt.answer_positions], rows)
+
+    def run(self, circuit: set[tuple[int, int]]) -> torch.Tensor:
+        """The metric per pair with every edge outside ``circuit`` ablated."""
+        return ablated_metric(
+            self.bridge, self.graph, self.pairs.clean, circuit, self.replacement, self.pairs.readout.from_logits
+        )
+
+    def recovered(self, values: torch.Tensor) -> Score:
+        """(values − corrupt) / (clean − corrupt): the recovered fraction, mean and per pair."""
+        return metrics.recovered_fraction(values, self.clean_m, self.corrupt_m)
+
+    def random_fractions(self, size: int, generator: random.Random, count: int) -> list[float | None]:
+        """The recovered fraction of ``count`` random circuits of ``size`` edges (None where undefined)."""
+        values = [self.recovered(self.run(set(generator.sample(self.graph.edges, size)))).value for _ in range(count)]
+        return [v if math.isfinite(v) else None for v in values]

@@ -6,19 +6,28 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from mcp_interp import limits
 from mcp_interp.core import metrics
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
+from mcp_interp.core.circuits.pairs import prepare_pairs
 from mcp_interp.core.jobs import Job
-from mcp_interp.core.patching import LogitDiffReadout
-from mcp_interp.core.tokens import encode, resolve_answers, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeScore, NodeScore
 
 MAX_IG_STEPS = 64
+TOP_WITH_EXAMPLES = 10
+
+
+def edge_score(result: EdgeScores, w: int, r: int, with_examples: bool = False) -> EdgeScore:
+    """One edge by name, with its score per pair when asked."""
+    graph = result.graph
+    per_example = [float(v) for v in result.per_pair[:, w, r]] if with_examples else None
+    return EdgeScore(
+        writer=str(graph.writers[w]), reader=str(graph.readers[r]), score=float(result.scores[w, r]),
+        per_example=per_example,
+    )  # fmt: skip
+
+
 MAX_TOP_K = 2000
 
 
@@ -54,18 +63,12 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
 
     def steps(self) -> Iterator[str]:
         self._check()
-        tokenizer = self.model.tokenizer
-        validate_pairs(tokenizer, self.clean_prompts, self.corrupt_prompts, ("clean_prompts", "corrupt_prompts"))
-        clean = encode(tokenizer, self.clean_prompts, self.model.device)
-        corrupt = encode(tokenizer, self.corrupt_prompts, self.model.device)
-        n = len(clean.texts)
-        limits.check("max_prompts", n, "Number of prompt pairs")
-        good = torch.tensor(resolve_answers(tokenizer, self.correct, n, "correct"))
-        bad = torch.tensor(resolve_answers(tokenizer, self.incorrect, n, "incorrect"))
-        readout = LogitDiffReadout(self.model.bridge, good, bad)
+        pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
         integrated = self.method == "eap-ig"
         steps = self.ig_steps if integrated else 1
-        run = EdgeAttribution(self.model.bridge, clean, corrupt, readout.from_logits, steps, integrated)
+        run = EdgeAttribution(
+            self.model.bridge, pairs.clean, pairs.corrupt, pairs.readout.from_logits, steps, integrated
+        )
         yield from run.steps()
         assert run.result is not None
         self.scores = run.result
@@ -75,8 +78,8 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
         graph, scores = result.graph, result.scores
         ranked = sorted(graph.edges, key=lambda e: -abs(float(scores[e])))
         edges = [
-            EdgeScore(writer=str(graph.writers[w]), reader=str(graph.readers[r]), score=float(scores[w, r]))
-            for w, r in ranked[: self.top_k]
+            edge_score(result, w, r, with_examples=rank < TOP_WITH_EXAMPLES)
+            for rank, (w, r) in enumerate(ranked[: self.top_k])
         ] if self.granularity == "edge" else []  # fmt: skip
         totals = scores.sum(dim=1)
         nodes = sorted(

@@ -23,9 +23,9 @@ import torch
 
 from mcp_interp.core import metrics
 from mcp_interp.core.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
+from mcp_interp.core.circuits.pairs import prepare_pairs
 from mcp_interp.core.jobs import Job
 from mcp_interp.core.patching import LogitDiffReadout
-from mcp_interp.core.tokens import encode, resolve_answers, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverScore
@@ -113,16 +113,9 @@ class PathPatchJob(Job[PathPatchMeasurement]):
             raise InputError(f"`component` must be 'q', 'k' or 'v', got {self.component!r}.")
         sender_layer, sender_head = self._sender()
         receivers = self._receivers(sender_layer)
-        model, tokenizer, bridge = self.model, self.model.tokenizer, self.model.bridge
-        validate_pairs(tokenizer, self.clean_prompts, self.corrupt_prompts, ("clean_prompts", "corrupt_prompts"))
-        clean = encode(tokenizer, self.clean_prompts, model.device)
-        corrupt = encode(tokenizer, self.corrupt_prompts, model.device)
-        n = len(clean.texts)
-        readout = LogitDiffReadout(
-            bridge,
-            torch.tensor(resolve_answers(tokenizer, self.correct, n, "correct")),
-            torch.tensor(resolve_answers(tokenizer, self.incorrect, n, "incorrect")),
-        )
+        bridge = self.model.bridge
+        pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
+        clean, corrupt, readout = pairs.clean, pairs.corrupt, pairs.readout
         write = hook_result(sender_layer) if sender_head is not None else hook_mlp_out(sender_layer)
         with edge_hooks(bridge):
             clean_write, clean_m = self._run(clean.input_ids, clean.answer_positions, readout, write, sender_head)
@@ -208,8 +201,15 @@ class PathPatchJob(Job[PathPatchMeasurement]):
             if receiver.layer >= 0:
                 grid[receiver.layer][receiver.index] = float(values.mean())
                 recovered[receiver.layer][receiver.index] = fraction_or_none
-            rows.append((receiver.name(self.component), float(values.mean()), fraction_or_none))
-        rows.sort(key=lambda row: -abs(row[2] or 0.0))
+            rows.append(
+                ReceiverScore(
+                    receiver=receiver.name(self.component),
+                    patched_logit_diff=float(values.mean()),
+                    per_example_patched=[float(v) for v in values],
+                    recovered=fraction_or_none,
+                )
+            )
+        rows.sort(key=lambda row: -abs(row.recovered or 0.0))
         notes = ["Exact: each receiver's run is a real forward with the sender's clean write added to that input only."]
         if self.component != "q" and width != cfg.n_heads:
             notes.append(
@@ -223,9 +223,6 @@ class PathPatchJob(Job[PathPatchMeasurement]):
             corrupt_logit_diff=metrics.score_of(corrupt_m),
             patched_logit_diff=grid,
             recovered=recovered,
-            receivers=[
-                ReceiverScore(receiver=name, patched_logit_diff=value, recovered=fraction)
-                for name, value, fraction in rows
-            ],
+            receivers=rows,
             notes=notes,
         )
