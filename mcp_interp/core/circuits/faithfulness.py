@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -74,7 +75,7 @@ def ablated_metric(
     into: dict[int, list[int]] = {}
     for w, r in circuit:
         into.setdefault(r, []).append(w)
-    upstream_of = {r: {w for w, rr in graph.edges if rr == r} for r in range(len(graph.readers))}
+    in_degree = Counter(r for _, r in graph.edges)  # a reader's writers are every writer recorded before it
 
     def record(name: str) -> Callable[[torch.Tensor, Any], None]:
         def hook(value: torch.Tensor, hook: Any) -> None:
@@ -91,7 +92,7 @@ def ablated_metric(
             value = value.clone()
             for r in readers:
                 reader = graph.readers[r]
-                if set(seen) != upstream_of[r]:
+                if len(seen) != in_degree[r]:
                     raise RuntimeError(f"writers recorded before {reader} are not its upstream writers")
                 correction = -running[0]
                 for w in into.get(r, []):
