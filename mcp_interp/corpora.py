@@ -15,7 +15,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 def corpora_dir() -> Path:
     """JSON corpora: ``ioi.json``, ``capitals_languages.json`` and ``countries.json`` (causal swap),
-    ``lens_corpus.json`` (lens fits)."""
+    ``lens_corpus.json`` (lens fits), ``subject_number.json`` (probes)."""
     return DATA_DIR / "corpora"
 
 
@@ -46,3 +46,18 @@ def ioi_arguments() -> dict[str, Any]:
         "correct": [p.correct for p in pairs],
         "incorrect": [p.incorrect for p in pairs],
     }
+
+
+@dataclass(frozen=True)
+class LabelledCorpus:
+    name: str
+    description: str
+    position: str
+    texts: list[str]
+    labels: list[str]
+
+
+def subject_number() -> LabelledCorpus:
+    """400 texts 'The dog(s) near <place>', labelled singular/plural by the subject (see the file's description)."""
+    data = json.loads((corpora_dir() / "subject_number.json").read_text(encoding="utf-8"))
+    return LabelledCorpus(**data)

@@ -23,6 +23,9 @@ class Limits:
     # patched runs in one `patch` call (cells × pairs); each holds a [tokens, d_model] residual,
     # so 50 000 rows of 16 tokens on a d_model-576 model are ~1.8 GB.
     max_patch_rows: int = 50_000
+    # texts in one `probe` call: read in chunks of max_prompts, keeping [texts, layers, d_model] floats
+    # (4096 × 30 × 576 × 4 bytes ≈ 280 MB on SmolLM2).
+    max_probe_texts: int = 4096
 
     @classmethod
     def from_env(cls) -> Limits:

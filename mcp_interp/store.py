@@ -23,10 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
-MAX_ENV = "MCP_INTERP_STORE_MAX"  # entries kept per kind (figures, reports, artifacts)
+MAX_ENV = "MCP_INTERP_STORE_MAX"  # entries kept per kind (figures, reports, artifacts, directions)
 
-KINDS: dict[str, str] = {"figure": ".png", "report": ".md", "artifact": ".json"}
-MIME_TYPES: dict[str, str] = {"figure": "image/png", "report": "text/markdown", "artifact": "application/json"}
+KINDS: dict[str, str] = {"figure": ".png", "report": ".md", "artifact": ".json", "direction": ".json"}
+MIME_TYPES: dict[str, str] = {
+    "figure": "image/png",
+    "report": "text/markdown",
+    "artifact": "application/json",
+    "direction": "application/json",
+}
 
 
 class NotFound(LookupError):

@@ -27,6 +27,7 @@ EXPECTED_TOOLS = {
     "path_patch",
     "circuit_faithfulness",
     "find_circuit",
+    "probe",
     "get_figure",
     "logit_lens",
     "dla",

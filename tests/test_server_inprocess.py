@@ -99,12 +99,13 @@ async def test_unknown_figure_ids_are_not_found(tiny_session: Session) -> None:
         templates = (await client.list_resource_templates()).resource_templates
         assert sorted(t.uri_template for t in templates) == [
             "artifact://{artifact_id}",
+            "direction://{direction_id}",
             "figure://{figure_id}",
             "report://{report_id}",
         ]
-        for kind in ("figure", "report", "artifact"):
+        for kind in ("figure", "report", "artifact", "direction"):
             for bad in ["0" * 32, "../../etc/passwd", "x" * 5000]:
-                with pytest.raises(Exception, match=r"(?i)not found|no (figure|report|artifact)|unknown"):
+                with pytest.raises(Exception, match=r"(?i)not found|no (figure|report|artifact|direction)|unknown"):
                     await client.read_resource(f"{kind}://{bad}")
 
 

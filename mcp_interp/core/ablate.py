@@ -9,23 +9,25 @@ written into ``notes`` rather than left for the reader to spot.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from mcp_interp.core import metrics
 from mcp_interp.core.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
-from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
+from mcp_interp.core.interventions import Ablation, Target, ablation_from_spec, prepare_ablation
 from mcp_interp.core.readouts import answer_logits
 from mcp_interp.core.tokens import encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import AblationSpec, Score
 from mcp_interp.schemas.heads import AblateHeadMeasurement, AblationOutcome, MetricSet
-from mcp_interp.schemas.localize import AblateMeasurement
+from mcp_interp.schemas.localize import AblateMeasurement, RandomDirections
 
 # Thresholds for disagreement notes, in the metrics' own units.
 LOGIT_DIFF_MOVED = 0.5  # nats of log-odds: a change worth reporting
 KL_SMALL = 0.1  # nats
+RANDOM_DIRECTIONS = 5  # random unit directions a direction ablation is compared with
 
 
 def ablate_heads(
@@ -51,7 +53,70 @@ def ablate(
     """Every metric before and after ablating any targets (heads, MLPs, attention layers, neurons, directions)."""
     parsed = _parsed(model, ablation)
     outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
-    return AblateMeasurement(targets=[str(t) for t in parsed.targets], **dict(outcome))
+    measurement = AblateMeasurement(targets=[str(t) for t in parsed.targets], **dict(outcome))
+    if any(t.kind == "direction" for t in parsed.targets):
+        measurement.random_directions = random_direction_baseline(model, prompts, parsed, correct, incorrect)
+        measurement.notes.append(compare_with_random(measurement, measurement.random_directions))
+    return measurement
+
+
+def random_unit_vectors(n: int, d_model: int, seed: int) -> torch.Tensor:
+    """``n`` directions uniform on the unit sphere of R^d_model (normalised Gaussians), from a seeded CPU
+    generator so the same seed draws the same directions on every machine."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    draws = torch.randn(n, d_model, generator=generator, dtype=torch.float64)
+    return (draws / draws.norm(dim=1, keepdim=True)).to(torch.float32)
+
+
+def random_direction_baseline(
+    model: LoadedModel, prompts: Sequence[str], ablation: Ablation, correct: Any, incorrect: Any
+) -> RandomDirections:
+    """The ablation re-run ``RANDOM_DIRECTIONS`` times with every direction target replaced by a random unit
+    direction at the same layer (projection removes a unit direction's component, so "equal norm" is automatic);
+    the other targets stay as they are."""
+    d_model = int(model.bridge.cfg.d_model)
+    n_directions = sum(t.kind == "direction" for t in ablation.targets)
+    draws = random_unit_vectors(RANDOM_DIRECTIONS * n_directions, d_model, ablation.seed)
+    logit_diff: list[float] = []
+    log_prob: list[float] = []
+    kl: list[float] = []
+    for i in range(RANDOM_DIRECTIONS):
+        vectors = iter(draws[i * n_directions : (i + 1) * n_directions])
+        targets = [
+            Target(t.layer, "direction", (), next(vectors)) if t.kind == "direction" else t for t in ablation.targets
+        ]
+        outcome = ablation_outcome(model, prompts, replace(ablation, targets=targets), correct, incorrect)
+        if outcome.before.logit_diff is not None and outcome.after.logit_diff is not None:
+            logit_diff.append(outcome.after.logit_diff.value - outcome.before.logit_diff.value)
+        log_prob.append(outcome.after.log_prob.value - outcome.before.log_prob.value)
+        kl.append(outcome.kl.value)
+    return RandomDirections(
+        n=RANDOM_DIRECTIONS,
+        seed=ablation.seed,
+        logit_diff_change=logit_diff or None,
+        log_prob_change=log_prob,
+        kl=kl,
+    )
+
+
+def compare_with_random(measurement: AblateMeasurement, baseline: RandomDirections) -> str:
+    """One sentence placing the direction's effect among the random directions' effects."""
+    if measurement.before.logit_diff is not None and measurement.after.logit_diff is not None:
+        name = "logit difference"
+        change = measurement.after.logit_diff.value - measurement.before.logit_diff.value
+        random = baseline.logit_diff_change or []
+    else:
+        name, change = "log-prob", measurement.after.log_prob.value - measurement.before.log_prob.value
+        random = baseline.log_prob_change
+    largest = max(abs(v) for v in random)
+    verdict = (
+        "larger than every random direction's" if abs(change) > largest else "NOT larger than the random directions'"
+    )
+    return (
+        f"Projecting out the direction changes the {name} by {change:+.3f}; {baseline.n} random unit directions at "
+        f"the same layer change it by {', '.join(f'{v:+.3f}' for v in random)} (largest |change| {largest:.3f}): "
+        f"the direction's effect is {verdict}."
+    )
 
 
 def _parsed(model: LoadedModel, ablation: Ablation | AblationSpec) -> Ablation:

@@ -238,6 +238,11 @@ def parse_target(spec: Any, cfg: Any) -> Target:
         return Target(layer, "neurons", tuple(sorted(set(neurons))))
     if isinstance(spec, Mapping) and set(spec) == {"layer", "direction"}:
         layer = _layer(spec["layer"], cfg, spec)
+        if isinstance(spec["direction"], str):
+            raise InputError(
+                f"Target at layer {layer}: {spec['direction'][:100]!r} is not a vector. A stored direction is named "
+                "'direction://<32 hex>' (from `probe`); anything else must be a list of d_model floats."
+            )
         vector = torch.tensor(spec["direction"], dtype=torch.float32)
         if vector.ndim != 1 or vector.numel() != cfg.d_model:
             raise InputError(

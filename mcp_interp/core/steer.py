@@ -3,8 +3,16 @@
 The steering vector is resid(positive) − resid(negative) entering block ``layer``, each read at
 its prompt's last token (where the prompt's meaning is summarised); ``coefficient`` times it is
 added to the residual entering that block at every position of the prompt and of the generated
-tokens. Continuations are greedy, so the only randomness is none: ``seed`` is recorded and
-fixes torch's generator in case a model samples internally (e.g. dropout left on).
+tokens. A stored direction (``direction://`` from ``probe``) is added instead to the stream its
+probe read (resid_post of its layer), ``coefficient`` × the spread of its probe texts' projections
+× the unit vector, so coefficient 1 moves the stream by one typical spread along the direction.
+
+A continuation is one sample of text; the number beside it is the change of the next-token
+distribution (KL from the unsteered run), compared with the same for random directions of the
+same norm at the same site — a vector that moves the prediction no more than random ones do is
+not a meaningful direction, however the text reads. Continuations are greedy, so the only
+randomness is none: ``seed`` is recorded, draws the random directions, and fixes torch's
+generator in case a model samples internally (e.g. dropout left on).
 
 A steered text that merely repeats itself is a broken model, not a steered one; the result
 measures repetition (repeated 3-grams) in both continuations and says so in ``notes``.
@@ -17,10 +25,13 @@ from typing import Any
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.bridge import hook_in
+from mcp_interp.core.ablate import RANDOM_DIRECTIONS, random_unit_vectors
+from mcp_interp.core.bridge import hook_in, hook_out
+from mcp_interp.core.metrics import kl_divergence
 from mcp_interp.core.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.features import StoredDirection
 from mcp_interp.schemas.lens import SteerMeasurement
 
 DEGENERATE = 0.5  # fraction of repeated 3-grams above which a continuation is called degenerate
@@ -39,9 +50,9 @@ def repetition(ids: list[int]) -> float:
     return repeated / len(grams)
 
 
-def _resid_at_last(model: LoadedModel, text: str, layer: int) -> torch.Tensor:
+def _resid_at(model: LoadedModel, text: str, name: str) -> torch.Tensor:
+    """The residual at hook ``name`` at ``text``'s last token."""
     batch = encode(model.tokenizer, [text], model.device)
-    name = hook_in(layer)
     with torch.inference_mode():
         _, cache = model.bridge.run_with_cache(batch.input_ids, names_filter=lambda n: n == name)
     return cache[name][0, int(batch.answer_positions[0])].detach().clone()
@@ -64,15 +75,25 @@ def greedy(model: LoadedModel, ids: list[int], max_new_tokens: int, hooks: list[
 def steer(
     model: LoadedModel,
     prompt: str,
-    positive: str,
-    negative: str,
-    layer: int,
+    positive: str | None,
+    negative: str | None,
+    layer: int | None,
     coefficient: float,
     max_new_tokens: int = 20,
     seed: int = 0,
+    direction: StoredDirection | None = None,
+    direction_uri: str | None = None,
 ) -> SteerMeasurement:
+    """ActAdd (``positive``/``negative`` at resid_pre of ``layer``) or a stored direction (at resid_post of its
+    layer, ``coefficient`` in units of its probe texts' projection spread); greedy continuations with and without."""
     n_layers = model.bridge.cfg.n_layers
-    if not 0 <= layer < n_layers:
+    if direction is not None:
+        if positive is not None or negative is not None:
+            raise InputError("Give either `direction` or `positive` and `negative`, not both.")
+        layer = direction.layer if layer is None else layer
+    elif positive is None or negative is None:
+        raise InputError("Give `positive` and `negative` texts (activation addition) or a stored `direction`.")
+    if layer is None or not 0 <= layer < n_layers:
         raise InputError(f"layer {layer} does not exist; this model has layers 0..{n_layers - 1}.")
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
@@ -80,20 +101,43 @@ def steer(
     if not (coefficient == coefficient) or abs(coefficient) > 1e4:
         raise InputError(f"coefficient must be a finite number with |c| ≤ 10000, got {coefficient}.")
     for name, text in (("prompt", prompt), ("positive", positive), ("negative", negative)):
-        if not isinstance(text, str) or not text:
+        if text is not None and (not isinstance(text, str) or not text):
             raise InputError(f"`{name}` must be a non-empty string.")
     torch.manual_seed(seed)
-    vector = _resid_at_last(model, positive, layer) - _resid_at_last(model, negative, layer)
+    notes: list[str] = []
+    if direction is not None:
+        site, hook = "resid_post", hook_out(layer)
+        unit = torch.tensor(direction.vector, dtype=torch.float32)
+        vector = direction.projection_std * unit
+        if layer != direction.layer:
+            notes.append(
+                f"The direction was fitted on layer {direction.layer}'s output but is added at layer {layer}'s: "
+                "residual bases drift between layers, so expect a weaker or different effect."
+            )
+    else:
+        assert positive is not None and negative is not None
+        site, hook = "resid_pre", hook_in(layer)
+        vector = _resid_at(model, positive, hook) - _resid_at(model, negative, hook)
     prompt_ids = encode(model.tokenizer, [prompt]).ids(0)
-    residual_norm = float(_resid_at_last(model, prompt, layer).norm())
+    residual_norm = float(_resid_at(model, prompt, hook).norm())
 
-    def add(resid: torch.Tensor, hook: Any) -> torch.Tensor:
-        return resid + coefficient * vector.to(resid.dtype)
+    def adding(added: torch.Tensor) -> list[Any]:
+        def add(resid: torch.Tensor, hook: Any) -> torch.Tensor:
+            return resid + added.to(resid.dtype)
 
+        return [(hook, add)]
+
+    steering = coefficient * vector
     baseline_ids = greedy(model, prompt_ids, max_new_tokens, [])
-    steered_ids = greedy(model, prompt_ids, max_new_tokens, [(hook_in(layer), add)])
+    steered_ids = greedy(model, prompt_ids, max_new_tokens, adding(steering))
+    base_logits = _next_token_logits(model, prompt_ids, [])
+    next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, adding(steering))).value)
+    norm = float(steering.norm())
+    random_kl = [
+        float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, adding(norm * unit))).value)
+        for unit in random_unit_vectors(RANDOM_DIRECTIONS, int(model.bridge.cfg.d_model), seed)
+    ]
     rep_base, rep_steer = repetition(baseline_ids), repetition(steered_ids)
-    notes = []
     if rep_steer >= DEGENERATE:
         notes.append(
             f"The steered continuation degenerates ({rep_steer:.0%} of its 3-grams repeat, baseline "
@@ -102,23 +146,36 @@ def steer(
         )
     if steered_ids == baseline_ids:
         notes.append("The steered continuation is identical to the baseline: no visible effect at this strength.")
-    scale = abs(coefficient) * float(vector.norm())
-    if residual_norm > 0 and scale > 4 * residual_norm:
+    if residual_norm > 0 and norm > 4 * residual_norm:
         notes.append(
-            f"The added vector (norm {scale:.1f}) is {scale / residual_norm:.1f}× the residual's norm "
+            f"The added vector (norm {norm:.1f}) is {norm / residual_norm:.1f}× the residual's norm "
             f"({residual_norm:.1f}) at layer {layer}: it dominates the stream rather than nudging it."
         )
+    beaten = sum(next_kl > value for value in random_kl)
+    notes.append(
+        f"The next-token distribution moves by KL {next_kl:.4f} nats; {RANDOM_DIRECTIONS} random directions of the "
+        f"same norm move it by {', '.join(f'{v:.4f}' for v in random_kl)} — the vector beats {beaten} of them."
+    )
     return SteerMeasurement(
         prompt=prompt,
         positive=positive,
         negative=negative,
+        direction_uri=direction_uri,
         layer=layer,
+        site=site,  # type: ignore[arg-type]
         coefficient=coefficient,
         vector_norm=float(vector.norm()),
         residual_norm=residual_norm,
+        next_token_kl=next_kl,
+        random_next_token_kl=random_kl,
         baseline_text=model.tokenizer.decode(baseline_ids),
         steered_text=model.tokenizer.decode(steered_ids),
         repetition_baseline=rep_base,
         repetition_steered=rep_steer,
         notes=notes,
     )
+
+
+def _next_token_logits(model: LoadedModel, ids: list[int], hooks: list[Any]) -> torch.Tensor:
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
+        return model.bridge(torch.tensor([ids], device=model.device), return_type="logits")[:, -1]

@@ -12,8 +12,10 @@ from pydantic import Field
 
 from mcp_interp import figures
 from mcp_interp.core import lens
+from mcp_interp.core.features.directions import load_direction
 from mcp_interp.core.steer import steer as steer_core
 from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import (
     AttentionMeasurement,
     AttentionResult,
@@ -22,6 +24,7 @@ from mcp_interp.schemas.lens import (
     InductionResult,
     LogitLensMeasurement,
     LogitLensResult,
+    SteerMeasurement,
     SteerResult,
 )
 
@@ -137,17 +140,37 @@ async def induction(
 @family.tool()
 async def steer(
     prompt: Annotated[str, Field(description="Prompt to continue.")],
-    positive: Annotated[str, Field(description="Text whose direction to add, e.g. 'Love'.")],
-    negative: Annotated[str, Field(description="Text whose direction to subtract, e.g. 'Hate'.")],
-    layer: Annotated[int, Field(description="Block whose input residual is steered.")],
-    coefficient: Annotated[float, Field(description="Multiplier of the steering vector.")],
+    coefficient: Annotated[
+        float,
+        Field(
+            description="Multiplier of the steering vector. With `direction`: in units of the spread (std) of its "
+            "probe texts' projections — the direction's `projection_gap` is how far apart its two classes sit."
+        ),
+    ],
     ctx: Context,
+    positive: Annotated[str | None, Field(description="ActAdd: text whose direction to add, e.g. 'Love'.")] = None,
+    negative: Annotated[str | None, Field(description="ActAdd: text whose direction to subtract, e.g. 'Hate'.")] = None,
+    layer: Annotated[
+        int | None,
+        Field(description="ActAdd: block whose input residual is steered. With `direction`: default its own layer."),
+    ] = None,
+    direction: Annotated[
+        str | None,
+        Field(description="A stored direction 'direction://…' from `probe`, added to resid_post of its layer."),
+    ] = None,
     max_new_tokens: Annotated[int, Field(ge=1, description="Tokens to generate (server limit applies).")] = 20,
-    seed: Annotated[int, Field(description="Recorded; greedy decoding is deterministic.")] = 0,
+    seed: Annotated[int, Field(description="Seed of the random-direction comparison; decoding is greedy.")] = 0,
 ) -> SteerResult:
-    """Activation addition: add coefficient × (resid(positive) − resid(negative)) at `layer` and
-    compare greedy continuations with and without it. `notes` say when the steered text only
-    degenerates (repetition) rather than shifting meaning."""
-    return await Toolkit.of(ctx).run(
-        ctx, SteerResult, steer_core, prompt, positive, negative, layer, coefficient, max_new_tokens, seed
-    )
+    """Steer generation and compare greedy continuations with and without it: activation addition
+    (coefficient × (resid(positive) − resid(negative)) at `layer`'s input) or a probe's stored `direction`.
+    Also measures how far the next-token distribution moves (KL) against 5 random directions of the same norm;
+    `notes` say when the steered text only degenerates (repetition) rather than shifting meaning."""
+    kit = Toolkit.of(ctx)
+
+    def measure(model: LoadedModel) -> SteerMeasurement:
+        stored = load_direction(direction, kit.direction_lookup, model) if direction is not None else None
+        return steer_core(
+            model, prompt, positive, negative, layer, coefficient, max_new_tokens, seed, stored, direction
+        )
+
+    return await kit.run(ctx, SteerResult, measure)

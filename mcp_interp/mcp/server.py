@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from mcp.server import MCPServer
 
 from mcp_interp import __version__
-from mcp_interp.mcp import circuits, explain, heads, lens, localize, prompts, readouts, stored, swap
+from mcp_interp.mcp import circuits, explain, features, heads, lens, localize, prompts, readouts, stored, swap
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.session import Session
 
@@ -29,6 +29,7 @@ FAMILIES: tuple[Family, ...] = (
     heads.family,
     localize.family,
     circuits.family,
+    features.family,
     lens.family,
     explain.family,
     swap.family,

@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
+from mcp_interp.core.features.directions import resolve_direction_refs
 from mcp_interp.core.jobs import Job
 from mcp_interp.errors import InterpError
 from mcp_interp.models import LoadedModel
@@ -99,11 +100,22 @@ class Toolkit:
     async def run(
         self, ctx: Context, result_type: type[R], fn: Callable[..., Measurement], *args: Any, locked: bool = True
     ) -> R:
-        """The common tool body: ``fn(model, *args)`` → a measurement, returned with provenance."""
+        """The common tool body: ``fn(model, *args)`` → a measurement, returned with provenance.
+
+        Interventions naming a stored direction (``direction://…``) get its vector here, on the model thread,
+        so every tool that takes an ``intervention`` accepts one."""
         model = await self.model(ctx)
         started = time.perf_counter()
-        measurement = await self.call(fn, model, *args, locked=locked)
+
+        def measure(model: LoadedModel, *args: Any) -> Measurement:
+            return fn(model, *(resolve_direction_refs(arg, self.direction_lookup, model) for arg in args))
+
+        measurement = await self.call(measure, model, *args, locked=locked)
         return self.with_provenance(result_type, measurement, started)
+
+    def direction_lookup(self, direction_id: str) -> bytes:
+        """A stored direction's JSON by id (``NotFound``, a ``LookupError``, for an unknown one)."""
+        return self.session.store.get("direction", direction_id)
 
     async def run_job(self, ctx: Context, job: Job[Any]) -> None:
         """Drive a long job one step per model-thread hop, reporting MCP progress after each step.

@@ -74,14 +74,17 @@ class NeuronsRef(BaseModel):
 
 class DirectionRef(BaseModel):
     layer: int = Field(description="Layer whose output residual stream (resid_post) the direction lives in.")
-    direction: list[float] = Field(description="A d_model vector; normalised to unit length before use.")
+    direction: list[float] | str = Field(
+        description="A d_model vector (normalised to unit length before use), or a stored direction's URI "
+        "'direction://…' from `probe`."
+    )
 
 
 TargetSpec = str | HeadRef | NeuronsRef | DirectionRef
 TARGETS_DESCRIPTION = (
     "Components ablated together: a head 'L9H3' (or {layer, head}), an MLP 'L28MLP', an attention layer's output "
     "'L12ATTN', MLP neurons {layer, neurons: [17, 403]}, or a residual direction {layer, direction: [d_model "
-    "floats]} removed from that layer's output residual stream (resid_post)."
+    "floats] or 'direction://…' from `probe`} projected out of that layer's output residual stream (resid_post)."
 )
 
 

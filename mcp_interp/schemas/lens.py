@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance
@@ -119,12 +121,28 @@ class InductionResult(Provenance, InductionMeasurement):
 
 class SteerMeasurement(Measurement):
     prompt: str
-    positive: str
-    negative: str
+    positive: str | None = Field(default=None, description="ActAdd: the text whose residual is added.")
+    negative: str | None = Field(default=None, description="ActAdd: the text whose residual is subtracted.")
+    direction_uri: str | None = Field(default=None, description="The stored direction steered along, if any.")
     layer: int
-    coefficient: float
-    vector_norm: float = Field(description="L2 norm of the steering vector (before the coefficient).")
-    residual_norm: float = Field(description="Mean L2 norm of the prompt's residual at that layer, for scale.")
+    site: Literal["resid_pre", "resid_post"] = Field(
+        description="Where the vector is added: resid_pre of `layer` (ActAdd) or resid_post of `layer` (a stored "
+        "direction, the stream its probe read)."
+    )
+    coefficient: float = Field(
+        description="ActAdd: multiplier of resid(positive) − resid(negative). A stored direction: in units of the std "
+        "of its probe texts' projections (1 = one typical spread along the direction)."
+    )
+    vector_norm: float = Field(description="L2 norm of the added vector divided by |coefficient| (its unit's length).")
+    residual_norm: float = Field(description="L2 norm of the prompt's residual at that site (last token), for scale.")
+    next_token_kl: float = Field(
+        description="KL(baseline‖steered) of the next-token distribution after the prompt, nats, ≥ 0: how much the "
+        "first prediction moves."
+    )
+    random_next_token_kl: list[float] = Field(
+        description="The same KL for random directions added with the same norm at the same site (seeded): a vector "
+        "that moves the prediction no more than these is not special."
+    )
     baseline_text: str = Field(description="Greedy continuation without steering.")
     steered_text: str = Field(description="Greedy continuation with the vector added at every position.")
     repetition_baseline: float = Field(description="Fraction of repeated 3-grams in the baseline continuation.")

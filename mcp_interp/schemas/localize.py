@@ -112,8 +112,25 @@ class LossResult(Provenance, LossMeasurement):
     pass
 
 
+class RandomDirections(BaseModel):
+    """The same ablation with each residual direction replaced by a random unit direction at its layer."""
+
+    n: int = Field(description="How many random directions (each a seeded uniform draw on the unit sphere).")
+    seed: int = Field(description="Seed of the draws (the ablation's `seed`).")
+    logit_diff_change: list[float] | None = Field(
+        default=None, description="Per random direction: mean logit difference after − before (None without answers)."
+    )
+    log_prob_change: list[float] = Field(description="Per random direction: mean log-prob after − before.")
+    kl: list[float] = Field(description="Per random direction: mean KL(clean‖ablated), nats.")
+
+
 class AblateMeasurement(AblationOutcome):
     targets: list[str] = Field(description="The ablated components, as parsed (e.g. 'L9H3', 'L28MLP').")
+    random_directions: RandomDirections | None = Field(
+        default=None,
+        description="When a residual direction is ablated: the same metrics for random unit directions at the same "
+        "layer, so the direction's effect can be judged against removing an arbitrary direction.",
+    )
 
 
 class AblateResult(Provenance, AblateMeasurement):

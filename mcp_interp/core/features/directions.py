@@ -1,0 +1,68 @@
+"""Stored directions (``direction://{id}``) and their use by interventions.
+
+A direction a probe found is stored as JSON (``schemas.features.StoredDirection``): the unit vector
+in one layer's output residual stream, the statistics of the texts' projections onto it, and the
+fingerprint of the weights it was fitted on. Interventions name it by URI wherever a raw vector
+is accepted — ``{"layer": 12, "direction": "direction://…"}`` — and ``resolve_direction_refs``
+replaces each URI by its vector before the intervention is parsed, refusing a direction fitted on
+other weights (same shape is not same model) or an unknown id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.common import AblationSpec, DirectionRef, Intervention
+from mcp_interp.schemas.features import StoredDirection
+
+DIRECTION_SCHEME = "direction://"
+Lookup = Callable[[str], bytes]  # id → the stored JSON; raises LookupError for an unknown id
+
+
+def encode_direction(direction: StoredDirection) -> bytes:
+    return direction.model_dump_json().encode("utf-8")
+
+
+def load_direction(uri: str, lookup: Lookup, model: LoadedModel) -> StoredDirection:
+    """The stored direction behind ``uri``, checked against the loaded model."""
+    if not isinstance(uri, str) or not uri.startswith(DIRECTION_SCHEME):
+        raise InputError(f"{str(uri)[:100]!r} is not a direction URI; they look like direction://<32 hex> (probe).")
+    try:
+        data = lookup(uri[len(DIRECTION_SCHEME) :])
+        direction = StoredDirection.model_validate(json.loads(data))
+    except LookupError as exc:
+        raise InputError(f"{exc} Run `probe` again to get a direction URI.") from None
+    except (ValueError, ValidationError) as exc:
+        raise InputError(f"{uri} is not a readable stored direction ({str(exc)[:200]}).") from None
+    if direction.model_fingerprint != model.fingerprint:
+        raise InputError(
+            f"{uri} was fitted on model {direction.model_name!r} (weights {direction.model_fingerprint[:12]}…), not "
+            f"on the loaded {model.name!r} ({model.fingerprint[:12]}…): a residual direction only means something "
+            "in the weights it came from. Fit a probe on this model."
+        )
+    if len(direction.vector) != model.bridge.cfg.d_model:
+        d_model = model.bridge.cfg.d_model
+        raise InputError(f"{uri} has {len(direction.vector)} numbers; this model's d_model is {d_model}.")
+    return direction
+
+
+def resolve_direction_refs(spec: Any, lookup: Lookup, model: LoadedModel) -> Any:
+    """``spec`` (an ``Intervention``, ``AblationSpec`` or None) with every ``direction://`` URI in its
+    targets replaced by the stored vector; anything else is returned unchanged."""
+    if isinstance(spec, Intervention):
+        return spec.model_copy(update={"ablate": resolve_direction_refs(spec.ablate, lookup, model)})
+    if not isinstance(spec, AblationSpec) or not spec.targets:
+        return spec
+    targets = [
+        DirectionRef(layer=t.layer, direction=load_direction(t.direction, lookup, model).vector)
+        if isinstance(t, DirectionRef) and isinstance(t.direction, str)
+        else t
+        for t in spec.targets
+    ]
+    return spec.model_copy(update={"targets": targets})

@@ -1,0 +1,104 @@
+"""Feature tools: ``probe`` (linear probes with controls; each layer's direction stored as ``direction://``)
+and the ``direction://`` resource that interventions (``ablate``, every ``intervention``, ``steer``) accept.
+The science is in ``core/features/``."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from mcp_interp import figures
+from mcp_interp.core.features.directions import encode_direction
+from mcp_interp.core.features.probe_job import ProbeJob
+from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.schemas.features import ProbeResult
+
+family = Family("features")
+
+
+@family.tool()
+async def probe(
+    texts: Annotated[list[str], Field(description="Texts to read, e.g. 'The dogs near the river'.")],
+    labels: Annotated[
+        list[str | int | bool],
+        Field(description="One label per text, exactly 2 distinct values, e.g. 'singular' / 'plural'."),
+    ],
+    ctx: Context,
+    layers: Annotated[
+        list[int] | None, Field(description="Layers whose output residual (resid_post) to probe; default all.")
+    ] = None,
+    position: Annotated[
+        Literal["last", "mean"] | int,
+        Field(description="Where to read each text: 'last' token, 'mean' over tokens, or a token index (−1 = last)."),
+    ] = "last",
+    method: Annotated[
+        Literal["logistic", "diff_means"],
+        Field(
+            description="logistic: scikit-learn LogisticRegression (lbfgs, L2, C=1) on standardised residuals; "
+            "diff_means: difference of the class means (no optimiser)."
+        ),
+    ] = "logistic",
+    test_fraction: Annotated[float, Field(description="Fraction of texts held out (stratified), 0..1.")] = 0.25,
+    seed: Annotated[int, Field(description="Seed of the split and the control tasks.")] = 0,
+    control: Annotated[
+        bool,
+        Field(
+            description="Also fit a control task (Hewitt & Liang word-identity labels when the labels are word-level, "
+            "else shuffled labels) and report selectivity = accuracy − control accuracy."
+        ),
+    ] = True,
+) -> Annotated[CallToolResult, ProbeResult]:
+    """Linear probe of the residual stream, per layer, from one forward pass: held-out accuracy with an exact
+    95 % interval, a control task and selectivity, and the fitted direction stored as direction://… (a unit
+    vector in that layer's resid_post) for `ablate` ({layer, direction: 'direction://…'}), any `intervention`,
+    and `steer(direction=...)`. Accuracy alone does not show the model uses a direction: ablate it and compare
+    with the random directions the result reports."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    job = ProbeJob(model, texts, labels, layers, position, method, test_fraction, seed, control)
+    await kit.run_job(ctx, job)
+    measurement = job.result
+    assert measurement is not None
+    links = []
+    for row, direction in zip(measurement.layers, job.directions, strict=True):
+        row.direction_uri, _ = kit.store("direction", encode_direction(direction), f"probe direction L{row.layer}")
+    rows = measurement.layers
+    title = f"probe ({method}, position {position!r}): {' vs '.join(measurement.labels)} — {model.name}"
+    measurement.figure_uri, link = await kit.figure(
+        title,
+        figures.probe_accuracy,
+        [r.layer for r in rows],
+        [r.accuracy for r in rows],
+        [r.ci_low for r in rows],
+        [r.ci_high for r in rows],
+        [r.control_accuracy for r in rows],
+        measurement.chance,
+        title,
+    )
+    links.append(link)
+    result = kit.with_provenance(ProbeResult, measurement, started)
+    best = next(r for r in result.layers if r.layer == result.best_layer)
+    selectivity = "" if best.selectivity is None else f", selectivity {best.selectivity:+.3f} ({result.control_kind})"
+    summary = (
+        f"probe: best layer {best.layer}, held-out accuracy {best.accuracy:.3f} [{best.ci_low:.3f}, "
+        f"{best.ci_high:.3f}] on {result.n_test} texts (chance {result.chance:.3f}){selectivity}. Direction: "
+        f"{best.direction_uri}. Figure: {result.figure_uri}"
+    )
+    return kit.finish(result, summary, links)
+
+
+@family.resource(
+    "direction://{direction_id}",
+    name="direction",
+    description="A unit direction in one layer's output residual stream (JSON: layer, position rule, vector, norm, "
+    "projection statistics, model fingerprint, data hash), from `probe`. Pass its URI as "
+    "{layer, direction: 'direction://…'} to `ablate` or any `intervention`, or to `steer(direction=…)`.",
+    mime_type="application/json",
+)
+def direction(direction_id: str, ctx: Context) -> str:
+    return Toolkit.of(ctx).read("direction", direction_id).decode("utf-8")
