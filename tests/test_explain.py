@@ -92,7 +92,10 @@ async def test_prompts_are_listed_and_rendered(tiny_session: Session) -> None:
             "explain-prediction", {"prompt": "When Mary and John went", "answer": " Mary", "baseline": " John"}
         )
         claim = await client.get_prompt("test-causal-claim", {"claim": "L9H3 moves names"})
-    assert names == {"explain-prediction", "find-circuit", "test-causal-claim"}
+        probing = await client.get_prompt("probe-property", {"property": "subject number"})
+    assert names == {"explain-prediction", "find-circuit", "test-causal-claim", "probe-property"}
+    probe_text = probing.messages[0].content.text
+    assert "subject number" in probe_text and "'The dog near the river' → singular" in probe_text
     text = rendered.messages[0].content.text
     assert "When Mary and John went" in text and "' Mary'" in text and "leading space" in text
     assert "rank saturates" in text.lower() or "Rank saturates" in text

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from string import Template
 
-from mcp_interp.corpora import templates_dir
+from mcp_interp.corpora import subject_number, templates_dir
 from mcp_interp.mcp.toolkit import Family
 
 family = Family("prompts")
@@ -32,3 +32,10 @@ def find_circuit(task: str, pairs: str) -> str:
 @family.prompt(name="test-causal-claim", description="Test a causal claim about a model component.")
 def test_causal_claim(claim: str) -> str:
     return render("test-causal-claim", claim=claim)
+
+
+@family.prompt(name="probe-property", description="Test whether a property is linearly represented, and used.")
+def probe_property(property: str) -> str:
+    corpus = subject_number()
+    lines = [f"  {text!r} → {label}" for text, label in list(zip(corpus.texts, corpus.labels, strict=True))[:6]]
+    return render("probe-property", property=property, example="\n".join([*lines, "  … (400 texts)"]))
