@@ -3,8 +3,9 @@
 Spawns ``python -m mcp_interp serve`` as a stdio subprocess — exactly as Claude Code or Cursor
 would — and calls ``model_info``, ``tokenize``, ``logit_diff`` and ``answer_rank`` on the IOI
 pairs shipped in ``mcp_interp/data/corpora/ioi.json``, ``patch`` (the layer × position map of the
-residual stream), ``logit_diff`` with a two-token answer, then ``explain`` on the first pair and one
-controlled ``causal_swap_trial`` (France→Canada), printing the numbers a client receives.
+residual stream), ``logit_diff`` with a two-token answer, then ``explain`` on the first pair, one
+controlled ``causal_swap_trial`` (France→Canada), and a ``probe`` of subject number whose direction
+is then ablated (against random directions), printing the numbers a client receives.
 
 Usage: ``python scripts/demo.py [--model smollm2-135m]`` (``./run demo`` sets everything up first).
 """
@@ -20,7 +21,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
-from mcp_interp.corpora import ioi_pairs
+from mcp_interp.corpora import ioi_pairs, subject_number
 
 
 def structured(result: Any) -> dict[str, Any]:
@@ -153,6 +154,36 @@ async def demo(model: str) -> None:
             print(f"  {trial['detail']}")
         for note in swap["notes"]:
             print(f"  note: {note}")
+
+        corpus = subject_number()
+        probe_args = {"texts": corpus.texts, "labels": corpus.labels, "method": "diff_means"}
+        probed = structured(await client.call_tool("probe", probe_args))
+        print(
+            f"\nprobe ({probed['method']}, {probed['n_texts']} texts of the subject_number corpus, "
+            f"{' vs '.join(probed['labels'])}, read at the last token; {probed['elapsed_s']:.1f} s):"
+        )
+        for row in probed["layers"][::6]:
+            print(
+                f"  layer {row['layer']:>2}: held-out accuracy {row['accuracy']:.3f} [{row['ci_low']:.3f}, "
+                f"{row['ci_high']:.3f}], {probed['control_kind']} control {row['control_accuracy']:.3f}, "
+                f"selectivity {row['selectivity']:+.3f}"
+            )
+        layer = 3
+        direction_uri = probed["layers"][layer]["direction_uri"]
+        agreement = ["The keys to the cabinet", "The dogs near the river", "The teachers of the school"]
+        ablate_args = {
+            "prompts": agreement,
+            "targets": [{"layer": layer, "direction": direction_uri}],
+            "correct": " are",
+            "incorrect": " is",
+        }
+        removed = structured(await client.call_tool("ablate", ablate_args))
+        random_changes = ", ".join(f"{v:+.2f}" for v in removed["random_directions"]["logit_diff_change"])
+        before, after = removed["before"]["logit_diff"]["value"], removed["after"]["logit_diff"]["value"]
+        print(
+            f"ablate that direction ({direction_uri[:20]}…, layer {layer}) on plural subjects, ' are' vs ' is': "
+            f"logit diff {before:+.2f} -> {after:+.2f}; the same for 5 random directions: {random_changes}"
+        )
 
         bad = await client.call_tool(
             "patch", {**patch_args, "component": "mlp_neurons", "layers": [28], "neurons": [5000]}
