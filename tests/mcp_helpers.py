@@ -28,6 +28,8 @@ EXPECTED_TOOLS = {
     "circuit_faithfulness",
     "find_circuit",
     "probe",
+    "sae",
+    "sae_features",
     "get_figure",
     "logit_lens",
     "dla",

@@ -245,7 +245,7 @@ def test_steer_with_a_stored_direction(tiny: LoadedModel) -> None:
     assert len(result.random_next_token_kl) == 5
     with pytest.raises(InputError, match="not both"):
         steer(tiny, prompt, "good", "bad", None, 1.0, 5, 0, direction)
-    with pytest.raises(InputError, match="or a stored `direction`"):
+    with pytest.raises(InputError, match="a stored `direction`"):
         steer(tiny, prompt, None, None, 1, 1.0, 5, 0)
 
 

@@ -122,7 +122,7 @@ def compare_with_random(measurement: AblateMeasurement, baseline: RandomDirectio
 def _parsed(model: LoadedModel, ablation: Ablation | AblationSpec) -> Ablation:
     if isinstance(ablation, Ablation):
         return ablation
-    parsed = ablation_from_spec(ablation, model.bridge.cfg)  # a tool's arguments, names as strings or objects
+    parsed = ablation_from_spec(ablation, model.bridge.cfg, model)  # a tool's arguments, names as strings or objects
     assert parsed is not None
     return parsed
 

@@ -32,23 +32,26 @@ from mcp_interp.core.bridge import hook_attn_out, hook_mlp_out, hook_mlp_post, h
 from mcp_interp.core.heads import Head, PositionSpec, parse_head, position_mask
 from mcp_interp.core.tokens import Batch
 from mcp_interp.errors import InputError
-from mcp_interp.schemas.common import AblationSpec, DirectionRef, HeadRef, Intervention, NeuronsRef
+from mcp_interp.schemas.common import AblationSpec, DirectionRef, HeadRef, Intervention, NeuronsRef, SaeFeaturesRef
 
 AblationMethod = Literal["zero", "mean", "resample"]
-TargetKind = Literal["head", "mlp", "attn", "neurons", "direction"]
+TargetKind = Literal["head", "mlp", "attn", "neurons", "direction", "sae_features"]
 MeanOver = Literal["per_position", "per_position_from_end"]
 Hook = tuple[str, Callable[[torch.Tensor, Any], torch.Tensor]]
 
 
 @dataclass(frozen=True)
 class Target:
-    """One ablated component: ``kind`` at ``layer``; ``index`` = (head,) or the neurons; ``direction``
-    a unit vector ``[d_model]`` for kind ``direction``."""
+    """One ablated component: ``kind`` at ``layer``; ``index`` = (head,), the neurons or the SAE features;
+    ``direction`` a unit vector ``[d_model]`` for kind ``direction``; ``sae`` the dictionary (a
+    ``SparseAutoencoder``) for kind ``sae_features``, ``source`` its folder (so equal ids of two SAEs differ)."""
 
     layer: int
     kind: TargetKind
     index: tuple[int, ...] = ()
     direction: torch.Tensor | None = field(default=None, compare=False)
+    sae: Any = field(default=None, compare=False)
+    source: str = ""
 
     def __str__(self) -> str:
         if self.kind == "head":
@@ -57,9 +60,13 @@ class Target:
             return f"L{self.layer} neurons {list(self.index)}"
         if self.kind == "direction":
             return f"L{self.layer} direction (resid_post)"
+        if self.kind == "sae_features":
+            return f"SAE features {list(self.index)} at {self.sae.saelens_hook}"
         return f"L{self.layer}{'MLP' if self.kind == 'mlp' else 'ATTN'}"
 
     def hook(self) -> str:
+        if self.kind == "sae_features":
+            return str(self.sae.hook_name)
         return {
             "head": hook_z,
             "mlp": hook_mlp_out,
@@ -76,6 +83,8 @@ class Target:
         if self.kind == "direction":
             assert self.direction is not None
             return (values @ self.direction.to(values.dtype)).unsqueeze(-1)
+        if self.kind == "sae_features":
+            return self.sae.encode(self.sae.to_input(values))[..., list(self.index)].to(values.dtype)
         return values
 
     def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
@@ -84,6 +93,11 @@ class Target:
             assert self.direction is not None
             unit = self.direction.to(values.dtype)
             return values + (part - self.read(values)) * unit
+        if self.kind == "sae_features":
+            # Each feature's decoder contribution moves from its activation to ``part``: Σ_f Δa_f · W_dec[f].
+            decoder = self.sae.W_dec[list(self.index)]
+            delta = (part - self.read(values)).to(decoder.dtype) @ decoder
+            return values + self.sae.from_input(delta, values)
         if self.kind in ("mlp", "attn"):
             return part.to(values.dtype).clone()
         new = values.clone()
@@ -212,11 +226,13 @@ def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedA
 _COMPONENT_NAME = re.compile(r"^\s*L(\d+)\s*(MLP|ATTN)\s*$", re.IGNORECASE)
 
 
-def parse_target(spec: Any, cfg: Any) -> Target:
+def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
     """One target from its tool spelling (see ``schemas.common.TARGETS_DESCRIPTION``), checked against
-    the model's config (layers, heads, MLP width, d_model)."""
-    if isinstance(spec, HeadRef | NeuronsRef | DirectionRef):
+    the model's config (layers, heads, MLP width, d_model); SAE features need the loaded ``model``."""
+    if isinstance(spec, HeadRef | NeuronsRef | DirectionRef | SaeFeaturesRef):
         spec = spec.model_dump()
+    if isinstance(spec, Mapping) and set(spec) == {"sae", "features"}:
+        return sae_target(spec, model)
     if isinstance(spec, str):
         match = _COMPONENT_NAME.match(spec)
         if match is None:
@@ -255,8 +271,30 @@ def parse_target(spec: Any, cfg: Any) -> Target:
         return Target(layer, "direction", (), vector / norm)
     raise InputError(
         f"Target {spec!r} is not one of: 'L9H3' (a head), 'L28MLP', 'L12ATTN', {{'layer': 28, 'neurons': [17]}}, "
-        "{'layer': 12, 'direction': [...]}."
+        "{'layer': 12, 'direction': [...]}, {'sae': '<folder>', 'features': [12]}."
     )
+
+
+def sae_target(spec: Mapping[str, Any], model: Any) -> Target:
+    """SAE features as one target (their activations are read from the unablated value together, so
+    removing one feature does not change what the others are measured at)."""
+    from mcp_interp.core.features.sae import load_sae
+
+    if model is None:
+        raise InputError("SAE feature targets need the loaded model; this tool does not take them.")
+    sae = load_sae(spec["sae"], model)
+    if sae.site == "resid_mid":
+        raise InputError(
+            f"SAE at {sae.saelens_hook}: feature interventions at resid_mid are not supported (the bridge's "
+            "hook_resid_mid only feeds the MLP). Use an SAE at resid_pre/resid_post, attn_out, mlp_out or z."
+        )
+    features = spec["features"]
+    bad = [f for f in features if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < sae.d_sae]
+    if not features or bad:
+        raise InputError(
+            f"SAE features {features!r}: give a non-empty list of feature ids 0..{sae.d_sae - 1} for this SAE."
+        )
+    return Target(sae.layer, "sae_features", tuple(sorted(set(features))), sae=sae, source=sae.folder)
 
 
 def _layer(layer: Any, cfg: Any, spec: Any) -> int:
@@ -267,8 +305,9 @@ def _layer(layer: Any, cfg: Any, spec: Any) -> int:
     return layer
 
 
-def ablation_from_spec(spec: AblationSpec | Intervention | None, cfg: Any) -> Ablation | None:
-    """The core ``Ablation`` for a tool's ``intervention`` / ablation arguments (None passes through)."""
+def ablation_from_spec(spec: AblationSpec | Intervention | None, cfg: Any, model: Any = None) -> Ablation | None:
+    """The core ``Ablation`` for a tool's ``intervention`` / ablation arguments (None passes through);
+    ``model`` (the ``LoadedModel``) is needed only for SAE feature targets."""
     if spec is None:
         return None
     if isinstance(spec, Intervention):
@@ -280,7 +319,7 @@ def ablation_from_spec(spec: AblationSpec | Intervention | None, cfg: Any) -> Ab
     limits.check("max_heads", len(specs), "Number of ablation targets")
     targets: list[Target] = []
     for item in specs:
-        target = parse_target(item, cfg)
+        target = parse_target(item, cfg, model)
         if target not in targets:
             targets.append(target)
     return Ablation(targets, spec.method, spec.positions, spec.seed)

@@ -60,7 +60,7 @@ def answer_logits(model: LoadedModel, batch: Batch, ablation: Ablation | None = 
 
 
 def _ablation(model: LoadedModel, intervention: Intervention | None) -> Ablation | None:
-    return ablation_from_spec(intervention, model.bridge.cfg)
+    return ablation_from_spec(intervention, model.bridge.cfg, model)
 
 
 def model_info(model: LoadedModel) -> ModelInfoMeasurement:

@@ -20,6 +20,8 @@ measures repetition (repeated 3-grams) in both continuations and says so in ``no
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,6 +29,7 @@ import torch
 from mcp_interp import limits
 from mcp_interp.core.ablate import RANDOM_DIRECTIONS, random_unit_vectors
 from mcp_interp.core.bridge import hook_in, hook_out
+from mcp_interp.core.features.sae import SparseAutoencoder, splice_hooks
 from mcp_interp.core.metrics import kl_divergence
 from mcp_interp.core.tokens import encode
 from mcp_interp.errors import InputError
@@ -83,16 +86,25 @@ def steer(
     seed: int = 0,
     direction: StoredDirection | None = None,
     direction_uri: str | None = None,
+    feature: tuple[SparseAutoencoder, int] | None = None,
 ) -> SteerMeasurement:
-    """ActAdd (``positive``/``negative`` at resid_pre of ``layer``) or a stored direction (at resid_post of its
-    layer, ``coefficient`` in units of its probe texts' projection spread); greedy continuations with and without."""
+    """ActAdd (``positive``/``negative`` at resid_pre of ``layer``), a stored direction (at resid_post of its
+    layer, ``coefficient`` in units of its probe texts' projection spread) or an SAE feature (its decoder row
+    at the SAE's hook, ``coefficient`` = the activation added); greedy continuations with and without."""
     n_layers = model.bridge.cfg.n_layers
+    chosen = sum(x is not None for x in (direction, feature)) + (positive is not None or negative is not None)
+    if chosen > 1:
+        raise InputError(
+            "Give one of: `positive` and `negative`, a stored `direction`, or an SAE `feature` — not both."
+        )
     if direction is not None:
-        if positive is not None or negative is not None:
-            raise InputError("Give either `direction` or `positive` and `negative`, not both.")
         layer = direction.layer if layer is None else layer
+    elif feature is not None:
+        layer = feature[0].layer
     elif positive is None or negative is None:
-        raise InputError("Give `positive` and `negative` texts (activation addition) or a stored `direction`.")
+        raise InputError(
+            "Give `positive` and `negative` texts (activation addition), a stored `direction`, or an SAE `feature`."
+        )
     if layer is None or not 0 <= layer < n_layers:
         raise InputError(f"layer {layer} does not exist; this model has layers 0..{n_layers - 1}.")
     if max_new_tokens < 1:
@@ -105,38 +117,24 @@ def steer(
             raise InputError(f"`{name}` must be a non-empty string.")
     torch.manual_seed(seed)
     notes: list[str] = []
-    if direction is not None:
-        site, hook = "resid_post", hook_out(layer)
-        unit = torch.tensor(direction.vector, dtype=torch.float32)
-        vector = direction.projection_std * unit
-        if layer != direction.layer:
-            notes.append(
-                f"The direction was fitted on layer {direction.layer}'s output but is added at layer {layer}'s: "
-                "residual bases drift between layers, so expect a weaker or different effect."
-            )
-    else:
-        assert positive is not None and negative is not None
-        site, hook = "resid_pre", hook_in(layer)
-        vector = _resid_at(model, positive, hook) - _resid_at(model, negative, hook)
+    steering = _steering(model, prompt, positive, negative, layer, direction, feature)
+    if direction is not None and layer != direction.layer:
+        notes.append(
+            f"The direction was fitted on layer {direction.layer}'s output but is added at layer {layer}'s: "
+            "residual bases drift between layers, so expect a weaker or different effect."
+        )
     prompt_ids = encode(model.tokenizer, [prompt]).ids(0)
-    residual_norm = float(_resid_at(model, prompt, hook).norm())
-
-    def adding(added: torch.Tensor) -> list[Any]:
-        def add(resid: torch.Tensor, hook: Any) -> torch.Tensor:
-            return resid + added.to(resid.dtype)
-
-        return [(hook, add)]
-
-    steering = coefficient * vector
+    added = coefficient * steering.vector
     baseline_ids = greedy(model, prompt_ids, max_new_tokens, [])
-    steered_ids = greedy(model, prompt_ids, max_new_tokens, adding(steering))
+    steered_ids = greedy(model, prompt_ids, max_new_tokens, steering.hooks(added))
     base_logits = _next_token_logits(model, prompt_ids, [])
-    next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, adding(steering))).value)
-    norm = float(steering.norm())
+    next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.hooks(added))).value)
+    norm = float(added.norm())
     random_kl = [
-        float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, adding(norm * unit))).value)
-        for unit in random_unit_vectors(RANDOM_DIRECTIONS, int(model.bridge.cfg.d_model), seed)
+        float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.hooks(norm * unit))).value)
+        for unit in random_unit_vectors(RANDOM_DIRECTIONS, int(steering.vector.numel()), seed)
     ]
+    residual_norm = steering.residual_norm
     rep_base, rep_steer = repetition(baseline_ids), repetition(steered_ids)
     if rep_steer >= DEGENERATE:
         notes.append(
@@ -161,10 +159,11 @@ def steer(
         positive=positive,
         negative=negative,
         direction_uri=direction_uri,
+        sae_feature=None if feature is None else f"{feature[1]} of {feature[0].describe()}",
         layer=layer,
-        site=site,  # type: ignore[arg-type]
+        site=steering.site,
         coefficient=coefficient,
-        vector_norm=float(vector.norm()),
+        vector_norm=float(steering.vector.norm()),
         residual_norm=residual_norm,
         next_token_kl=next_kl,
         random_next_token_kl=random_kl,
@@ -174,6 +173,58 @@ def steer(
         repetition_steered=rep_steer,
         notes=notes,
     )
+
+
+@dataclass
+class Steering:
+    """Where a steering vector goes: ``site`` in words, ``vector`` the coefficient's unit (in the hook's own
+    space, flattened for ``z``), ``hooks(added)`` the forward hooks adding ``added`` at every position, and the
+    prompt's norm there (last token) for scale."""
+
+    site: str
+    vector: torch.Tensor
+    hooks: Callable[[torch.Tensor], list[Any]]
+    residual_norm: float
+
+
+def _steering(
+    model: LoadedModel,
+    prompt: str,
+    positive: str | None,
+    negative: str | None,
+    layer: int,
+    direction: StoredDirection | None,
+    feature: tuple[SparseAutoencoder, int] | None,
+) -> Steering:
+    if feature is not None:
+        sae, index = feature
+        if not 0 <= index < sae.d_sae:
+            raise InputError(f"SAE feature {index} does not exist; this SAE has features 0..{sae.d_sae - 1}.")
+
+        def sae_hooks(added: torch.Tensor) -> list[Any]:
+            def shift(values: torch.Tensor) -> torch.Tensor:
+                flat = sae.to_input(values)
+                return sae.from_input(flat + added.to(flat.dtype), values)
+
+            return splice_hooks(sae, shift)
+
+        value = sae.to_input(_resid_at(model, prompt, sae.hook_name))
+        return Steering(sae.site, sae.W_dec[index].detach().float().cpu(), sae_hooks, float(value.norm()))
+    if direction is not None:
+        site, hook = "resid_post", hook_out(layer)
+        vector = direction.projection_std * torch.tensor(direction.vector, dtype=torch.float32)
+    else:
+        assert positive is not None and negative is not None
+        site, hook = "resid_pre", hook_in(layer)
+        vector = _resid_at(model, positive, hook) - _resid_at(model, negative, hook)
+
+    def add_at(added: torch.Tensor) -> list[Any]:
+        def add(resid: torch.Tensor, hook: Any) -> torch.Tensor:
+            return resid + added.to(resid.dtype)
+
+        return [(hook, add)]
+
+    return Steering(site, vector, add_at, float(_resid_at(model, prompt, hook).norm()))
 
 
 def _next_token_logits(model: LoadedModel, ids: list[int], hooks: list[Any]) -> torch.Tensor:

@@ -1,6 +1,7 @@
-"""Feature tools: ``probe`` (linear probes with controls; each layer's direction stored as ``direction://``)
-and the ``direction://`` resource that interventions (``ablate``, every ``intervention``, ``steer``) accept.
-The science is in ``core/features/``."""
+"""Feature tools: ``probe`` (linear probes with controls; each layer's direction stored as ``direction://``),
+the ``direction://`` resource that interventions (``ablate``, every ``intervention``, ``steer``) accept, and
+``sae`` / ``sae_features`` (sparse-autoencoder features from SAELens-format folders). The science is in
+``core/features/``."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from pydantic import Field
 from mcp_interp import figures
 from mcp_interp.core.features.directions import encode_direction
 from mcp_interp.core.features.probe_job import ProbeJob
+from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
 from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.features import ProbeResult
+from mcp_interp.schemas.sae import SaeFeaturesMeasurement, SaeFeaturesResult, SaeResult
 
 family = Family("features")
 
@@ -90,6 +94,59 @@ async def probe(
         f"{best.direction_uri}. Figure: {result.figure_uri}"
     )
     return kit.finish(result, summary, links)
+
+
+SaeFolder = Annotated[
+    str,
+    Field(
+        description="A local folder in SAELens' format: cfg.json (architecture standard / jumprelu / topk, d_in, "
+        "d_sae, hook_name such as 'blocks.12.hook_resid_post', model_name) and sae_weights.safetensors."
+    ),
+]
+
+
+@family.tool()
+async def sae(
+    text: Annotated[str, Field(description="One text to encode, token by token.")],
+    sae: SaeFolder,
+    ctx: Context,
+    top_k: Annotated[int, Field(description="Features to list per token, by activation (1 to 100).")] = 10,
+) -> Annotated[CallToolResult, SaeResult]:
+    """Sparse-autoencoder features of one text: per token the top-k active features, and the SAE's quality on
+    this text — fraction of variance explained, L0, and the next-token loss with the SAE's reconstruction spliced
+    in at its hook, next to the clean and zero-ablation losses (loss recovered). Check quality before trusting
+    its features. A token × feature heatmap as a figure."""
+    kit = Toolkit.of(ctx)
+    model = await kit.model(ctx)
+    started = time.perf_counter()
+    measurement, heatmap = await kit.call(sae_report, model, text, sae, top_k)
+    measurement.figure_uri, link = await kit.figure(
+        heatmap.title, figures.token_feature_heatmap, heatmap.values, heatmap.tokens, heatmap.features, heatmap.title
+    )
+    result = kit.with_provenance(SaeResult, measurement, started)
+    fve = "n/a" if result.fraction_variance_explained is None else f"{result.fraction_variance_explained:.3f}"
+    recovered = "n/a" if result.loss_recovered is None else f"{result.loss_recovered:.3f}"
+    summary = (
+        f"sae on {len(result.tokens)} tokens: L0 {result.l0:.1f}, fraction of variance explained {fve}, "
+        f"loss recovered {recovered}. Figure: {result.figure_uri}"
+    )
+    return kit.finish(result, summary, [link])
+
+
+@family.tool()
+async def sae_features(
+    texts: Annotated[list[str], Field(description="Texts to encode.")],
+    sae: SaeFolder,
+    features: Annotated[list[int], Field(description="Feature ids (0..d_sae-1), at most 256.")],
+    ctx: Context,
+) -> SaeFeaturesResult:
+    """The requested SAE features' activations on every token of every text, their maximum per text (and where),
+    and how often each fires."""
+
+    def measure(model: LoadedModel) -> SaeFeaturesMeasurement:
+        return sae_feature_activations(model, texts, sae, features)
+
+    return await Toolkit.of(ctx).run(ctx, SaeFeaturesResult, measure)
 
 
 @family.resource(

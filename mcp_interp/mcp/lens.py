@@ -13,7 +13,9 @@ from pydantic import Field
 from mcp_interp import figures
 from mcp_interp.core import lens
 from mcp_interp.core.features.directions import load_direction
+from mcp_interp.core.features.sae import load_sae
 from mcp_interp.core.steer import steer as steer_core
+from mcp_interp.errors import InputError
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import (
@@ -158,19 +160,30 @@ async def steer(
         str | None,
         Field(description="A stored direction 'direction://…' from `probe`, added to resid_post of its layer."),
     ] = None,
+    sae: Annotated[
+        str | None, Field(description="With `feature`: a local SAELens-format folder whose feature to steer along.")
+    ] = None,
+    feature: Annotated[
+        int | None,
+        Field(description="An SAE feature id: coefficient × its decoder row is added at the SAE's hook."),
+    ] = None,
     max_new_tokens: Annotated[int, Field(ge=1, description="Tokens to generate (server limit applies).")] = 20,
     seed: Annotated[int, Field(description="Seed of the random-direction comparison; decoding is greedy.")] = 0,
 ) -> SteerResult:
     """Steer generation and compare greedy continuations with and without it: activation addition
-    (coefficient × (resid(positive) − resid(negative)) at `layer`'s input) or a probe's stored `direction`.
+    (coefficient × (resid(positive) − resid(negative)) at `layer`'s input), a probe's stored `direction`, or an SAE
+    `feature`'s decoder direction.
     Also measures how far the next-token distribution moves (KL) against 5 random directions of the same norm;
     `notes` say when the steered text only degenerates (repetition) rather than shifting meaning."""
     kit = Toolkit.of(ctx)
 
     def measure(model: LoadedModel) -> SteerMeasurement:
         stored = load_direction(direction, kit.direction_lookup, model) if direction is not None else None
+        if (sae is None) != (feature is None):
+            raise InputError("Give both `sae` (the folder) and `feature` (its id) to steer along an SAE feature.")
+        chosen = None if sae is None or feature is None else (load_sae(sae, model), feature)
         return steer_core(
-            model, prompt, positive, negative, layer, coefficient, max_new_tokens, seed, stored, direction
+            model, prompt, positive, negative, layer, coefficient, max_new_tokens, seed, stored, direction, chosen
         )
 
     return await kit.run(ctx, SteerResult, measure)

@@ -80,11 +80,18 @@ class DirectionRef(BaseModel):
     )
 
 
-TargetSpec = str | HeadRef | NeuronsRef | DirectionRef
+class SaeFeaturesRef(BaseModel):
+    sae: str = Field(description="A local SAELens-format folder (cfg.json + sae_weights.safetensors).")
+    features: list[int] = Field(description="Feature ids (0..d_sae-1) whose decoder contributions are removed.")
+
+
+TargetSpec = str | HeadRef | NeuronsRef | DirectionRef | SaeFeaturesRef
 TARGETS_DESCRIPTION = (
     "Components ablated together: a head 'L9H3' (or {layer, head}), an MLP 'L28MLP', an attention layer's output "
     "'L12ATTN', MLP neurons {layer, neurons: [17, 403]}, or a residual direction {layer, direction: [d_model "
-    "floats] or 'direction://…' from `probe`} projected out of that layer's output residual stream (resid_post)."
+    "floats] or 'direction://…' from `probe`} projected out of that layer's output residual stream (resid_post), "
+    "or SAE features {sae: '<SAELens folder>', features: [12, 873]} (each feature's decoder contribution "
+    "activation × W_dec[f] removed at the SAE's hook; mean/resample replace the activations instead)."
 )
 
 

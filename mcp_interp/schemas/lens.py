@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance
@@ -124,14 +122,17 @@ class SteerMeasurement(Measurement):
     positive: str | None = Field(default=None, description="ActAdd: the text whose residual is added.")
     negative: str | None = Field(default=None, description="ActAdd: the text whose residual is subtracted.")
     direction_uri: str | None = Field(default=None, description="The stored direction steered along, if any.")
+    sae_feature: str | None = Field(default=None, description="The SAE feature whose decoder row is added, if any.")
     layer: int
-    site: Literal["resid_pre", "resid_post"] = Field(
-        description="Where the vector is added: resid_pre of `layer` (ActAdd) or resid_post of `layer` (a stored "
-        "direction, the stream its probe read)."
+    site: str = Field(
+        description="Where the vector is added: resid_pre of `layer` (ActAdd), resid_post of `layer` (a stored "
+        "direction, the stream its probe read), or the SAE's site (resid_pre, resid_mid, resid_post, attn_out, "
+        "mlp_out, z, mlp_post) for a feature."
     )
     coefficient: float = Field(
         description="ActAdd: multiplier of resid(positive) − resid(negative). A stored direction: in units of the std "
-        "of its probe texts' projections (1 = one typical spread along the direction)."
+        "of its probe texts' projections (1 = one typical spread along the direction). An SAE feature: the "
+        "activation added (coefficient × its decoder row)."
     )
     vector_norm: float = Field(description="L2 norm of the added vector divided by |coefficient| (its unit's length).")
     residual_norm: float = Field(description="L2 norm of the prompt's residual at that site (last token), for scale.")

@@ -46,7 +46,7 @@ def text_losses(model: LoadedModel, texts: Sequence[str], intervention: Interven
             f"Text {short[0]} ({batch.texts[short[0]]!r}) has fewer than 2 tokens: loss needs at least one "
             "token to predict from another. Pass longer texts."
         )
-    ablation = ablation_from_spec(intervention, model.bridge.cfg)
+    ablation = ablation_from_spec(intervention, model.bridge.cfg, model)
     loss, hit, scored = token_losses(_run(model, batch, ablation), batch)
     rows = []
     for i, text in enumerate(batch.texts):

@@ -1,0 +1,134 @@
+"""Benchmark: the features family on the embedded model, one process.
+
+SAE section (``bench_sae``): a seeded random 16 384-feature standard SAE on the middle layer's
+``resid_post``, written in SAELens' format (cfg.json + sae_weights.safetensors) to a temporary
+folder, then ``sae`` on a 64-token text timed with the SAE already loaded (the in-process cache) and
+with the load included (cache cleared first; the file itself is in the OS page cache after the
+first read), and ``sae_features`` (8 texts × 32 features) for scale. Goal (issue "features"): ``sae``
+on 64 tokens ≤ 2 s.
+
+Usage: ``python scripts/bench_features.py [--model smollm2-135m] [--repeats 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from mcp_interp.core.features.sae import clear_cache, load_sae
+from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
+from mcp_interp.core.tokens import token_ids
+from mcp_interp.corpora import ioi_pairs
+from mcp_interp.models import LoadedModel, load_model
+
+D_SAE = 16_384
+N_TOKENS = 64
+
+
+def write_random_sae(folder: Path, d_in: int, hook: str, model_name: str, seed: int = 0) -> None:
+    """A standard (ReLU) SAE with unit-norm random encoder columns and W_dec = W_encᵀ, in SAELens 6 format."""
+    generator = torch.Generator().manual_seed(seed)
+    w_enc = torch.randn(d_in, D_SAE, generator=generator)
+    w_enc /= w_enc.norm(dim=0, keepdim=True)
+    weights = {
+        "W_enc": w_enc,
+        "b_enc": torch.zeros(D_SAE),
+        "W_dec": w_enc.T.contiguous() / 8.0,
+        "b_dec": torch.zeros(d_in),
+    }
+    save_file(weights, str(folder / "sae_weights.safetensors"))
+    cfg = {
+        "architecture": "standard",
+        "d_in": d_in,
+        "d_sae": D_SAE,
+        "dtype": "float32",
+        "apply_b_dec_to_input": True,
+        "normalize_activations": "none",
+        "metadata": {"sae_lens_version": "6.18.0", "model_name": model_name, "hook_name": hook},
+    }
+    (folder / "cfg.json").write_text(json.dumps(cfg))
+
+
+def text_of(model: LoadedModel, n_tokens: int) -> str:
+    """A text of about ``n_tokens`` tokens from the IOI corpus (cut at a token boundary)."""
+    long = " ".join(pair.clean + " " + pair.correct + "." for pair in ioi_pairs())
+    ids = token_ids(model.tokenizer, long)
+    return str(model.tokenizer.decode(ids[:n_tokens]))
+
+
+def timed(fn: Callable[[], object], repeats: int) -> tuple[float, list[float]]:
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds), seconds
+
+
+def bench_sae(model: LoadedModel, repeats: int = 5) -> None:
+    layer = model.bridge.cfg.n_layers // 2
+    hook = f"blocks.{layer}.hook_resid_post"  # SAELens' name: the format's field, mapped by the loader
+    text = text_of(model, N_TOKENS)
+    n_tokens = len(token_ids(model.tokenizer, text))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "sae"
+        folder.mkdir()
+        write_random_sae(folder, int(model.bridge.cfg.d_model), hook, model.name)
+        size_mb = (folder / "sae_weights.safetensors").stat().st_size / 1e6
+        print(f"\nSAE: {D_SAE} features at {hook} (d_in {model.bridge.cfg.d_model}), weights {size_mb:.0f} MB")
+
+        clear_cache()
+        started = time.perf_counter()
+        load_sae(str(folder), model)
+        print(f"  load (cold, from disk): {time.perf_counter() - started:.3f} s")
+        measurement, _ = sae_report(model, text, str(folder))  # warm-up
+        warm, all_warm = timed(lambda: sae_report(model, text, str(folder)), repeats)
+
+        def cold() -> None:
+            clear_cache()
+            sae_report(model, text, str(folder))
+
+        with_load, all_cold = timed(cold, repeats)
+        print(
+            f"  sae on {n_tokens} tokens, SAE cached:      median {warm:.3f} s  "
+            f"({', '.join(f'{s:.3f}' for s in all_warm)})"
+        )
+        print(
+            f"  sae on {n_tokens} tokens, load included: median {with_load:.3f} s  "
+            f"({', '.join(f'{s:.3f}' for s in all_cold)})"
+        )
+        print(f"  goal ≤ 2 s: {'met' if max(warm, with_load) <= 2.0 else 'NOT met'}")
+        print(
+            f"  FVE {measurement.fraction_variance_explained:.3f}, L0 {measurement.l0:.0f}, losses clean "
+            f"{measurement.clean_loss:.3f} / spliced {measurement.spliced_loss:.3f} / zero "
+            f"{measurement.zero_ablation_loss:.3f} nats (random SAE: its numbers mean nothing)"
+        )
+
+        texts = [pair.clean for pair in ioi_pairs()][:8]
+        features = list(range(0, D_SAE, D_SAE // 32))
+        seconds, _ = timed(lambda: sae_feature_activations(model, texts, str(folder), features), repeats)
+        print(f"  sae_features, {len(texts)} texts × {len(features)} features: median {seconds:.3f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = load_model(args.model)
+    print(f"model {model.name}, torch threads {torch.get_num_threads()}")
+    bench_sae(model, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
