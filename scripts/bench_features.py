@@ -1,5 +1,11 @@
 """Benchmark: the features family on the embedded model, one process.
 
+Probe section (``bench_probe``): ``probe`` over every layer on the 400 texts of the shipped
+``subject_number`` corpus (logistic, with controls), against a reference measured in the same run:
+the same residuals read with one forward pass per layer (what a per-layer loop over
+``run_with_cache`` does), then the same fits. Goal (issue "features"): ≤ 30 s for 30 layers × 400
+texts. Also prints the probe's accuracy, interval and selectivity by layer.
+
 SAE section (``bench_sae``): a seeded random 16 384-feature standard SAE on the middle layer's
 ``resid_post``, written in SAELens' format (cfg.json + sae_weights.safetensors) to a temporary
 folder, then ``sae`` on a 64-token text timed with the SAE already loaded (the in-process cache) and
@@ -24,10 +30,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from mcp_interp.core.features.probe_job import ProbeJob
+from mcp_interp.core.features.residuals import read_residuals
 from mcp_interp.core.features.sae import clear_cache, load_sae
 from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
+from mcp_interp.core.jobs import drain
 from mcp_interp.core.tokens import token_ids
-from mcp_interp.corpora import ioi_pairs
+from mcp_interp.corpora import ioi_pairs, subject_number
 from mcp_interp.models import LoadedModel, load_model
 
 D_SAE = 16_384
@@ -119,6 +128,37 @@ def bench_sae(model: LoadedModel, repeats: int = 5) -> None:
         print(f"  sae_features, {len(texts)} texts × {len(features)} features: median {seconds:.3f} s")
 
 
+def bench_probe(model: LoadedModel) -> None:
+    corpus = subject_number()
+    n_layers = int(model.bridge.cfg.n_layers)
+    print(f"\nprobe: {len(corpus.texts)} texts ({corpus.name}), {n_layers} layers, position {corpus.position!r}")
+    started = time.perf_counter()
+    job = ProbeJob(model, corpus.texts, corpus.labels, position=corpus.position)
+    result = drain(job)
+    ours = time.perf_counter() - started
+    started = time.perf_counter()
+    one_pass = read_residuals(model, corpus.texts, None, corpus.position)
+    read_once = time.perf_counter() - started
+    started = time.perf_counter()
+    per_layer = [read_residuals(model, corpus.texts, [layer], corpus.position) for layer in range(n_layers)]
+    read_per_layer = time.perf_counter() - started
+    same = max(float((one_pass.values[:, i] - r.values[:, 0]).abs().max()) for i, r in enumerate(per_layer))
+    fits = ours - read_once
+    print(f"  probe, all layers (one forward pass + {n_layers} × 3 fits): {ours:.2f} s; goal ≤ 30 s: "
+          f"{'met' if ours <= 30 else 'NOT met'}")  # fmt: skip
+    print(
+        f"  residuals in one pass {read_once:.2f} s vs one pass per layer {read_per_layer:.2f} s "
+        f"({read_per_layer / read_once:.1f}×, max |diff| {same:.1e}); with the fits: {ours:.2f} s vs "
+        f"{read_per_layer + fits:.2f} s ({(read_per_layer + fits) / ours:.1f}×)"
+    )
+    for row in result.layers[:: max(1, n_layers // 10)]:
+        print(
+            f"  L{row.layer:>2} accuracy {row.accuracy:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}] train "
+            f"{row.train_accuracy:.3f} {result.control_kind} control {row.control_accuracy:.3f} selectivity "
+            f"{row.selectivity:+.3f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -127,6 +167,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = load_model(args.model)
     print(f"model {model.name}, torch threads {torch.get_num_threads()}")
+    bench_probe(model)
     bench_sae(model, args.repeats)
 
 
