@@ -19,6 +19,11 @@ def corpora_dir() -> Path:
     return DATA_DIR / "corpora"
 
 
+def views_dir() -> Path:
+    """MCP Apps views (self-contained HTML), built from ``web/src`` by ``scripts/build_views.py``."""
+    return DATA_DIR / "views"
+
+
 def templates_dir() -> Path:
     """Markdown templates of the MCP prompts (``string.Template`` placeholders)."""
     return DATA_DIR / "prompt_templates"

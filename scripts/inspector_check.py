@@ -70,7 +70,15 @@ def main() -> int:
     templates = inspect("--method", "resources/templates/list")["resourceTemplates"]
     assert {t["uriTemplate"] for t in templates} >= {"figure://{figure_id}", "report://{report_id}"}
     prompts = inspect("--method", "prompts/list")["prompts"]
-    assert {p["name"] for p in prompts} == {"explain-prediction", "find-circuit", "test-causal-claim"}
+    assert {p["name"] for p in prompts} == {"explain-prediction", "find-circuit", "test-causal-claim", "probe-property"}
+
+    # MCP Apps: linked tools carry _meta.ui.resourceUri; each ui:// resource reads back as an app's HTML.
+    linked = {name: tool["_meta"]["ui"]["resourceUri"] for name, tool in tools.items() if "ui" in tool.get("_meta", {})}
+    assert linked.get("patch_heads") == "ui://mcp-interp/heads-heatmap", linked
+    for uri in sorted(set(linked.values())):
+        content = inspect("--method", "resources/read", "--uri", uri)["contents"][0]
+        assert content["mimeType"] == "text/html;profile=mcp-app" and content["text"].startswith("<!doctype html>")
+    print(f"     {len(linked)} tools linked to {len(set(linked.values()))} MCP Apps views, each read back as HTML")
 
     bad = inspect(
         "--method",

@@ -31,7 +31,7 @@ from mcp_interp.schemas.circuits import (
 family = Family("circuits")
 
 
-@family.tool()
+@family.tool(view="circuit-graph")
 async def edge_attribution(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
@@ -176,7 +176,7 @@ async def circuit_faithfulness(
     return kit.finish(result, summary, links)
 
 
-@family.tool()
+@family.tool(view="circuit-graph")
 async def find_circuit(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,

@@ -62,7 +62,7 @@ async def heads_heatmap(
     return await kit.figure(name or title, figures.layer_head_heatmap, patching.scores, title, label)
 
 
-@family.tool()
+@family.tool(view="heads-heatmap")
 async def patch_heads(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,

@@ -51,7 +51,7 @@ async def attention_figure(kit: Toolkit, measurement: AttentionMeasurement) -> t
     return await kit.figure(title, figures.attention_figure, measurement.pattern, measurement.tokens, title)
 
 
-@family.tool()
+@family.tool(view="logit-lens")
 async def logit_lens(
     prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
     ctx: Context,
@@ -99,7 +99,7 @@ async def dla(
     return kit.finish(result, summary, [link])
 
 
-@family.tool()
+@family.tool(view="attention")
 async def attention(
     prompt: Annotated[str, Field(description="One prompt.")],
     layer: Annotated[int, Field(description="Layer index, 0-based.")],
@@ -118,7 +118,7 @@ async def attention(
     return kit.finish(result, f"L{layer}H{head} at the answer position attends to: {tops}", [link])
 
 
-@family.tool()
+@family.tool(view="heads-heatmap")
 async def induction(
     ctx: Context,
     seq_len: Annotated[int, Field(ge=2, le=512, description="Length of the random sequence (repeated once).")] = 50,

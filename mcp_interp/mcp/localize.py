@@ -59,7 +59,7 @@ async def patch_figure(kit: Toolkit, result: PatchMeasurement, model_name: str) 
     return await kit.figure(title, figures.cell_bars, labels, [c.score for c in result.cells], title, label)
 
 
-@family.tool()
+@family.tool(view="layer-position")
 async def patch(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,

@@ -12,7 +12,19 @@ from contextlib import asynccontextmanager
 from mcp.server import MCPServer
 
 from mcp_interp import __version__
-from mcp_interp.mcp import circuits, explain, features, heads, lens, localize, prompts, readouts, stored, swap
+from mcp_interp.mcp import (
+    circuits,
+    explain,
+    features,
+    heads,
+    lens,
+    localize,
+    prompts,
+    readouts,
+    stored,
+    swap,
+    views,
+)
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.session import Session
 
@@ -34,6 +46,7 @@ FAMILIES: tuple[Family, ...] = (
     explain.family,
     swap.family,
     stored.family,
+    views.family,
     prompts.family,
 )
 

@@ -167,6 +167,11 @@ class Toolkit:
         )
 
 
+def view_uri(view: str) -> str:
+    """The URI of an MCP Apps view shipped in ``mcp_interp/data/views/``."""
+    return f"ui://mcp-interp/{view}"
+
+
 class Family:
     """One tool family's tools and resources, declared where they are written and registered by ``server.py``.
 
@@ -180,10 +185,14 @@ class Family:
         self.tools: list[Callable[..., Any]] = []
         self._registrations: list[Callable[[MCPServer[Any]], object]] = []
 
-    def tool(self, annotations: ToolAnnotations = READ_ONLY) -> Callable[[F], F]:
+    def tool(self, annotations: ToolAnnotations = READ_ONLY, view: str | None = None) -> Callable[[F], F]:
+        """Declare a tool; ``view`` names the MCP Apps view (``ui://mcp-interp/<view>``) hosts may render its
+        result in (``_meta.ui.resourceUri``, and the older flat key ``ui/resourceUri`` for hosts that read it)."""
+        meta = None if view is None else {"ui": {"resourceUri": view_uri(view)}, "ui/resourceUri": view_uri(view)}
+
         def declare(fn: F) -> F:
             self.tools.append(fn)
-            self._registrations.append(lambda server: server.add_tool(fn, annotations=annotations))
+            self._registrations.append(lambda server: server.add_tool(fn, annotations=annotations, meta=meta))
             return fn
 
         return declare
