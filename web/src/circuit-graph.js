@@ -84,27 +84,35 @@ function drawGraph(edges) {
   const order = [...columns.keys()].sort((a, b) => a - b);
   const xStep = 90;
   const yStep = 26;
-  const height = Math.max(...[...columns.values()].map((c) => c.length)) * yStep + 40;
+  const height = Math.max(...[...columns.values()].map((c) => c.length)) * yStep + 40 + Math.min(160, 0.18 * xStep * order.length);
   order.forEach((column, i) => {
     const members = columns.get(column).sort((a, b) => a.id.localeCompare(b.id, "en", { numeric: true }));
     members.forEach((node, j) => {
       node.x = 50 + i * xStep;
-      node.y = 24 + j * yStep + (height - 40 - members.length * yStep) / 2;
+      node.y = height - 16 - (members.length - j) * yStep;
     });
   });
   const width = 100 + (order.length - 1) * xStep;
   const maxScore = Math.max(...edges.map((e) => Math.abs(e.score))) || 1;
-  const lines = drawn.map((e, i) =>
-    svg("line", {
-      x1: e.from.x, y1: e.from.y, x2: e.to.x, y2: e.to.y,
-      stroke: e.score >= 0 ? "rgb(178, 24, 43)" : "rgb(33, 102, 172)",
-      "stroke-width": (0.6 + 5 * Math.abs(e.score) / maxScore).toFixed(2),
-      "stroke-opacity": 0.75,
-      "data-edge": `${e.writer}->${e.reader}`,
-      "data-tip": `#${i + 1} ${e.writer} → ${e.reader}\nscore ${fmt(e.score)}`,
-      tabindex: 0,
-    }),
-  );
+  // Each edge is an arc bowing upward with its length, so edges that skip columns do not run through the nodes
+  // between; a wide transparent copy under it makes it easy to hover.
+  const lines = drawn.map((e, i) => {
+    const bend = Math.min(e.from.y, e.to.y) - 10 - 0.18 * Math.abs(e.to.x - e.from.x);
+    const d = `M ${e.from.x} ${e.from.y} Q ${(e.from.x + e.to.x) / 2} ${bend} ${e.to.x} ${e.to.y}`;
+    return svg(
+      "g",
+      { "data-edge": `${e.writer}->${e.reader}`, "data-tip": `#${i + 1} ${e.writer} → ${e.reader}\nscore ${fmt(e.score)}`, tabindex: 0 },
+      svg("path", { d, fill: "none", stroke: "transparent", "stroke-width": 9, class: "hit" }),
+      svg("path", {
+        d,
+        fill: "none",
+        stroke: e.score >= 0 ? "rgb(178, 24, 43)" : "rgb(33, 102, 172)",
+        "stroke-width": (0.6 + (5 * Math.abs(e.score)) / maxScore).toFixed(2),
+        "stroke-opacity": 0.75,
+        class: "edge",
+      }),
+    );
+  });
   const circles = [...nodes.values()].map((node) =>
     svg(
       "g",
