@@ -43,7 +43,8 @@ async def probe(
         Literal["logistic", "diff_means"],
         Field(
             description="logistic: scikit-learn LogisticRegression (lbfgs, L2, C=1) on standardised residuals; "
-            "diff_means: difference of the class means (no optimiser)."
+            "diff_means: direction = difference of the class means (often the better one to intervene on), "
+            "accuracy from those means under the shared covariance (LDA with shrinkage)."
         ),
     ] = "logistic",
     test_fraction: Annotated[float, Field(description="Fraction of texts held out (stratified), 0..1.")] = 0.25,

@@ -39,7 +39,8 @@ class ProbeLayer(BaseModel):
 class ProbeMeasurement(Measurement):
     method: Literal["logistic", "diff_means"] = Field(
         description="logistic: scikit-learn LogisticRegression (lbfgs, L2, C=1) on standardised residuals; "
-        "diff_means: the difference of the class means."
+        "diff_means: the direction is the difference of the class means; texts are classified with those means "
+        "under the shared covariance (LDA, Ledoit-Wolf shrinkage: Marks & Tegmark's mass-mean probe)."
     )
     position: str | int = Field(description="Where each text was read: 'last', 'mean', or a token index.")
     labels: list[str] = Field(description="The two classes; every direction points from the first to the second.")
