@@ -58,6 +58,29 @@ def test_a_probe_finds_the_coordinate_that_carries_the_label(method: str) -> Non
     assert 0.35 <= control.accuracy <= 0.65
 
 
+def test_diff_means_survives_a_dominant_nuisance_balanced_against_the_label() -> None:
+    """A factorial design like subject_number: 20 nuisance values (the token read, norm 30) each with both labels,
+    the label a 0.5-unit shift in one coordinate. The split leaves a chance imbalance of nuisance values between
+    the training classes, the held-out part the opposite one, so the plain projection on μ₁ − μ₀ classifies near
+    or below chance; under the shared covariance the label is read (≥ 0.9). The stored direction is still
+    μ₁ − μ₀, dominated by coordinate 3 once the nuisance averages out over all texts."""
+    rng = np.random.default_rng(0)
+    nuisance = np.repeat(np.arange(20), 10)
+    y = np.tile([0, 1], 100)
+    x = 30.0 * np.eye(40)[nuisance] + rng.normal(scale=0.3, size=(200, 40))
+    x[:, 39] = 0.0
+    x[:, 39] += 0.5 * (2 * y - 1)
+    split = probe.stratified_split(y, 0.25, seed=0)
+    fit = probe.fit_probe(x, y, split, "diff_means")
+    assert fit.accuracy >= 0.9
+    projection = x[split.test] @ fit.direction
+    threshold = (x[split.train][y[split.train] == 1] @ fit.direction).mean() / 2 + (
+        x[split.train][y[split.train] == 0] @ fit.direction
+    ).mean() / 2
+    plain = float(((projection > threshold).astype(int) == y[split.test]).mean())
+    assert plain < fit.accuracy - 0.2  # what the plain projection would have reported
+
+
 def test_the_exact_interval_is_clopper_pearson() -> None:
     # All wrong / all right: the bounds solve (1 − p)^n = α/2 and p^n = α/2 in closed form.
     assert probe.exact_interval(0, 10) == pytest.approx((0.0, 1 - 0.025 ** (1 / 10)))

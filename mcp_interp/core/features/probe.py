@@ -12,7 +12,8 @@ without a model. A probe is binary: ``y`` ∈ {0, 1}, the direction points towar
   of the class means, μ₁ − μ₀ (no optimiser; often the more causally faithful direction, and what
   interventions use), and texts are classified with the same means under the classes' shared
   covariance, Σ⁻¹(μ₁ − μ₀) — scikit-learn's ``LinearDiscriminantAnalysis`` (solver ``lsqr``,
-  Ledoit–Wolf ``shrinkage="auto"``, since d_model can exceed the training texts). The plain
+  Ledoit–Wolf ``shrinkage="auto"``, since d_model can exceed the training texts) on standardised
+  features. The plain
   projection on μ₁ − μ₀ is not used to classify: when a nuisance variable dominates the residual
   (the token read, say) and is balanced against the label, the training split's means differ by a
   chance imbalance of that nuisance, and the held-out split carries the opposite imbalance, so the
@@ -139,12 +140,17 @@ def _logistic(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _shared_covariance(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Σ⁻¹(μ₁ − μ₀) and its threshold: linear discriminant analysis with Ledoit–Wolf shrinkage."""
+    """Σ⁻¹(μ₁ − μ₀) and its threshold: linear discriminant analysis with Ledoit–Wolf shrinkage, on standardised
+    features (as the logistic probe), so the shrinkage target is each dimension's own scale rather than one
+    variance for all — a few huge dimensions would otherwise drown the rest — and mapped back to raw units."""
     from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
     model = LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")
-    model.fit(x, y)
-    return model.coef_[0].astype(np.float64), float(model.intercept_[0])
+    model.fit((x - mean) / scale, y)
+    weights = model.coef_[0].astype(np.float64) / scale
+    return weights, float(model.intercept_[0] - weights @ mean)
 
 
 def exact_interval(correct: int, n: int) -> tuple[float, float]:
