@@ -156,7 +156,7 @@ async def demo(model: str) -> None:
             print(f"  note: {note}")
 
         corpus = subject_number()
-        probe_args = {"texts": corpus.texts, "labels": corpus.labels, "method": "diff_means"}
+        probe_args = {"texts": corpus.texts, "labels": corpus.labels}
         probed = structured(await client.call_tool("probe", probe_args))
         print(
             f"\nprobe ({probed['method']}, {probed['n_texts']} texts of the subject_number corpus, "
@@ -178,12 +178,15 @@ async def demo(model: str) -> None:
             "incorrect": " is",
         }
         removed = structured(await client.call_tool("ablate", ablate_args))
-        random_changes = ", ".join(f"{v:+.2f}" for v in removed["random_directions"]["logit_diff_change"])
+        baseline = removed["random_directions"]
+        random_changes = ", ".join(f"{v:+.2f}" for v in baseline["logit_diff_change"])
         before, after = removed["before"]["logit_diff"]["value"], removed["after"]["logit_diff"]["value"]
         print(
             f"ablate that direction ({direction_uri[:20]}…, layer {layer}) on plural subjects, ' are' vs ' is': "
-            f"logit diff {before:+.2f} -> {after:+.2f}; the same for 5 random directions: {random_changes}"
+            f"logit diff {before:+.2f} -> {after:+.2f}; 5 random directions removing the same energy "
+            f"({baseline['direction_energy']:.3g}): {random_changes}"
         )
+        print(f"  note: {removed['notes'][-1]}\n")
 
         bad = await client.call_tool(
             "patch", {**patch_args, "component": "mlp_neurons", "layers": [28], "neurons": [5000]}

@@ -197,6 +197,15 @@ def test_probe_job_directions_are_unit_vectors_with_their_statistics(tiny: Loade
         assert direction.labels == ["city", "country"] and direction.model_fingerprint == tiny.fingerprint
         assert row.selectivity == pytest.approx(row.accuracy - row.control_accuracy)
         assert row.ci_low <= row.accuracy <= row.ci_high
+    # The best of 3 layers, chosen on the held-out texts, gets the wider Bonferroni interval (level 1 − 0.05/3).
+    best = next(row for row in result.layers if row.layer == result.best_layer)
+    low, high = result.best_ci_adjusted
+    assert low <= best.ci_low and high >= best.ci_high and (low < best.ci_low or high > best.ci_high)
+    assert result.layers_beating_chance == [
+        row.layer
+        for row in result.layers
+        if probe.exact_interval(round(row.accuracy * result.n_test), result.n_test, 1 - 0.05 / 3)[0] > result.chance
+    ]
 
 
 def test_direction_ablation_equals_a_hand_projection_hook(tiny: LoadedModel) -> None:
@@ -219,28 +228,59 @@ def test_direction_ablation_equals_a_hand_projection_hook(tiny: LoadedModel) -> 
     assert result.after.logit_diff is not None
     assert result.after.logit_diff.value == pytest.approx(float((logits[:, good] - logits[:, bad]).mean()), abs=1e-5)
 
-    # The random baseline: the same projection with the seeded random unit vectors, each checked by hand.
-    from mcp_interp.core.ablate import RANDOM_DIRECTIONS, random_unit_vectors
+    # The random baseline: seeded random directions removing the same energy (mean squared projection over the
+    # prompts' tokens) as the real one. Rebuilt here with an independent root-finder (scipy's brentq on the exponent
+    # γ of u ∝ Σ g_i λ_i^(γ/2) v_i, the eigenpairs of the second moment of resid_post from the bridge's cache).
+    from scipy.optimize import brentq
 
     baseline = result.random_directions
-    assert baseline is not None and baseline.n == RANDOM_DIRECTIONS == 5 and baseline.logit_diff_change is not None
-    draws = random_unit_vectors(5, 64, seed=0)
-    assert torch.allclose(draws.double().norm(dim=1), torch.ones(5, dtype=torch.float64), atol=1e-6)
+    assert baseline is not None and baseline.n == 5 and baseline.logit_diff_change is not None
+    _, cache = tiny.bridge.run_with_cache(ids)
+    rows = cache["blocks.1.hook_resid_post"].reshape(-1, 64).double()  # equal-length prompts: every token is real
+    target = float(((rows @ unit.double()) ** 2).mean())
+    assert baseline.direction_energy == pytest.approx(target, rel=1e-5)
+    assert baseline.energy == pytest.approx([target] * 5, rel=1e-3)  # matched, the point of the baseline
+    lam, vecs = torch.linalg.eigh(rows.T @ rows / rows.shape[0])
+    lam = lam.clamp_min(float(lam.max()) * 1e-12)
+    gaussians = torch.randn(5, 1, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)[:, 0]
     assert result.before.logit_diff is not None
-    for change, random_unit in zip(baseline.logit_diff_change, draws, strict=True):
+    for change, g in zip(baseline.logit_diff_change, gaussians, strict=True):
+        gamma = brentq(lambda t, g=g: float((g**2 * lam ** (1 + t)).sum() / (g**2 * lam**t).sum()) - target, -4, 4)
+        u = vecs @ (g * lam ** (gamma / 2))
+        u = (u / u.norm()).float()
 
-        def project_random(resid: torch.Tensor, hook: Any, u: torch.Tensor = random_unit) -> torch.Tensor:
+        def project_random(resid: torch.Tensor, hook: Any, u: torch.Tensor = u) -> torch.Tensor:
             return resid - (resid @ u).unsqueeze(-1) * u
 
         with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=[("blocks.1.hook_resid_post", project_random)]):
             random_logits = tiny.bridge(ids)[:, -1].double()
         after = float((random_logits[:, good] - random_logits[:, bad]).mean())
-        assert change == pytest.approx(after - result.before.logit_diff.value, abs=1e-5)
-    assert any("random unit directions" in note for note in result.notes)
+        assert change == pytest.approx(after - result.before.logit_diff.value, abs=1e-3)
+    assert any("removing the same energy" in note for note in result.notes)
     again = ablate(tiny, prompts, spec, "mary", "john").random_directions
     other_seed = ablate(tiny, prompts, spec.model_copy(update={"seed": 1}), "mary", "john").random_directions
     assert again is not None and other_seed is not None
     assert again.logit_diff_change == baseline.logit_diff_change != other_seed.logit_diff_change
+
+
+def test_directions_sharing_a_layer_are_kept_apart_and_orthonormalised(tiny: LoadedModel) -> None:
+    from mcp_interp.core.interventions import ablation_from_spec
+    from mcp_interp.schemas.common import AblationSpec
+
+    first, second = [1.0] + [0.0] * 63, [1.0, 1.0] + [0.0] * 62
+    spec = AblationSpec(targets=[{"layer": 2, "direction": first}, {"layer": 2, "direction": second}])  # type: ignore[list-item]
+    ablation = ablation_from_spec(spec, tiny.bridge.cfg, tiny)
+    assert ablation is not None and len(ablation.targets) == 2
+    vectors = [t.direction for t in ablation.targets]
+    assert vectors[0] is not None and vectors[1] is not None
+    assert vectors[0].tolist() == first and vectors[1].tolist() == [0.0, 1.0] + [0.0] * 62
+    duplicate = AblationSpec(targets=[{"layer": 2, "direction": first}, {"layer": 2, "direction": [2.0] + [0.0] * 63}])  # type: ignore[list-item]
+    deduplicated = ablation_from_spec(duplicate, tiny.bridge.cfg, tiny)
+    assert deduplicated is not None and len(deduplicated.targets) == 1  # the same unit vector twice
+    third = [0.0, 3.0] + [0.0] * 62
+    same = AblationSpec(targets=[{"layer": 2, "direction": v} for v in (first, second, third)])  # type: ignore[misc]
+    with pytest.raises(InputError, match="linearly dependent"):
+        ablation_from_spec(same, tiny.bridge.cfg, tiny)
 
 
 def test_steer_with_a_stored_direction(tiny: LoadedModel) -> None:
@@ -292,6 +332,13 @@ def test_stored_directions_are_checked_against_the_loaded_weights(tiny: LoadedMo
         load_direction("direction://" + "b" * 32, missing, tiny)
     with pytest.raises(InputError, match="not a direction URI"):
         load_direction("figure://" + "a" * 32, missing, tiny)
+
+    from mcp_interp.core.features.directions import resolve_direction_refs
+    from mcp_interp.schemas.common import AblationSpec
+
+    elsewhere = AblationSpec(targets=[{"layer": 1, "direction": "direction://" + "a" * 32}])  # type: ignore[list-item]
+    with pytest.raises(InputError, match="fitted on layer 2's resid_post, but the target names layer 1"):
+        resolve_direction_refs(elsewhere, lambda _id: data, tiny)
 
 
 # --- end to end over stdio -------------------------------------------------------------------------

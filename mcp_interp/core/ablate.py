@@ -16,6 +16,7 @@ import torch
 
 from mcp_interp.core import metrics
 from mcp_interp.core.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
+from mcp_interp.core.bridge import hook_out
 from mcp_interp.core.interventions import Ablation, Target, ablation_from_spec, prepare_ablation
 from mcp_interp.core.readouts import answer_logits
 from mcp_interp.core.tokens import encode
@@ -68,34 +69,105 @@ def random_unit_vectors(n: int, d_model: int, seed: int) -> torch.Tensor:
     return (draws / draws.norm(dim=1, keepdim=True)).to(torch.float32)
 
 
+def residual_rows(model: LoadedModel, prompts: Sequence[str], layers: Sequence[int]) -> dict[int, torch.Tensor]:
+    """Every real token's resid_post at each of ``layers`` ([tokens, d_model], float64), from one forward."""
+    from mcp_interp.core.patching import capture_forward
+
+    batch = encode(model.tokenizer, prompts, model.device)
+    names = {hook_out(layer): layer for layer in layers}
+    acts = capture_forward(model.bridge, batch.input_ids, sorted(names)).acts
+    real = batch.attention_mask.bool()
+    return {layer: acts[name][real].detach().to(torch.float64).cpu() for name, layer in names.items()}
+
+
+def energy_matched_directions(rows: torch.Tensor, target: float, gaussians: torch.Tensor) -> torch.Tensor:
+    """Random unit directions that remove the same energy as the real one: u ∝ Σ_i g_i λ_i^(γ/2) v_i, with
+    (λ_i, v_i) the eigenpairs of the residual's second moment S = E[x xᵀ] over the prompts' tokens and g a
+    Gaussian draw. γ = 0 is a uniform direction; γ > 0 leans toward the stream's energetic directions, γ < 0
+    away from them. uᵀSu = Σ λ^(1+γ) g² / Σ λ^γ g² rises monotonically with γ (its derivative is a variance),
+    so for each draw γ ∈ [−4, 4] is found by bisection to give uᵀSu = ``target`` (clamped at the ends).
+    ``rows`` [tokens, d_model] float64, ``gaussians`` [n, d_model] → [n, d_model] unit vectors."""
+    second = rows.T @ rows / rows.shape[0]
+    eigenvalues, eigenvectors = torch.linalg.eigh(second)
+    eigenvalues = eigenvalues.clamp_min(float(eigenvalues.max()) * 1e-12)
+    out = []
+    for g in gaussians:
+        weight = g**2
+
+        def energy(gamma: float, weight: torch.Tensor = weight) -> float:
+            scaled = weight * eigenvalues**gamma
+            return float((scaled * eigenvalues).sum() / scaled.sum())
+
+        low, high = -4.0, 4.0
+        if target <= energy(low):
+            gamma = low
+        elif target >= energy(high):
+            gamma = high
+        else:
+            for _ in range(60):
+                gamma = (low + high) / 2
+                low, high = (gamma, high) if energy(gamma) < target else (low, gamma)
+            gamma = (low + high) / 2
+        vector = eigenvectors @ (g * eigenvalues ** (gamma / 2))
+        out.append(vector / vector.norm())
+    return torch.stack(out)
+
+
 def random_direction_baseline(
     model: LoadedModel, prompts: Sequence[str], ablation: Ablation, correct: Any, incorrect: Any
 ) -> RandomDirections:
     """The ablation re-run ``RANDOM_DIRECTIONS`` times with every direction target replaced by a random unit
-    direction at the same layer (projection removes a unit direction's component, so "equal norm" is automatic);
-    the other targets stay as they are."""
+    direction at the same layer that removes the same energy (``energy_matched_directions``), the other targets
+    unchanged.
+
+    Why energy-matched: a uniform random direction in R^d_model carries about 1/d_model of the stream's energy,
+    much less than most directions fitted to data (a difference of means often picks up the stream's largest
+    components), so "larger than random" would be nearly guaranteed; directions drawn from the residual's
+    covariance instead are dominated by its few huge components (attention sinks) and break the model. Matching
+    the energy removed (the mean squared projection over the prompts' tokens) compares like with like."""
+    directions = [t for t in ablation.targets if t.kind == "direction"]
+    rows = residual_rows(model, prompts, sorted({t.layer for t in directions}))
     d_model = int(model.bridge.cfg.d_model)
-    n_directions = sum(t.kind == "direction" for t in ablation.targets)
-    draws = random_unit_vectors(RANDOM_DIRECTIONS * n_directions, d_model, ablation.seed)
+    generator = torch.Generator(device="cpu").manual_seed(ablation.seed)
+    gaussians = torch.randn(RANDOM_DIRECTIONS, len(directions), d_model, generator=generator, dtype=torch.float64)
+
+    def energy(layer: int, unit: torch.Tensor) -> float:
+        return float(((rows[layer] @ unit.to(torch.float64)) ** 2).mean())
+
+    matched = [
+        energy_matched_directions(rows[t.layer], energy(t.layer, t.direction), gaussians[:, j])
+        for j, t in enumerate(directions)
+        if t.direction is not None
+    ]
     logit_diff: list[float] = []
     log_prob: list[float] = []
     kl: list[float] = []
+    energies: list[float] = []
     for i in range(RANDOM_DIRECTIONS):
-        vectors = iter(draws[i * n_directions : (i + 1) * n_directions])
-        targets = [
-            Target(t.layer, "direction", (), next(vectors)) if t.kind == "direction" else t for t in ablation.targets
-        ]
+        drawn = iter(range(len(directions)))
+        targets, removed = [], 0.0
+        for t in ablation.targets:
+            if t.kind != "direction":
+                targets.append(t)
+                continue
+            unit = matched[next(drawn)][i]
+            removed += energy(t.layer, unit)
+            targets.append(Target(t.layer, "direction", (), unit.to(torch.float32)))
         outcome = ablation_outcome(model, prompts, replace(ablation, targets=targets), correct, incorrect)
         if outcome.before.logit_diff is not None and outcome.after.logit_diff is not None:
             logit_diff.append(outcome.after.logit_diff.value - outcome.before.logit_diff.value)
         log_prob.append(outcome.after.log_prob.value - outcome.before.log_prob.value)
         kl.append(outcome.kl.value)
+        energies.append(removed)
+    direction_energy = sum(energy(t.layer, t.direction) for t in directions if t.direction is not None)
     return RandomDirections(
         n=RANDOM_DIRECTIONS,
         seed=ablation.seed,
         logit_diff_change=logit_diff or None,
         log_prob_change=log_prob,
         kl=kl,
+        direction_energy=direction_energy,
+        energy=energies,
     )
 
 
@@ -112,10 +184,18 @@ def compare_with_random(measurement: AblateMeasurement, baseline: RandomDirectio
     verdict = (
         "larger than every random direction's" if abs(change) > largest else "NOT larger than the random directions'"
     )
+    unmatched = [e for e in baseline.energy if abs(e - baseline.direction_energy) > 0.05 * baseline.direction_energy]
+    caveat = (
+        f" {len(unmatched)} random direction(s) could not be matched within 5 % (energies "
+        f"{', '.join(f'{e:.3g}' for e in baseline.energy)} vs {baseline.direction_energy:.3g})."
+        if unmatched
+        else ""
+    )
     return (
-        f"Projecting out the direction changes the {name} by {change:+.3f}; {baseline.n} random unit directions at "
-        f"the same layer change it by {', '.join(f'{v:+.3f}' for v in random)} (largest |change| {largest:.3f}): "
-        f"the direction's effect is {verdict}."
+        f"Projecting out the direction changes the {name} by {change:+.3f}; {baseline.n} random unit directions at the "
+        f"same layer removing the same energy (mean squared projection {baseline.direction_energy:.3g}) change it by "
+        f"{', '.join(f'{v:+.3f}' for v in random)} (largest |change| {largest:.3f}): the direction's effect is "
+        f"{verdict}.{caveat}"
     )
 
 

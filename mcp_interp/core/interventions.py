@@ -82,7 +82,7 @@ class Target:
             return part.flatten(2) if self.kind == "head" else part
         if self.kind == "direction":
             assert self.direction is not None
-            return (values @ self.direction.to(values.dtype)).unsqueeze(-1)
+            return (values @ self.direction.to(device=values.device, dtype=values.dtype)).unsqueeze(-1)
         if self.kind == "sae_features":
             return self.sae.encode(self.sae.to_input(values))[..., list(self.index)].to(values.dtype)
         return values
@@ -91,8 +91,8 @@ class Target:
         """``values`` with this target's part replaced by ``part`` (a new tensor)."""
         if self.kind == "direction":
             assert self.direction is not None
-            unit = self.direction.to(values.dtype)
-            return values + (part - self.read(values)) * unit
+            unit = self.direction.to(device=values.device, dtype=values.dtype)
+            return values + (part.to(values.dtype) - self.read(values)) * unit
         if self.kind == "sae_features":
             # Each feature's decoder contribution moves from its activation to ``part``: Σ_f Δa_f · W_dec[f].
             decoder = self.sae.W_dec[list(self.index)]
@@ -320,6 +320,38 @@ def ablation_from_spec(spec: AblationSpec | Intervention | None, cfg: Any, model
     targets: list[Target] = []
     for item in specs:
         target = parse_target(item, cfg, model)
-        if target not in targets:
+        if not any(same_target(target, seen) for seen in targets):
             targets.append(target)
-    return Ablation(targets, spec.method, spec.positions, spec.seed)
+    return Ablation(orthonormal_directions(targets), spec.method, spec.positions, spec.seed)
+
+
+def same_target(a: Target, b: Target) -> bool:
+    """Equal targets (a direction's vector counts: two directions at one layer are two targets)."""
+    if a != b:
+        return False
+    return a.kind != "direction" or torch.equal(a.direction, b.direction)  # type: ignore[arg-type]
+
+
+def orthonormal_directions(targets: list[Target]) -> list[Target]:
+    """Directions that share a layer, made orthonormal (Gram–Schmidt, in the order given): projecting out
+    non-orthogonal directions one after the other would not remove their span. The first keeps its vector."""
+    basis: dict[int, list[torch.Tensor]] = {}
+    out: list[Target] = []
+    for target in targets:
+        if target.kind != "direction":
+            out.append(target)
+            continue
+        assert target.direction is not None
+        vector = target.direction.to(torch.float64)
+        for earlier in basis.get(target.layer, []):
+            vector = vector - (vector @ earlier) * earlier
+        norm = float(vector.norm())
+        if norm < 1e-6:
+            raise InputError(
+                f"The directions at layer {target.layer} are linearly dependent: one lies in the span of the others. "
+                "Drop it (projecting out the others already removes it)."
+            )
+        unit = vector / norm
+        basis.setdefault(target.layer, []).append(unit)
+        out.append(Target(target.layer, "direction", (), unit.to(torch.float32)))
+    return out

@@ -204,7 +204,7 @@ def _steering(
         def sae_hooks(added: torch.Tensor) -> list[Any]:
             def shift(values: torch.Tensor) -> torch.Tensor:
                 flat = sae.to_input(values)
-                return sae.from_input(flat + added.to(flat.dtype), values)
+                return sae.from_input(flat + added.to(device=flat.device, dtype=flat.dtype), values)
 
             return splice_hooks(sae, shift)
 
@@ -220,7 +220,7 @@ def _steering(
 
     def add_at(added: torch.Tensor) -> list[Any]:
         def add(resid: torch.Tensor, hook: Any) -> torch.Tensor:
-            return resid + added.to(resid.dtype)
+            return resid + added.to(device=resid.device, dtype=resid.dtype)
 
         return [(hook, add)]
 

@@ -31,8 +31,8 @@ class ProbeLayer(BaseModel):
     )
     direction_norm: float = Field(description="Norm of the fitted direction before normalising (residual units).")
     projection_gap: float = Field(
-        description="(mean projection of the second label − of the first) / std of the projections, over all texts: "
-        "how far apart the classes sit along the direction, in the units `steer` uses."
+        description="(mean projection of the second label − of the first) / std of the projections, on the held-out "
+        "texts: how far apart unseen texts of the two classes sit along the direction, in std units."
     )
 
 
@@ -57,6 +57,13 @@ class ProbeMeasurement(Measurement):
     word_level: bool = Field(description="True when every token read carries a single label (word-level labels).")
     layers: list[ProbeLayer]
     best_layer: int = Field(description="The layer with the highest held-out accuracy (ties: the earliest).")
+    best_ci_adjusted: list[float] = Field(
+        description="[low, high]: best_layer's exact interval at the Bonferroni level 1 − 0.05/(number of layers), "
+        "because it was selected by the same held-out texts. Cite this one for the best layer."
+    )
+    layers_beating_chance: list[int] = Field(
+        description="Layers whose Bonferroni-level interval lies above chance (none = no evidence of a readout)."
+    )
     figure_uri: str | None = Field(default=None, description="Accuracy (with interval), control and chance by layer.")
 
 

@@ -113,15 +113,21 @@ class LossResult(Provenance, LossMeasurement):
 
 
 class RandomDirections(BaseModel):
-    """The same ablation with each residual direction replaced by a random unit direction at its layer."""
+    """The same ablation with each residual direction replaced by a random unit direction at its layer that
+    removes the same energy (mean squared projection over the prompts' tokens), so effects compare like with like."""
 
-    n: int = Field(description="How many random directions (each a seeded uniform draw on the unit sphere).")
+    n: int = Field(description="How many random directions (seeded, energy-matched to the real one).")
     seed: int = Field(description="Seed of the draws (the ablation's `seed`).")
     logit_diff_change: list[float] | None = Field(
         default=None, description="Per random direction: mean logit difference after − before (None without answers)."
     )
     log_prob_change: list[float] = Field(description="Per random direction: mean log-prob after − before.")
     kl: list[float] = Field(description="Per random direction: mean KL(clean‖ablated), nats.")
+    direction_energy: float = Field(
+        description="Mean squared projection of the prompts' residuals on the ablated direction(s), over every "
+        "token: the energy projecting it out removes (residual units²)."
+    )
+    energy: list[float] = Field(description="The same for each random direction: compare before comparing effects.")
 
 
 class AblateMeasurement(AblationOutcome):

@@ -39,15 +39,26 @@ export function connect(name, handlers) {
       return;
     }
     if (message.id !== undefined) {
-      // A request from the host (ping, ui/resource-teardown): nothing to release, answer at once.
-      send({ id: message.id, result: {} });
+      // Requests a view answers: ping, and ui/resource-teardown (nothing to release). Anything else is unknown.
+      if (message.method === "ping" || message.method === "ui/resource-teardown") send({ id: message.id, result: {} });
+      else send({ id: message.id, error: { code: -32601, message: `Method not found: ${message.method}` } });
       return;
     }
     const params = message.params || {};
     if (message.method === "ui/notifications/tool-input") handlers.input?.(params.arguments || {});
     else if (message.method === "ui/notifications/tool-result") showResult(handlers, params);
     else if (message.method === "ui/notifications/host-context-changed") applyHostContext(params);
+    else if (message.method === "ui/notifications/tool-cancelled") showError(`The tool call was cancelled${params.reason ? `: ${params.reason}` : "."}`);
   });
+
+  // The content's own height (the document's scrollHeight never drops below the iframe the host gave us), sent
+  // only once the handshake is done.
+  let initialized = false;
+  const reportSize = () => {
+    if (!initialized) return;
+    const box = document.documentElement.getBoundingClientRect();
+    send({ method: "ui/notifications/size-changed", params: { width: Math.ceil(box.width), height: Math.ceil(box.height) } });
+  };
 
   request("ui/initialize", {
     appInfo: { name: `mcp-interp ${name}`, version: "1.0.0" },
@@ -57,13 +68,12 @@ export function connect(name, handlers) {
     .then((result) => {
       applyHostContext(result?.hostContext || {});
       send({ method: "ui/notifications/initialized", params: {} });
+      initialized = true;
+      reportSize();
     })
     .catch((error) => showError(`The host refused to connect: ${error.message}`));
 
-  new ResizeObserver(() => {
-    const root = document.documentElement;
-    send({ method: "ui/notifications/size-changed", params: { width: root.scrollWidth, height: root.scrollHeight } });
-  }).observe(document.body);
+  new ResizeObserver(reportSize).observe(document.body);
 
   return {
     async callTool(toolName, args) {

@@ -60,9 +60,20 @@ def resolve_direction_refs(spec: Any, lookup: Lookup, model: LoadedModel) -> Any
     if not isinstance(spec, AblationSpec) or not spec.targets:
         return spec
     targets = [
-        DirectionRef(layer=t.layer, direction=load_direction(t.direction, lookup, model).vector)
+        DirectionRef(layer=t.layer, direction=_vector_at(t.layer, t.direction, lookup, model))
         if isinstance(t, DirectionRef) and isinstance(t.direction, str)
         else t
         for t in spec.targets
     ]
     return spec.model_copy(update={"targets": targets})
+
+
+def _vector_at(layer: int, uri: str, lookup: Lookup, model: LoadedModel) -> list[float]:
+    """The stored vector, refused at a layer other than the one whose stream it was fitted on."""
+    direction = load_direction(uri, lookup, model)
+    if layer != direction.layer:
+        raise InputError(
+            f"{uri} was fitted on layer {direction.layer}'s resid_post, but the target names layer {layer}. Pass "
+            f"layer {direction.layer}, or pass the vector itself (from the direction:// resource) to use it elsewhere."
+        )
+    return direction.vector

@@ -153,9 +153,9 @@ def _shared_covariance(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]
     return weights, float(model.intercept_[0] - weights @ mean)
 
 
-def exact_interval(correct: int, n: int) -> tuple[float, float]:
-    """The exact (Clopper–Pearson) 95 % interval of an accuracy of ``correct``/``n``."""
-    ci = stats.binomtest(correct, n).proportion_ci(confidence_level=CONFIDENCE, method="exact")
+def exact_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) interval of an accuracy of ``correct``/``n`` (95 % by default)."""
+    ci = stats.binomtest(correct, n).proportion_ci(confidence_level=confidence, method="exact")
     return float(ci.low), float(ci.high)
 
 

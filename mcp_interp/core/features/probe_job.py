@@ -111,7 +111,11 @@ class ProbeJob:
         projections = x.astype(np.float64) @ unit
         spread = float(projections.std())
         means = {name: float(projections[y == i].mean()) for i, name in enumerate(classes)}
-        gap = (means[classes[1]] - means[classes[0]]) / spread if spread > 0 else 0.0
+        held_out, y_test = projections[split.test], y[split.test]
+        held_spread = float(held_out.std())
+        gap = (
+            float(held_out[y_test == 1].mean() - held_out[y_test == 0].mean()) / held_spread if held_spread > 0 else 0.0
+        )
         self.directions.append(
             StoredDirection(
                 layer=layer,
@@ -155,13 +159,28 @@ class ProbeJob:
         test_counts = np.bincount(y[split.test], minlength=2)
         chance = float(test_counts.max() / test_counts.sum())
         best = max(rows, key=lambda row: (row.accuracy, -row.layer))
+        # The best layer is chosen among len(rows) by the same held-out texts: its interval is widened to the
+        # Bonferroni level 1 − 0.05/L, and "beats chance" is judged at that level for every layer.
+        level = 1 - (1 - probe.CONFIDENCE) / len(rows)
+        n_test = len(split.test)
+        adjusted = {row.layer: probe.exact_interval(round(row.accuracy * n_test), n_test, level) for row in rows}
+        beating = [row.layer for row in rows if adjusted[row.layer][0] > chance]
         kind = None if not controls else "word_identity" if "word_identity" in controls else "permuted"
         notes = [
             f"Accuracy is on {len(split.test)} held-out texts (seeded stratified split); the interval is exact "
             f"(Clopper–Pearson, 95 %). Chance (always the majority label) is {chance:.3f}.",
         ]
-        if all(row.ci_low <= chance for row in rows):
-            notes.append("No layer's interval excludes chance: these texts give no evidence of a linear readout.")
+        if not beating:
+            notes.append(
+                f"No layer beats chance at the Bonferroni level {level:.4f} for {len(rows)} layers: these texts give "
+                "no evidence of a linear readout."
+            )
+        else:
+            notes.append(
+                f"best_layer ({best.layer}) was chosen by held-out accuracy among {len(rows)} layers: cite its "
+                f"Bonferroni interval [{adjusted[best.layer][0]:.3f}, {adjusted[best.layer][1]:.3f}] "
+                f"(level {level:.4f}). Layers beating chance at that level: {len(beating)} of {len(rows)}."
+            )
         if kind == "word_identity":
             notes.append(
                 "The labels are word-level (each token read always carries the same label), so the control is "
@@ -202,5 +221,7 @@ class ProbeJob:
             word_level=word_level,
             layers=rows,
             best_layer=best.layer,
+            best_ci_adjusted=list(adjusted[best.layer]),
+            layers_beating_chance=beating,
             notes=notes,
         )

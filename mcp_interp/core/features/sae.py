@@ -219,7 +219,10 @@ def load_sae(folder: str, model: LoadedModel) -> SparseAutoencoder:
         if sae is not None:
             _CACHE.move_to_end(key)
     if sae is None:
-        sae = _read(path, model.device)
+        try:
+            sae = _read(path, model.device)
+        except OSError as exc:
+            raise InputError(f"`sae` {folder!r}: its files cannot be read ({exc.strerror or exc}).") from None
         with _CACHE_LOCK:
             _CACHE[key] = sae
             while len(_CACHE) > MAX_CACHED:
@@ -233,7 +236,15 @@ def clear_cache() -> None:
 
 
 def resolve_folder(folder: str) -> Path:
-    """The SAE folder as an absolute path, or an InputError saying what to pass instead."""
+    """The SAE folder as an absolute path, or an InputError saying what to pass instead (also for a path the
+    server may not read: permissions are the client's problem to fix, not an internal error)."""
+    try:
+        return _resolve_folder(folder)
+    except OSError as exc:
+        raise InputError(f"`sae` {folder!r} cannot be read on this machine ({exc.strerror or exc}).") from None
+
+
+def _resolve_folder(folder: str) -> Path:
     if not isinstance(folder, str) or not folder.strip():
         raise InputError(f"`sae` must be the path of a local SAE folder (SAELens format), got {folder!r}.")
     path = Path(folder).expanduser()
