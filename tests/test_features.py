@@ -113,6 +113,30 @@ def test_with_a_weak_signal_the_interval_excludes_chance_most_of_the_time() -> N
     assert excluded >= 70
 
 
+def test_layers_beating_chance_hold_their_family_wise_level() -> None:
+    """Size: 20 independent null layers (labels unrelated to x); without adjustment some layer's 95 % interval
+    clears chance in far more than 5 % of datasets; `beyond_chance` (Bonferroni) must keep "any layer beats
+    chance" at ≤ 5 % (+ 2.5 standard errors over 150 draws: 9.5 %). Power: with a 1 σ signal in every layer most
+    layers are found."""
+    false_alarms = unadjusted_alarms = 0
+    draws = 150
+    for seed in range(draws):
+        rng = np.random.default_rng(seed)
+        y = np.repeat([0, 1], 30)
+        split = probe.stratified_split(y, 0.5, seed)
+        corrects = [probe.fit_probe(rng.normal(size=(60, 8)), y, split, "diff_means").correct for _ in range(20)]
+        found, level = probe.beyond_chance(corrects, len(split.test), 0.5)
+        assert level == pytest.approx(1 - 0.05 / 20)
+        false_alarms += bool(found)
+        unadjusted_alarms += any(probe.exact_interval(c, len(split.test))[0] > 0.5 for c in corrects)
+    assert false_alarms / draws <= 0.095
+    assert unadjusted_alarms > false_alarms  # the adjustment is doing something
+    y = np.repeat([0, 1], 40)
+    split = probe.stratified_split(y, 0.5, 0)
+    signal = [probe.fit_probe(signal_data(80, 8, 1.0, seed)[0], y, split, "diff_means").correct for seed in range(20)]
+    assert len(probe.beyond_chance(signal, len(split.test), 0.5)[0]) >= 12
+
+
 def test_word_identity_control_memorisation_gives_no_selectivity() -> None:
     """One-hot word identity is all x carries and the label is a function of the word: the real probe and the
     Hewitt & Liang control both reach 1 (every test word was seen in training), so selectivity is 0."""
@@ -142,8 +166,16 @@ def test_probe_input_errors_say_how_to_fix_them() -> None:
 # --- on tiny -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("position", ["last", "mean", 1, -2])
-def test_residuals_equal_one_text_at_a_time(tiny: LoadedModel, position: Any) -> None:
+@pytest.mark.parametrize(
+    ("position", "words"),
+    [
+        ("last", ["paris", "paris", "gift"]),
+        ("mean", None),  # no single token is read
+        (1, ["went", "capital", "gave"]),
+        (-2, ["to", "called", "a"]),
+    ],
+)
+def test_residuals_equal_one_text_at_a_time(tiny: LoadedModel, position: Any, words: list[str] | None) -> None:
     from mcp_interp.core.features.residuals import read_residuals
 
     texts = ["mary went to paris", "the capital of france is called paris", "bob gave a gift"]
@@ -155,8 +187,7 @@ def test_residuals_equal_one_text_at_a_time(tiny: LoadedModel, position: Any) ->
             resid = cache[f"blocks.{layer}.hook_out"][0]
             expected = resid.mean(0) if position == "mean" else resid[-1 if position == "last" else position]
             assert torch.allclose(got.values[i, column], expected, atol=1e-5)
-    if position == 1:
-        assert got.words == ["went", "capital", "gave"]
+    assert got.words == words
 
 
 def test_residuals_refuse_a_position_a_text_lacks(tiny: LoadedModel) -> None:

@@ -161,10 +161,11 @@ class ProbeJob:
         best = max(rows, key=lambda row: (row.accuracy, -row.layer))
         # The best layer is chosen among len(rows) by the same held-out texts: its interval is widened to the
         # Bonferroni level 1 − 0.05/L, and "beats chance" is judged at that level for every layer.
-        level = 1 - (1 - probe.CONFIDENCE) / len(rows)
         n_test = len(split.test)
-        adjusted = {row.layer: probe.exact_interval(round(row.accuracy * n_test), n_test, level) for row in rows}
-        beating = [row.layer for row in rows if adjusted[row.layer][0] > chance]
+        corrects = [round(row.accuracy * n_test) for row in rows]
+        indices, level = probe.beyond_chance(corrects, n_test, chance)
+        beating = [rows[i].layer for i in indices]
+        best_interval = probe.exact_interval(round(best.accuracy * n_test), n_test, level)
         kind = None if not controls else "word_identity" if "word_identity" in controls else "permuted"
         notes = [
             f"Accuracy is on {len(split.test)} held-out texts (seeded stratified split); the interval is exact "
@@ -178,7 +179,7 @@ class ProbeJob:
         else:
             notes.append(
                 f"best_layer ({best.layer}) was chosen by held-out accuracy among {len(rows)} layers: cite its "
-                f"Bonferroni interval [{adjusted[best.layer][0]:.3f}, {adjusted[best.layer][1]:.3f}] "
+                f"Bonferroni interval [{best_interval[0]:.3f}, {best_interval[1]:.3f}] "
                 f"(level {level:.4f}). Layers beating chance at that level: {len(beating)} of {len(rows)}."
             )
         if kind == "word_identity":
@@ -221,7 +222,7 @@ class ProbeJob:
             word_level=word_level,
             layers=rows,
             best_layer=best.layer,
-            best_ci_adjusted=list(adjusted[best.layer]),
+            best_ci_adjusted=list(best_interval),
             layers_beating_chance=beating,
             notes=notes,
         )
