@@ -83,6 +83,32 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, list[float]]:
     return statistics.median(seconds), seconds
 
 
+def reference_sae_numbers(model: LoadedModel, text: str, folder: str) -> tuple[float, float, float, float]:
+    """The reference for ``sae``: the same numbers the obvious way, in the same process — a full
+    ``run_with_cache`` for the activation, the SAE applied to it, then full forwards with the reconstruction and
+    with zeros spliced in by hooks. Returns (L0, clean loss, spliced loss, zero loss) to check they agree."""
+    sae = load_sae(folder, model)
+    ids = torch.tensor([token_ids(model.tokenizer, text)])
+    with torch.inference_mode():
+        logits, cache = model.bridge.run_with_cache(ids)
+        x = sae.to_input(cache[sae.hook_name][0])
+        acts = sae.encode(x)
+        x_hat = sae.from_input(sae.decode(acts), cache[sae.hook_name][0])
+
+        def loss(values: torch.Tensor | None) -> float:
+            if values is None:
+                out = logits
+            else:
+                hooks = [(sae.hook_name, lambda v, hook: values.unsqueeze(0).to(v.dtype))]
+                with model.bridge.hooks(fwd_hooks=hooks):
+                    out = model.bridge(ids)
+            log_probs = torch.log_softmax(out[0, :-1].double(), dim=-1)
+            return float(-log_probs.gather(1, ids[0, 1:, None]).mean())
+
+        l0 = float((acts > 0).sum(dim=-1).double().mean())
+        return l0, loss(None), loss(x_hat), loss(torch.zeros_like(x_hat))
+
+
 def bench_sae(model: LoadedModel, repeats: int = 5) -> None:
     layer = model.bridge.cfg.n_layers // 2
     hook = f"blocks.{layer}.hook_resid_post"  # SAELens' name: the format's field, mapped by the loader
@@ -116,6 +142,19 @@ def bench_sae(model: LoadedModel, repeats: int = 5) -> None:
             f"({', '.join(f'{s:.3f}' for s in all_cold)})"
         )
         print(f"  goal ≤ 2 s: {'met' if max(warm, with_load) <= 2.0 else 'NOT met'}")
+        reference_sae_numbers(model, text, str(folder))  # warm-up
+        reference, _ = timed(lambda: reference_sae_numbers(model, text, str(folder)), repeats)
+        l0, clean, spliced, zero = reference_sae_numbers(model, text, str(folder))
+        agree = max(
+            abs(l0 - measurement.l0),
+            abs(clean - (measurement.clean_loss or 0.0)),
+            abs(spliced - (measurement.spliced_loss or 0.0)),
+            abs(zero - (measurement.zero_ablation_loss or 0.0)),
+        )
+        print(
+            f"  reference (full run_with_cache + spliced/zero forwards, same process): median {reference:.3f} s; "
+            f"sae (cached) is {reference / warm:.2f}× of it; max |diff| of L0 and the three losses {agree:.1e}"
+        )
         print(
             f"  FVE {measurement.fraction_variance_explained:.3f}, L0 {measurement.l0:.0f}, losses clean "
             f"{measurement.clean_loss:.3f} / spliced {measurement.spliced_loss:.3f} / zero "
