@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
 from mcp_interp import figures
+from mcp_interp.core.circuits.attribution import EdgeScores
 from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
 from mcp_interp.core.circuits.path import PathPatchJob
@@ -29,6 +29,12 @@ from mcp_interp.schemas.circuits import (
 )
 
 family = Family("circuits")
+
+
+async def graph_figure(kit: Toolkit, scores: EdgeScores, k: int, title: str) -> tuple[str, ResourceLink]:
+    """The top ``k`` edges of ``scores`` as a layered graph figure."""
+    nodes, edges, columns = graph_figure_data(scores, k)
+    return await kit.figure(title, figures.layered_graph, nodes, edges, title, columns)
 
 
 @family.tool(view="circuit-graph")
@@ -58,16 +64,15 @@ async def edge_attribution(
     when the reader gets the writer's clean write instead of its corrupt one. Returns the top edges, every
     writer's total and a layered graph figure. An estimate: verify cited edges exactly."""
     kit = Toolkit.of(ctx)
-    model = await kit.model(ctx)
-    started = time.perf_counter()
-    job = EdgeAttributionJob(
-        model, clean_prompts, corrupt_prompts, correct, incorrect, method, ig_steps, top_k, granularity
+    job, started = await kit.measured_job(
+        ctx,
+        lambda model: EdgeAttributionJob(
+            model, clean_prompts, corrupt_prompts, correct, incorrect, method, ig_steps, top_k, granularity
+        ),
     )
-    await kit.run_job(ctx, job)
     assert job.result is not None and job.scores is not None
-    title = f"edge_attribution {method}: {model.name}"
-    nodes, edges, columns = graph_figure_data(job.scores, top_k)
-    job.result.figure_uri, link = await kit.figure(title, figures.layered_graph, nodes, edges, title, columns)
+    title = f"edge_attribution {method}: {job.model.name}"
+    job.result.figure_uri, link = await graph_figure(kit, job.scores, top_k, title)
     result = kit.with_provenance(EdgeAttributionResult, job.result, started)
     top = "; ".join(f"{e.writer} → {e.reader} {e.score:+.3f}" for e in result.edges[:5])
     summary = (
@@ -102,12 +107,14 @@ async def path_patch(
     and value receivers are key/value groups. Returns the [layer][head or group] grid of patched values,
     the recovered fractions, the receivers sorted, and a heatmap."""
     kit = Toolkit.of(ctx)
-    model = await kit.model(ctx)
-    started = time.perf_counter()
-    job = PathPatchJob(model, clean_prompts, corrupt_prompts, correct, incorrect, sender, receivers, component)
-    await kit.run_job(ctx, job)
+    job, started = await kit.measured_job(
+        ctx,
+        lambda model: PathPatchJob(
+            model, clean_prompts, corrupt_prompts, correct, incorrect, sender, receivers, component
+        ),
+    )
     assert job.result is not None
-    title = f"path_patch {sender} → {component}: recovered fraction, {model.name}"
+    title = f"path_patch {sender} → {component}: recovered fraction, {job.model.name}"
     job.result.figure_uri, link = await kit.figure(
         title, figures.layer_head_heatmap, job.result.recovered, title, "recovered fraction"
     )
@@ -147,17 +154,17 @@ async def circuit_faithfulness(
     logit-difference gap (1 = the circuit reproduces the clean behaviour, 0 = the corrupt one), per example,
     next to random circuits of the same size; with top_k, a curve of faithfulness against k and a figure."""
     kit = Toolkit.of(ctx)
-    model = await kit.model(ctx)
-    started = time.perf_counter()
-    job = CircuitFaithfulnessJob(
-        model, clean_prompts, corrupt_prompts, correct, incorrect, edges, top_k, ablation, random_circuits, seed
+    job, started = await kit.measured_job(
+        ctx,
+        lambda model: CircuitFaithfulnessJob(
+            model, clean_prompts, corrupt_prompts, correct, incorrect, edges, top_k, ablation, random_circuits, seed
+        ),
     )
-    await kit.run_job(ctx, job)
     assert job.result is not None
     links = []
     if job.result.curve:
         curve = job.result.curve
-        title = f"circuit faithfulness against k ({ablation}): {model.name}"
+        title = f"circuit faithfulness against k ({ablation}): {job.model.name}"
         job.result.figure_uri, link = await kit.figure(
             title,
             figures.faithfulness_curve,
@@ -195,16 +202,15 @@ async def find_circuit(
     other edge ablated in real forwards) reaches `target`, by bisection over k. Returns the circuit's edges,
     its faithfulness per example, random circuits of the same size, every k measured, and a graph figure."""
     kit = Toolkit.of(ctx)
-    model = await kit.model(ctx)
-    started = time.perf_counter()
-    job = FindCircuitJob(
-        model, clean_prompts, corrupt_prompts, correct, incorrect, target, ablation, random_circuits, seed
+    job, started = await kit.measured_job(
+        ctx,
+        lambda model: FindCircuitJob(
+            model, clean_prompts, corrupt_prompts, correct, incorrect, target, ablation, random_circuits, seed
+        ),
     )
-    await kit.run_job(ctx, job)
     assert job.result is not None and job.scores is not None
-    title = f"find_circuit (faithfulness ≥ {target}): {model.name}, top edges"
-    nodes, edges, columns = graph_figure_data(job.scores, min(50, job.result.n_edges))
-    job.result.figure_uri, link = await kit.figure(title, figures.layered_graph, nodes, edges, title, columns)
+    title = f"find_circuit (faithfulness ≥ {target}): {job.model.name}, top edges"
+    job.result.figure_uri, link = await graph_figure(kit, job.scores, min(50, job.result.n_edges), title)
     result = kit.with_provenance(FindCircuitResult, job.result, started)
     random_mean = "n/a" if result.random_mean is None else f"{result.random_mean:+.3f}"
     summary = (

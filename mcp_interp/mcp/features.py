@@ -63,17 +63,16 @@ async def probe(
     and `steer(direction=...)`. Accuracy alone does not show the model uses a direction: ablate it and compare
     with the random directions the result reports."""
     kit = Toolkit.of(ctx)
-    model = await kit.model(ctx)
-    started = time.perf_counter()
-    job = ProbeJob(model, texts, labels, layers, position, method, test_fraction, seed, control)
-    await kit.run_job(ctx, job)
+    job, started = await kit.measured_job(
+        ctx, lambda model: ProbeJob(model, texts, labels, layers, position, method, test_fraction, seed, control)
+    )
     measurement = job.result
     assert measurement is not None
     links = []
     for row, direction in zip(measurement.layers, job.directions, strict=True):
         row.direction_uri, _ = kit.store("direction", encode_direction(direction), f"probe direction L{row.layer}")
     rows = measurement.layers
-    title = f"probe ({method}, position {position!r}): {' vs '.join(measurement.labels)} — {model.name}"
+    title = f"probe ({method}, position {position!r}): {' vs '.join(measurement.labels)} — {job.model.name}"
     measurement.figure_uri, link = await kit.figure(
         title,
         figures.probe_accuracy,

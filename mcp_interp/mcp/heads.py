@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context
@@ -96,14 +95,14 @@ async def patch_heads(
     |score| with per-example values for the top 10, and a heatmap (figure:// resource). Reports
     progress per layer and stops at the next layer when cancelled."""
     kit = Toolkit.of(ctx)
-    model = await kit.model(ctx)
-    started = time.perf_counter()
-    job = PatchHeadsJob(
-        model, clean_prompts, corrupt_prompts, correct, incorrect, direction, method, positions, heads, verify_top
+    job, started = await kit.measured_job(
+        ctx,
+        lambda model: PatchHeadsJob(
+            model, clean_prompts, corrupt_prompts, correct, incorrect, direction, method, positions, heads, verify_top
+        ),
     )
-    await kit.run_job(ctx, job)
     assert job.result is not None
-    job.result.figure_uri, link = await heads_heatmap(kit, job.result, model.name)
+    job.result.figure_uri, link = await heads_heatmap(kit, job.result, job.model.name)
     result = kit.with_provenance(PatchHeadsResult, job.result, started)
     top = ", ".join(f"{h.head} {h.score:+.3f}" for h in result.heads[:5] if h.score is not None)
     summary = (

@@ -4,7 +4,6 @@ texts, under any intervention)."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context
@@ -111,15 +110,15 @@ async def patch(
     the top cells in words with per-example values, the tokens, and a heatmap (figure://).
     Reports progress per layer; stops at the next layer when cancelled."""
     kit = Toolkit.of(ctx)
-    model = await kit.model(ctx)
-    started = time.perf_counter()
-    job = PatchJob(
-        model, clean_prompts, corrupt_prompts, correct, incorrect, component, direction, method, metric,
-        layers, positions, neurons, top_neurons, verify_top,
+    job, started = await kit.measured_job(
+        ctx,
+        lambda model: PatchJob(
+            model, clean_prompts, corrupt_prompts, correct, incorrect, component, direction, method, metric,
+            layers, positions, neurons, top_neurons, verify_top,
+        ),
     )  # fmt: skip
-    await kit.run_job(ctx, job)
     assert job.result is not None
-    job.result.figure_uri, link = await patch_figure(kit, job.result, model.name)
+    job.result.figure_uri, link = await patch_figure(kit, job.result, job.model.name)
     result = kit.with_provenance(PatchResult, job.result, started)
     top = "; ".join(f"{c.label}: {c.score:+.2f}" for c in result.cells[:5] if c.score is not None)
     summary = (

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=BaseModel)
 T = TypeVar("T")
+J = TypeVar("J", bound="Job[Any]")
 F = TypeVar("F", bound=Callable[..., Any])
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False, destructive_hint=False)
@@ -129,6 +130,15 @@ class Toolkit:
                 await ctx.report_progress(done, total, message)
 
             await self.session.run_steps(job.steps(), progress)
+
+    async def measured_job(self, ctx: Context, make_job: Callable[[LoadedModel], J]) -> tuple[J, float]:
+        """The common body of a long tool: the job built on the loaded model, run with progress and cancellation;
+        returns the finished job and when it started (for ``with_provenance``)."""
+        model = await self.model(ctx)
+        started = time.perf_counter()
+        job = make_job(model)
+        await self.run_job(ctx, job)
+        return job, started
 
     def with_provenance(self, result_type: type[R], measurement: Measurement, started: float) -> R:
         """The measurement plus which weights produced it, a fresh run id and the wall time since ``started``."""
