@@ -219,7 +219,7 @@ def _fit_lens(args: argparse.Namespace) -> int:
         )
         model = load_model(args.model, args.device, args.dtype)
         corpus = Path(args.texts).name if args.texts else None
-        job = FitLensJob(model, settings, texts=texts, corpus=corpus, force=args.force)
+        job = FitLensJob(model=model, settings=settings, texts=texts, corpus=corpus, force=args.force)
         started = time.perf_counter()
         for message in job.steps():
             print(f"[{time.perf_counter() - started:7.1f} s] {message}", file=sys.stderr, flush=True)

@@ -22,10 +22,13 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 
@@ -42,11 +45,46 @@ from mcp_interp.names import (
 ModelSource = Literal["embedded", "hub", "local", "tiny"]
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+T = TypeVar("T")
+
+
+class ModelCache:
+    """What is loaded for one model and lives as long as it (SAEs, transcoders, lenses), least recently used
+    evicted first within each kind (a key's first element), thread-safe.
+
+    Why here and not module-global: a cached dictionary is only valid for the weights and device it was
+    loaded for, so the cache belongs to the model — and the session, which owns the model, owns it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[Hashable, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_load(self, key: tuple[Hashable, ...], load: Callable[[], T], max_entries: int) -> T:
+        """The entry under ``key``, loaded with ``load()`` on a miss; keeps at most ``max_entries`` of its kind."""
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        value = load()
+        with self._lock:
+            self._entries[key] = value
+            same_kind = [k for k in self._entries if k[0] == key[0]]
+            for stale in same_kind[: max(0, len(same_kind) - max_entries)]:
+                del self._entries[stale]
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass
 class LoadedModel:
-    """A booted model plus what a result needs to say where its numbers came from."""
+    """A booted model plus what a result needs to say where its numbers came from, and what is cached with it."""
 
     name: str
     source: ModelSource
@@ -56,6 +94,7 @@ class LoadedModel:
     dtype: str
     load_seconds: float
     fingerprint: str
+    cache: ModelCache = field(default_factory=ModelCache, compare=False, repr=False)
 
 
 def parse_dtype(dtype: str) -> torch.dtype:

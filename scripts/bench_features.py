@@ -30,12 +30,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from mcp_interp.core.engine.jobs import drain
+from mcp_interp.core.engine.saelens import load_sae
+from mcp_interp.core.engine.tokens import token_ids
 from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.residuals import read_residuals
-from mcp_interp.core.features.sae import clear_cache, load_sae
 from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
-from mcp_interp.core.jobs import drain
-from mcp_interp.core.tokens import token_ids
 from mcp_interp.corpora import ioi_pairs, subject_number
 from mcp_interp.models import LoadedModel, load_model
 
@@ -121,7 +121,7 @@ def bench_sae(model: LoadedModel, repeats: int = 5) -> None:
         size_mb = (folder / "sae_weights.safetensors").stat().st_size / 1e6
         print(f"\nSAE: {D_SAE} features at {hook} (d_in {model.bridge.cfg.d_model}), weights {size_mb:.0f} MB")
 
-        clear_cache()
+        model.cache.clear()
         started = time.perf_counter()
         load_sae(str(folder), model)
         print(f"  load (cold, from disk): {time.perf_counter() - started:.3f} s")
@@ -129,7 +129,7 @@ def bench_sae(model: LoadedModel, repeats: int = 5) -> None:
         warm, all_warm = timed(lambda: sae_report(model, text, str(folder)), repeats)
 
         def cold() -> None:
-            clear_cache()
+            model.cache.clear()
             sae_report(model, text, str(folder))
 
         with_load, all_cold = timed(cold, repeats)
@@ -172,7 +172,7 @@ def bench_probe(model: LoadedModel) -> None:
     n_layers = int(model.bridge.cfg.n_layers)
     print(f"\nprobe: {len(corpus.texts)} texts ({corpus.name}), {n_layers} layers, position {corpus.position!r}")
     started = time.perf_counter()
-    job = ProbeJob(model, corpus.texts, corpus.labels, position=corpus.position)
+    job = ProbeJob(model=model, texts=corpus.texts, labels=corpus.labels, position=corpus.position)
     result = drain(job)
     ours = time.perf_counter() - started
     started = time.perf_counter()

@@ -31,10 +31,11 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.jobs import drain
+from mcp_interp.core.engine.answers import resolve_answers
+from mcp_interp.core.engine.jobs import drain
+from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.localize.patch import PatchJob
-from mcp_interp.core.patch_heads import PatchHeadsJob
-from mcp_interp.core.tokens import encode, resolve_answers
 from mcp_interp.corpora import ioi_pairs
 from mcp_interp.models import load_model
 
@@ -74,7 +75,15 @@ def main() -> None:
         return (final.gather(1, good[:, None]) - final.gather(1, bad[:, None])).mean()
 
     def ours(component: str, method: str = "exact") -> tuple[PatchJob, float]:
-        job = PatchJob(model, clean, corrupt, correct, incorrect, component, method=method)
+        job = PatchJob(
+            model=model,
+            clean_prompts=clean,
+            corrupt_prompts=corrupt,
+            correct=correct,
+            incorrect=incorrect,
+            component=component,
+            method=method,
+        )
         _, seconds = timed(lambda: drain(job))
         return job, seconds
 
@@ -88,7 +97,14 @@ def main() -> None:
         print(f"  {component}: engine {job.engine}")
     for component in BLOCK_COMPONENTS:
         _, times[f"patch {component} attribution"] = ours(component, "attribution")
-    heads = PatchHeadsJob(model, clean, corrupt, correct, incorrect, method="attribution")
+    heads = PatchHeadsJob(
+        model=model,
+        clean_prompts=clean,
+        corrupt_prompts=corrupt,
+        correct=correct,
+        incorrect=incorrect,
+        method="attribution",
+    )
     _, times["patch_heads attribution"] = timed(lambda: drain(heads))
 
     (_, clean_cache), t_cache = timed(lambda: model.bridge.run_with_cache(clean_batch.input_ids))

@@ -24,12 +24,13 @@ import time
 import torch
 from scipy.stats import spearmanr
 
-from mcp_interp.core.ablate import ablate_heads
-from mcp_interp.core.heads import Head
-from mcp_interp.core.interventions import Ablation
-from mcp_interp.core.jobs import drain
-from mcp_interp.core.patch_heads import PatchHeadsJob
-from mcp_interp.core.tokens import encode, resolve_answers
+from mcp_interp.core.engine.answers import resolve_answers
+from mcp_interp.core.engine.interventions import Ablation
+from mcp_interp.core.engine.jobs import drain
+from mcp_interp.core.engine.specs import Head
+from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.heads.ablate_head import ablate_heads
+from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.corpora import ioi_pairs
 from mcp_interp.models import load_model
 
@@ -56,15 +57,26 @@ def main() -> None:
         f"{len(pairs)} IOI pairs, torch threads {torch.get_num_threads()}"
     )
 
-    exact = PatchHeadsJob(model, clean, corrupt, correct, incorrect, method="exact")
+    exact = PatchHeadsJob(
+        model=model, clean_prompts=clean, corrupt_prompts=corrupt, correct=correct, incorrect=incorrect, method="exact"
+    )
     t_exact_cold = run_job(exact)  # the first call in a fresh process (one-time kernel/allocator warm-up)
-    exact = PatchHeadsJob(model, clean, corrupt, correct, incorrect, method="exact")
+    exact = PatchHeadsJob(
+        model=model, clean_prompts=clean, corrupt_prompts=corrupt, correct=correct, incorrect=incorrect, method="exact"
+    )
     t_exact = run_job(exact)  # what a running server sees from its second call on
     assert exact.result is not None
     ours = torch.tensor(exact.result.patched_logit_diff, dtype=torch.float64)
     print(f"exact engine: {exact.engine}")
 
-    attribution = PatchHeadsJob(model, clean, corrupt, correct, incorrect, method="attribution")
+    attribution = PatchHeadsJob(
+        model=model,
+        clean_prompts=clean,
+        corrupt_prompts=corrupt,
+        correct=correct,
+        incorrect=incorrect,
+        method="attribution",
+    )
     t_attr = run_job(attribution)
     assert attribution.result is not None
 

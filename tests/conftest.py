@@ -7,11 +7,16 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import torch
+from mcp import Client
 
-from mcp_interp.models import LoadedModel, load_model
+from mcp_interp.core.engine.specs import Head
+from mcp_interp.mcp.server import build_server
+from mcp_interp.models import LoadedModel, boot, build_tiny, load_model
 from mcp_interp.session import Session
 
 
@@ -34,3 +39,34 @@ def embedded() -> LoadedModel:
 def tiny_session(tiny: LoadedModel, tmp_path: Path) -> Session:
     """A Session whose loader hands back the already-built tiny model (built once per test run)."""
     return Session("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
+
+
+@pytest.fixture
+async def tiny_client(tiny_session: Session) -> AsyncIterator[Client]:
+    """An in-process MCP client of a server over ``tiny_session`` (every in-process server test starts here)."""
+    async with Client(build_server(tiny_session)) as client:
+        yield client
+
+
+CARRIER = Head(1, 2)  # the one head of `one_head_model` whose output reaches the residual stream
+
+
+@pytest.fixture(scope="session")
+def one_head_model() -> LoadedModel:
+    """`tiny` with every attention head's output projection zeroed except CARRIER's (amplified ×30, so the
+    clean−corrupt gap is large).
+
+    Attention is the only way information moves between positions, so in this model the difference between a
+    clean and a corrupt prompt reaches the answer position through CARRIER alone: patching it restores exactly
+    the clean run; patching any other head (whose output is multiplied by zero) changes nothing.
+    """
+    hf_model, tokenizer = build_tiny()
+    d_head = hf_model.config.head_dim
+    with torch.no_grad():
+        for layer, block in enumerate(hf_model.model.layers):
+            weight = block.self_attn.o_proj.weight  # [d_model, n_heads * d_head]
+            keep = weight[:, CARRIER.head * d_head : (CARRIER.head + 1) * d_head].clone()
+            weight.zero_()
+            if layer == CARRIER.layer:
+                weight[:, CARRIER.head * d_head : (CARRIER.head + 1) * d_head] = 30 * keep
+    return boot("tiny-one-head", "tiny", "tiny-one-head", hf_model, tokenizer)

@@ -1,5 +1,5 @@
 """The package's layout: imports point down the layers of DESIGN.md, no two modules import each other,
-and the MCP adapters stay thin.
+the MCP adapters stay thin, and ``core/`` is one engine plus one folder per tool family.
 
 Walks every import statement (including ones inside functions) with ``ast``, so a lazy import that
 reaches upward is caught too. Layers, lowest first:
@@ -71,7 +71,7 @@ def imports_of(path: Path) -> set[str]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             found.add(base)
-            # `from mcp_interp.core import lens` imports the module mcp_interp.core.lens
+            # `from mcp_interp.core.lens import dla` imports the module mcp_interp.core.lens.dla
             found.update(f"{base}.{alias.name}" for alias in node.names if is_module(f"{base}.{alias.name}"))
     return found
 
@@ -131,11 +131,12 @@ def cycles() -> list[list[str]]:
 
 def test_the_walk_sees_the_imports_it_must_judge() -> None:
     # The checks below are only as good as the graph: make sure it has the edges we know exist.
-    assert "mcp_interp.core.metrics" in GRAPH["mcp_interp.core.readouts"]
-    assert "mcp_interp.schemas.common" in GRAPH["mcp_interp.core.metrics"]
+    assert "mcp_interp.core.engine.metrics" in GRAPH["mcp_interp.core.readouts.predictions"]
+    assert "mcp_interp.schemas.common" in GRAPH["mcp_interp.core.engine.metrics"]
     assert "mcp_interp.mcp.toolkit" in GRAPH["mcp_interp.mcp.server"]
     assert "mcp_interp.session" in GRAPH["mcp_interp.mcp.toolkit"]
-    assert layer_of("mcp_interp.schemas.swap") < layer_of("mcp_interp.core.bridge") < layer_of("mcp_interp.mcp.lens")
+    bridge = "mcp_interp.core.engine.bridge"
+    assert layer_of("mcp_interp.schemas.swap") < layer_of(bridge) < layer_of("mcp_interp.mcp.lens")
 
 
 def test_no_module_imports_a_higher_layer() -> None:
@@ -173,11 +174,11 @@ def test_the_checks_catch_a_planted_violation() -> None:
     # A known-bad graph must be reported, so a green run means something.
     saved = {k: set(v) for k, v in GRAPH.items()}
     try:
-        GRAPH["mcp_interp.schemas.common"].add("mcp_interp.core.metrics")
-        GRAPH["mcp_interp.core.metrics"].add("mcp_interp.mcp.toolkit")
+        GRAPH["mcp_interp.schemas.common"].add("mcp_interp.core.engine.metrics")
+        GRAPH["mcp_interp.core.engine.metrics"].add("mcp_interp.mcp.toolkit")
         assert any("schemas.common" in line for line in upward_imports())
-        assert any("core.metrics" in line and "mcp.toolkit" in line for line in upward_imports())
-        assert any({"mcp_interp.core.metrics", "mcp_interp.schemas.common"} <= set(c) for c in cycles())
+        assert any("core.engine.metrics" in line and "mcp.toolkit" in line for line in upward_imports())
+        assert any({"mcp_interp.core.engine.metrics", "mcp_interp.schemas.common"} <= set(c) for c in cycles())
     finally:
         GRAPH.clear()
         GRAPH.update(saved)
@@ -194,3 +195,85 @@ def test_adapter_functions_stay_small() -> None:
     }
     assert "mcp_interp.mcp.swap.causal_swap_benchmark" in sizes
     assert {name: n for name, n in sizes.items() if n >= 80} == {}
+
+
+CORE = "mcp_interp.core"
+ENGINE = f"{CORE}.engine"
+# A family may import the engine and itself; explain composes the lens and heads families' stages.
+FAMILY_MAY_ALSO_IMPORT = {"explain": {"lens", "heads"}}
+
+
+def core_place(module: str) -> str | None:
+    """``engine`` or the family folder a core module lives in; None for a module outside core."""
+    if not module.startswith(CORE + "."):
+        return None
+    return module[len(CORE) + 1 :].split(".")[0]
+
+
+def family_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Core imports that cross the engine/family boundary the wrong way."""
+    found = []
+    for name, targets in graph.items():
+        here = core_place(name)
+        if here is None:
+            continue
+        for target in sorted(targets):
+            there = core_place(target)
+            if there is None or there == here:
+                continue
+            if here == "engine":
+                found.append(f"{name}: the engine imports the family module {target}")
+            elif there != "engine" and there not in FAMILY_MAY_ALSO_IMPORT.get(here, set()):
+                found.append(f"{name}: family {here!r} imports family {there!r} ({target})")
+    return found
+
+
+def test_every_core_module_lives_in_the_engine_or_one_family_folder() -> None:
+    loose = [name for name in MODULES if name.startswith(CORE + ".") and name.count(".") < 3 and name != CORE]
+    assert [name for name in loose if not (PACKAGE / "core" / name.split(".")[2] / "__init__.py").is_file()] == []
+    families = {core_place(name) for name in MODULES if core_place(name) is not None}
+    assert {"engine", "readouts", "heads", "localize", "lens", "explain", "circuits", "features", "swap"} <= families
+
+
+def test_the_engine_imports_no_family_and_families_import_only_the_engine() -> None:
+    assert family_violations(GRAPH) == []
+
+
+def test_the_family_rule_catches_planted_violations() -> None:
+    planted = {
+        f"{ENGINE}.metrics": {f"{CORE}.circuits.graph", "mcp_interp.schemas.common"},
+        f"{CORE}.lens.steer": {f"{CORE}.features.probe", f"{ENGINE}.bridge", f"{CORE}.lens.reading"},
+        f"{CORE}.explain.job": {f"{CORE}.lens.dla", f"{CORE}.heads.patch_heads"},  # allowed
+    }
+    assert family_violations(planted) == [
+        f"{ENGINE}.metrics: the engine imports the family module {CORE}.circuits.graph",
+        f"{CORE}.lens.steer: family 'lens' imports family 'features' ({CORE}.features.probe)",
+    ]
+
+
+def top_level_names(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assigned constants and type aliases)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names - {"__all__", "family", "log"}
+
+
+def names_defined_twice(modules: dict[str, set[str]]) -> dict[str, list[str]]:
+    where: dict[str, list[str]] = {}
+    for module, names in modules.items():
+        for name in names:
+            where.setdefault(name, []).append(module)
+    return {name: sorted(places) for name, places in where.items() if len(places) > 1}
+
+
+def test_no_top_level_name_is_defined_twice_across_core() -> None:
+    core = {name: top_level_names(path) for name, path in MODULES.items() if name.startswith(CORE + ".")}
+    assert names_defined_twice(core) == {}
+    planted = {**core, "planted.one": {"finite"}, "planted.two": {"finite"}}
+    assert list(names_defined_twice(planted)) == ["finite"]

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from mcp_interp.schemas.common import AnswerSpec, Intervention, PositionsSpec
+from mcp_interp.schemas.common import AnswerSpec, Intervention, PatchMetricName, PositionsSpec
 
 Prompts = Annotated[
     list[str],
@@ -57,3 +57,19 @@ AblationPositions = Annotated[
     PositionsSpec, Field(description="'all' (default), 'last' (answer position) or token indices.")
 ]
 ResampleSeed = Annotated[int, Field(description="Seed of the resample permutation.")]
+PatchDirection = Annotated[
+    Literal["denoise", "noise"],
+    Field(description="denoise: run corrupt, patch in clean (what restores it?); noise: the reverse."),
+]
+PatchMethod = Annotated[
+    Literal["exact", "attribution"],
+    Field(description="exact: real patched runs; attribution: first-order gradient estimate (approximate)."),
+]
+PatchMetric = Annotated[
+    PatchMetricName,
+    Field(
+        description="logit_diff (needs correct and incorrect), log_prob (needs correct), or kl: "
+        "KL(clean‖run) at the answer, which needs no answer at all."
+    ),
+]
+VerifyTop = Annotated[int, Field(ge=0, le=64, description="With attribution: re-run this many top items exactly.")]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
 from mcp_interp import figures
+from mcp_interp.core.circuits import figures as circuits_figures
 from mcp_interp.core.circuits.attribution import EdgeScores
 from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
@@ -19,7 +19,7 @@ from mcp_interp.mcp.arguments import (
     CleanPrompts,
     CorruptPrompts,
 )
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.circuits import (
     CircuitFaithfulnessResult,
     EdgeAttributionResult,
@@ -34,7 +34,7 @@ family = Family("circuits")
 async def graph_figure(kit: Toolkit, scores: EdgeScores, k: int, title: str) -> tuple[str, ResourceLink]:
     """The top ``k`` edges of ``scores`` as a layered graph figure."""
     nodes, edges, columns = graph_figure_data(scores, k)
-    return await kit.figure(title, figures.layered_graph, nodes, edges, title, columns)
+    return await kit.figure(title, circuits_figures.layered_graph, nodes, edges, title, columns)
 
 
 @family.tool(view="circuit-graph")
@@ -43,7 +43,7 @@ async def edge_attribution(
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
-    ctx: Context,
+    ctx: ToolContext,
     method: Annotated[
         Literal["eap", "eap-ig"],
         Field(
@@ -63,12 +63,11 @@ async def edge_attribution(
     input, each MLP input, the logits), the first-order estimate of how much the logit difference moves
     when the reader gets the writer's clean write instead of its corrupt one. Returns the top edges, every
     writer's total and a layered graph figure. An estimate: verify cited edges exactly."""
+    arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
         ctx,
-        lambda model: EdgeAttributionJob(
-            model, clean_prompts, corrupt_prompts, correct, incorrect, method, ig_steps, top_k, granularity
-        ),
+        lambda model: EdgeAttributionJob(model=model, **arguments),
     )
     assert job.result is not None and job.scores is not None
     title = f"edge_attribution {method}: {job.model.name}"
@@ -89,7 +88,7 @@ async def path_patch(
     correct: Answers,
     incorrect: Answers,
     sender: Annotated[str, Field(description="The writer: a head 'L5H1' or an MLP 'L5MLP'.")],
-    ctx: Context,
+    ctx: ToolContext,
     receivers: Annotated[
         str | list[str] | None,
         Field(
@@ -106,12 +105,11 @@ async def path_patch(
     corrupt run; the logit difference says what that one path carries. Under grouped-query attention key
     and value receivers are key/value groups. Returns the [layer][head or group] grid of patched values,
     the recovered fractions, the receivers sorted, and a heatmap."""
+    arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
         ctx,
-        lambda model: PathPatchJob(
-            model, clean_prompts, corrupt_prompts, correct, incorrect, sender, receivers, component
-        ),
+        lambda model: PathPatchJob(model=model, **arguments),
     )
     assert job.result is not None
     title = f"path_patch {sender} → {component}: recovered fraction, {job.model.name}"
@@ -133,7 +131,7 @@ async def circuit_faithfulness(
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
-    ctx: Context,
+    ctx: ToolContext,
     edges: Annotated[
         list[EdgeRef] | None,
         Field(description="The circuit: edges {writer, reader} as edge_attribution returns them (score ignored)."),
@@ -153,12 +151,11 @@ async def circuit_faithfulness(
     circuit ablated (each reader's input rebuilt exactly), as the recovered fraction of the clean−corrupt
     logit-difference gap (1 = the circuit reproduces the clean behaviour, 0 = the corrupt one), per example,
     next to random circuits of the same size; with top_k, a curve of faithfulness against k and a figure."""
+    arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
         ctx,
-        lambda model: CircuitFaithfulnessJob(
-            model, clean_prompts, corrupt_prompts, correct, incorrect, edges, top_k, ablation, random_circuits, seed
-        ),
+        lambda model: CircuitFaithfulnessJob(model=model, **arguments),
     )
     assert job.result is not None
     links = []
@@ -167,7 +164,7 @@ async def circuit_faithfulness(
         title = f"circuit faithfulness against k ({ablation}): {job.model.name}"
         job.result.figure_uri, link = await kit.figure(
             title,
-            figures.faithfulness_curve,
+            circuits_figures.faithfulness_curve,
             [p.k for p in curve],
             [p.faithfulness for p in curve],
             [p.random_mean for p in curve],
@@ -189,7 +186,7 @@ async def find_circuit(
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
-    ctx: Context,
+    ctx: ToolContext,
     target: Annotated[float, Field(description="Faithfulness to reach, a recovered fraction in (0, 1].")] = 0.8,
     ablation: Annotated[
         Literal["corrupt", "mean"],
@@ -201,12 +198,11 @@ async def find_circuit(
     """Find a circuit: edge attribution, then the smallest top-k set of edges whose exact faithfulness (every
     other edge ablated in real forwards) reaches `target`, by bisection over k. Returns the circuit's edges,
     its faithfulness per example, random circuits of the same size, every k measured, and a graph figure."""
+    arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
         ctx,
-        lambda model: FindCircuitJob(
-            model, clean_prompts, corrupt_prompts, correct, incorrect, target, ablation, random_circuits, seed
-        ),
+        lambda model: FindCircuitJob(model=model, **arguments),
     )
     assert job.result is not None and job.scores is not None
     title = f"find_circuit (faithfulness ≥ {target}): {job.model.name}, top edges"

@@ -7,14 +7,14 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
-from mcp_interp.core.explain import ExplainJob, report_markdown
+from mcp_interp.core.explain.job import ExplainJob
+from mcp_interp.core.explain.report import report_markdown
 from mcp_interp.mcp.heads import heads_heatmap
 from mcp_interp.mcp.lens import attention_figure, dla_figure, logit_lens_figure
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
 from mcp_interp.schemas.explain import ExplainResult
 
 family = Family("explain")
@@ -38,7 +38,7 @@ async def explain(
     prompt: Annotated[str, Field(description="The prompt whose prediction to explain.")],
     answer: Annotated[str, Field(description="The predicted token to explain, e.g. ' Mary'.")],
     baseline: Annotated[str, Field(description="The alternative it beat, e.g. ' John'.")],
-    ctx: Context,
+    ctx: ToolContext,
     corrupt: Annotated[
         str | None,
         Field(
@@ -54,7 +54,7 @@ async def explain(
     The numbers equal those of the single tools. Progress per stage; cancellable."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
-    job = ExplainJob(model, prompt, answer, baseline, corrupt, top_k)
+    job = ExplainJob(model=model, prompt=prompt, answer=answer, baseline=baseline, corrupt=corrupt, top_k=top_k)
     started = time.perf_counter()
     await kit.run_job(ctx, job)
     assert job.result is not None

@@ -8,15 +8,14 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from mcp_interp import figures
+from mcp_interp.core.features import figures as features_figures
 from mcp_interp.core.features.directions import encode_direction
 from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.features import ProbeResult
 from mcp_interp.schemas.sae import SaeFeaturesMeasurement, SaeFeaturesResult, SaeResult
@@ -31,7 +30,7 @@ async def probe(
         list[str | int | bool],
         Field(description="One label per text, exactly 2 distinct values, e.g. 'singular' / 'plural'."),
     ],
-    ctx: Context,
+    ctx: ToolContext,
     layers: Annotated[
         list[int] | None, Field(description="Layers whose output residual (resid_post) to probe; default all.")
     ] = None,
@@ -62,9 +61,11 @@ async def probe(
     vector in that layer's resid_post) for `ablate` ({layer, direction: 'direction://…'}), any `intervention`,
     and `steer(direction=...)`. Accuracy alone does not show the model uses a direction: ablate it and compare
     with the random directions the result reports."""
+    arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
-        ctx, lambda model: ProbeJob(model, texts, labels, layers, position, method, test_fraction, seed, control)
+        ctx,
+        lambda model: ProbeJob(model=model, **arguments),
     )
     measurement = job.result
     assert measurement is not None
@@ -75,7 +76,7 @@ async def probe(
     title = f"probe ({method}, position {position!r}): {' vs '.join(measurement.labels)} — {job.model.name}"
     measurement.figure_uri, link = await kit.figure(
         title,
-        figures.probe_accuracy,
+        features_figures.probe_accuracy,
         [r.layer for r in rows],
         [r.accuracy for r in rows],
         [r.ci_low for r in rows],
@@ -109,7 +110,7 @@ SaeFolder = Annotated[
 async def sae(
     text: Annotated[str, Field(description="One text to encode, token by token.")],
     sae: SaeFolder,
-    ctx: Context,
+    ctx: ToolContext,
     top_k: Annotated[int, Field(description="Features to list per token, by activation (1 to 100).")] = 10,
 ) -> Annotated[CallToolResult, SaeResult]:
     """Sparse-autoencoder features of one text: per token the top-k active features, and the SAE's quality on
@@ -121,7 +122,12 @@ async def sae(
     started = time.perf_counter()
     measurement, heatmap = await kit.call(sae_report, model, text, sae, top_k)
     measurement.figure_uri, link = await kit.figure(
-        heatmap.title, figures.token_feature_heatmap, heatmap.values, heatmap.tokens, heatmap.features, heatmap.title
+        heatmap.title,
+        features_figures.token_feature_heatmap,
+        heatmap.values,
+        heatmap.tokens,
+        heatmap.features,
+        heatmap.title,
     )
     result = kit.with_provenance(SaeResult, measurement, started)
     fve = "n/a" if result.fraction_variance_explained is None else f"{result.fraction_variance_explained:.3f}"
@@ -138,7 +144,7 @@ async def sae_features(
     texts: Annotated[list[str], Field(description="Texts to encode.")],
     sae: SaeFolder,
     features: Annotated[list[int], Field(description="Feature ids (0..d_sae-1), at most 256.")],
-    ctx: Context,
+    ctx: ToolContext,
 ) -> SaeFeaturesResult:
     """The requested SAE features' activations on every token of every text, their maximum per text (and where),
     and how often each fires."""
@@ -157,5 +163,5 @@ async def sae_features(
     "{layer, direction: 'direction://…'} to `ablate` or any `intervention`, or to `steer(direction=…)`.",
     mime_type="application/json",
 )
-def direction(direction_id: str, ctx: Context) -> str:
+def direction(direction_id: str, ctx: ToolContext) -> str:
     return Toolkit.of(ctx).read("direction", direction_id).decode("utf-8")

@@ -3,27 +3,29 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
 from mcp_interp import figures
-from mcp_interp.core.ablate import ablate_heads
-from mcp_interp.core.patch_heads import PatchHeadsJob
+from mcp_interp.core.heads.ablate_head import ablate_heads
+from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.mcp.arguments import (
     AblationMethod,
     AblationPositions,
-    Answers,
     CleanPrompts,
     CorruptPrompts,
     OptionalCorrect,
     OptionalIncorrect,
+    PatchDirection,
+    PatchMethod,
+    PatchMetric,
     Prompts,
     ResampleSeed,
+    VerifyTop,
 )
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.common import AblationSpec, HeadSpec, PositionsSpec
 from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsMeasurement, PatchHeadsResult
 
@@ -37,7 +39,7 @@ async def ablate_head(
         HeadSpec | list[HeadSpec],
         Field(description="Heads to ablate together in one forward pass: 'L9H3' or {layer, head}, or a list."),
     ],
-    ctx: Context,
+    ctx: ToolContext,
     method: AblationMethod = "zero",
     correct: OptionalCorrect = None,
     incorrect: OptionalIncorrect = None,
@@ -65,41 +67,30 @@ async def heads_heatmap(
 async def patch_heads(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
-    correct: Answers,
-    incorrect: Answers,
-    ctx: Context,
-    direction: Annotated[
-        Literal["denoise", "noise"],
-        Field(
-            description="denoise: run corrupt, patch in clean (which heads restore it?); "
-            "noise: run clean, patch in corrupt (which heads break it?)."
-        ),
-    ] = "denoise",
-    method: Annotated[
-        Literal["exact", "attribution"],
-        Field(description="exact: real patched runs; attribution: first-order gradient estimate (fast)."),
-    ] = "exact",
+    ctx: ToolContext,
+    correct: OptionalCorrect = None,
+    incorrect: OptionalIncorrect = None,
+    direction: PatchDirection = "denoise",
+    method: PatchMethod = "exact",
+    metric: PatchMetric = "logit_diff",
     positions: Annotated[
         PositionsSpec, Field(description="'all' (default), 'last' or token indices to patch at.")
     ] = "all",
     heads: Annotated[
         list[HeadSpec] | None, Field(description="Subset of heads to patch; default every (layer, head).")
     ] = None,
-    verify_top: Annotated[
-        int, Field(ge=0, le=64, description="With attribution: re-run this many top heads exactly.")
-    ] = 0,
+    verify_top: VerifyTop = 0,
 ) -> Annotated[CallToolResult, PatchHeadsResult]:
     """Activation patching of each attention head's output (hook_z) on minimal pairs. Score per
     head = fraction of the clean−corrupt logit-difference gap it restores (denoise) or destroys
     (noise): 1 = carries the whole effect, 0 = none. Returns a [layer][head] grid, heads sorted by
     |score| with per-example values for the top 10, and a heatmap (figure:// resource). Reports
     progress per layer and stops at the next layer when cancelled."""
+    arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
         ctx,
-        lambda model: PatchHeadsJob(
-            model, clean_prompts, corrupt_prompts, correct, incorrect, direction, method, positions, heads, verify_top
-        ),
+        lambda model: PatchHeadsJob(model=model, **arguments),
     )
     assert job.result is not None
     job.result.figure_uri, link = await heads_heatmap(kit, job.result, job.model.name)

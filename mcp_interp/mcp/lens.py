@@ -6,17 +6,20 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
 from mcp_interp import figures
-from mcp_interp.core import lens
+from mcp_interp.core.engine.saelens import load_sae
 from mcp_interp.core.features.directions import load_direction
-from mcp_interp.core.features.sae import load_sae
-from mcp_interp.core.steer import steer as steer_core
+from mcp_interp.core.lens import figures as lens_figures
+from mcp_interp.core.lens.attention import attention as measure_attention
+from mcp_interp.core.lens.dla import dla as measure_dla
+from mcp_interp.core.lens.induction import induction as measure_induction
+from mcp_interp.core.lens.logit_lens import logit_lens as measure_logit_lens
+from mcp_interp.core.lens.steer import steer as steer_core
 from mcp_interp.errors import InputError
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import (
     AttentionMeasurement,
@@ -37,24 +40,24 @@ async def logit_lens_figure(kit: Toolkit, measurement: LogitLensMeasurement, nam
     """The target's probability and rank across layers."""
     rows = measurement.layers
     layers, probs, ranks = [r.layer for r in rows], [r.target_prob for r in rows], [r.target_rank for r in rows]
-    return await kit.figure(name, figures.logit_lens_figure, layers, probs, ranks, measurement.target)
+    return await kit.figure(name, lens_figures.logit_lens_figure, layers, probs, ranks, measurement.target)
 
 
 async def dla_figure(kit: Toolkit, measurement: DLAMeasurement, name: str) -> tuple[str, ResourceLink]:
     """Layer × head heatmap of direct contributions plus the MLPs' bars."""
-    return await kit.figure(name, figures.dla_figure, measurement.heads, measurement.mlps, measurement.quantity)
+    return await kit.figure(name, lens_figures.dla_figure, measurement.heads, measurement.mlps, measurement.quantity)
 
 
 async def attention_figure(kit: Toolkit, measurement: AttentionMeasurement) -> tuple[str, ResourceLink]:
     """One head's query × key pattern with token labels."""
     title = f"L{measurement.layer}H{measurement.head} attention"
-    return await kit.figure(title, figures.attention_figure, measurement.pattern, measurement.tokens, title)
+    return await kit.figure(title, lens_figures.attention_figure, measurement.pattern, measurement.tokens, title)
 
 
 @family.tool(view="logit-lens")
 async def logit_lens(
     prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
-    ctx: Context,
+    ctx: ToolContext,
     target: Annotated[str | None, Field(description="Token to track (default: the model's top-1).")] = None,
     top_k: Annotated[int, Field(ge=1, le=50, description="Top tokens listed per layer.")] = 5,
 ) -> Annotated[CallToolResult, LogitLensResult]:
@@ -64,7 +67,7 @@ async def logit_lens(
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
-    measurement = await kit.call(lens.logit_lens, model, prompt, target, top_k)
+    measurement = await kit.call(measure_logit_lens, model, prompt, target, top_k)
     measurement.figure_uri, link = await logit_lens_figure(kit, measurement, f"logit lens {measurement.target!r}")
     result = kit.with_provenance(LogitLensResult, measurement, started)
     summary = (
@@ -78,7 +81,7 @@ async def logit_lens(
 async def dla(
     prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
     answer: Annotated[str, Field(description="Single-token answer, e.g. ' Mary'.")],
-    ctx: Context,
+    ctx: ToolContext,
     baseline: Annotated[
         str | None, Field(description="Single-token baseline; decomposes logit(answer) − logit(baseline).")
     ] = None,
@@ -91,7 +94,7 @@ async def dla(
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
-    measurement = await kit.call(lens.dla, model, prompt, answer, baseline, top_k)
+    measurement = await kit.call(measure_dla, model, prompt, answer, baseline, top_k)
     measurement.figure_uri, link = await dla_figure(kit, measurement, f"DLA {measurement.quantity}")
     result = kit.with_provenance(DLAResult, measurement, started)
     tops = ", ".join(f"{c.component} {c.value:+.3f}" for c in result.top[:5])
@@ -104,14 +107,14 @@ async def attention(
     prompt: Annotated[str, Field(description="One prompt.")],
     layer: Annotated[int, Field(description="Layer index, 0-based.")],
     head: Annotated[int, Field(description="Query-head index, 0-based.")],
-    ctx: Context,
+    ctx: ToolContext,
 ) -> Annotated[CallToolResult, AttentionResult]:
     """Attention pattern of one head (query × key, token labels) and the tokens the answer
     position attends to most, with weights."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
-    measurement = await kit.call(lens.attention, model, prompt, layer, head)
+    measurement = await kit.call(measure_attention, model, prompt, layer, head)
     measurement.figure_uri, link = await attention_figure(kit, measurement)
     result = kit.with_provenance(AttentionResult, measurement, started)
     tops = ", ".join(f"{t.token!r}@{t.position} {t.weight:.2f}" for t in result.top_attended)
@@ -120,7 +123,7 @@ async def attention(
 
 @family.tool(view="heads-heatmap")
 async def induction(
-    ctx: Context,
+    ctx: ToolContext,
     seq_len: Annotated[int, Field(ge=2, le=512, description="Length of the random sequence (repeated once).")] = 50,
     n_seqs: Annotated[int, Field(ge=1, le=64, description="Number of random sequences.")] = 8,
     seed: Annotated[int, Field(description="Seed of the random tokens (CPU generator).")] = 0,
@@ -130,7 +133,7 @@ async def induction(
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
-    measurement = await kit.call(lens.induction, model, seq_len, n_seqs, seed)
+    measurement = await kit.call(measure_induction, model, seq_len, n_seqs, seed)
     measurement.figure_uri, link = await kit.figure(
         "induction scores", figures.layer_head_heatmap, measurement.scores, "induction score", "score", 0.0
     )
@@ -149,7 +152,7 @@ async def steer(
             "probe texts' projections — the direction's `projection_gap` is how far apart its two classes sit."
         ),
     ],
-    ctx: Context,
+    ctx: ToolContext,
     positive: Annotated[str | None, Field(description="ActAdd: text whose direction to add, e.g. 'Love'.")] = None,
     negative: Annotated[str | None, Field(description="ActAdd: text whose direction to subtract, e.g. 'Hate'.")] = None,
     layer: Annotated[

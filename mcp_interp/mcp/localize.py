@@ -4,14 +4,13 @@ texts, under any intervention)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
-from mcp_interp import figures
-from mcp_interp.core.ablate import ablate as ablate_targets
+from mcp_interp.core.localize import figures as localize_figures
+from mcp_interp.core.localize.ablate import ablate as ablate_targets
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.mcp.arguments import (
@@ -22,17 +21,20 @@ from mcp_interp.mcp.arguments import (
     OptionalCorrect,
     OptionalIncorrect,
     OptionalIntervention,
+    PatchDirection,
+    PatchMethod,
+    PatchMetric,
     Prompts,
     ResampleSeed,
+    VerifyTop,
 )
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.common import TARGETS_DESCRIPTION, AblationSpec, TargetSpec
 from mcp_interp.schemas.localize import (
     AblateResult,
     Component,
     LossResult,
     PatchMeasurement,
-    PatchMetricName,
     PatchResult,
 )
 
@@ -45,7 +47,7 @@ async def patch_figure(kit: Toolkit, result: PatchMeasurement, model_name: str) 
     label = "recovered fraction" if result.direction == "denoise" else "destroyed fraction"
     tokens = [t.clean_token if not t.differs_in_pairs else f"{t.clean_token}/{t.corrupt_token}" for t in result.tokens]
     if result.scores is not None:
-        return await kit.figure(title, figures.layer_position_heatmap, result.scores, tokens, title, label)
+        return await kit.figure(title, localize_figures.layer_position_heatmap, result.scores, tokens, title, label)
     if result.head_scores is not None:
         rows, names = [], []
         for layer, heads in enumerate(result.head_scores):
@@ -53,9 +55,11 @@ async def patch_figure(kit: Toolkit, result: PatchMeasurement, model_name: str) 
                 if any(v is not None for v in row):
                     rows.append(row)
                     names.append(f"L{layer}H{head}")
-        return await kit.figure(title, figures.layer_position_heatmap, rows, tokens, title, label, "head", names)
+        return await kit.figure(
+            title, localize_figures.layer_position_heatmap, rows, tokens, title, label, "head", names
+        )
     labels = [cell.label for cell in result.cells]
-    return await kit.figure(title, figures.cell_bars, labels, [c.score for c in result.cells], title, label)
+    return await kit.figure(title, localize_figures.cell_bars, labels, [c.score for c in result.cells], title, label)
 
 
 @family.tool(view="layer-position")
@@ -71,24 +75,12 @@ async def patch(
             "(`neurons`, or the top neurons of each layer by attribution, then patched exactly)."
         ),
     ],
-    ctx: Context,
+    ctx: ToolContext,
     correct: OptionalCorrect = None,
     incorrect: OptionalIncorrect = None,
-    direction: Annotated[
-        Literal["denoise", "noise"],
-        Field(description="denoise: run corrupt, patch in clean (what restores it?); noise: the reverse."),
-    ] = "denoise",
-    method: Annotated[
-        Literal["exact", "attribution"],
-        Field(description="exact: real patched runs; attribution: first-order gradient estimate (approximate)."),
-    ] = "exact",
-    metric: Annotated[
-        PatchMetricName,
-        Field(
-            description="logit_diff (needs correct and incorrect), log_prob (needs correct), or kl: "
-            "KL(clean‖run) at the answer, which needs no answer at all."
-        ),
-    ] = "logit_diff",
+    direction: PatchDirection = "denoise",
+    method: PatchMethod = "exact",
+    metric: PatchMetric = "logit_diff",
     layers: Annotated[list[int] | None, Field(description="Layers to patch; default every layer.")] = None,
     positions: Annotated[
         list[int] | None, Field(description="Token positions to patch (0-based); default every position.")
@@ -99,9 +91,7 @@ async def patch(
     top_neurons: Annotated[
         int, Field(ge=1, le=256, description="mlp_neurons without `neurons`: neurons per layer chosen by attribution.")
     ] = 10,
-    verify_top: Annotated[
-        int, Field(ge=0, le=64, description="With attribution: re-run this many top cells exactly.")
-    ] = 0,
+    verify_top: VerifyTop = 0,
 ) -> Annotated[CallToolResult, PatchResult]:
     """Activation patching of one component at every layer × token position on minimal pairs — the
     map of where the information flows. Score per cell = fraction of the clean−corrupt gap of the
@@ -109,14 +99,12 @@ async def patch(
     Positions before the first differing token are 0 by construction and not run. Returns the grid,
     the top cells in words with per-example values, the tokens, and a heatmap (figure://).
     Reports progress per layer; stops at the next layer when cancelled."""
+    arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
         ctx,
-        lambda model: PatchJob(
-            model, clean_prompts, corrupt_prompts, correct, incorrect, component, direction, method, metric,
-            layers, positions, neurons, top_neurons, verify_top,
-        ),
-    )  # fmt: skip
+        lambda model: PatchJob(model=model, **arguments),
+    )
     assert job.result is not None
     job.result.figure_uri, link = await patch_figure(kit, job.result, job.model.name)
     result = kit.with_provenance(PatchResult, job.result, started)
@@ -133,7 +121,7 @@ async def patch(
 async def ablate(
     prompts: Prompts,
     targets: Annotated[list[TargetSpec], Field(description=TARGETS_DESCRIPTION)],
-    ctx: Context,
+    ctx: ToolContext,
     method: AblationMethod = "zero",
     correct: OptionalCorrect = None,
     incorrect: OptionalIncorrect = None,
@@ -151,7 +139,7 @@ async def ablate(
 @family.tool()
 async def loss(
     texts: Annotated[list[str], Field(description="Texts to score; every next token of each is predicted.")],
-    ctx: Context,
+    ctx: ToolContext,
     intervention: OptionalIntervention = None,
 ) -> LossResult:
     """Next-token cross-entropy (nats) and top-1 accuracy of every token of each text, per token and

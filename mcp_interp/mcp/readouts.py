@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from mcp_interp.core import readouts
+from mcp_interp.core.readouts import info
+from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.mcp.arguments import OptionalIntervention, Prompts, SequenceAnswers
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
 from mcp_interp.schemas.readouts import (
     AnswerRankResult,
     KLResult,
@@ -23,20 +23,20 @@ family = Family("readouts")
 
 
 @family.tool()
-async def model_info(ctx: Context) -> ModelInfoResult:
+async def model_info(ctx: ToolContext) -> ModelInfoResult:
     """The loaded model: name, source, layer/head counts, sizes, dtype, device, weight fingerprint,
     load time, and the tokenization rule every tool uses. Call this first."""
-    return await Toolkit.of(ctx).run(ctx, ModelInfoResult, readouts.model_info, locked=False)
+    return await Toolkit.of(ctx).run(ctx, ModelInfoResult, info.model_info, locked=False)
 
 
 @family.tool()
 async def tokenize(
     texts: Annotated[list[str], Field(description="Texts to tokenize exactly as every tool will.")],
-    ctx: Context,
+    ctx: ToolContext,
 ) -> TokenizeResult:
     """Token strings and ids of each text, by the same rule every tool uses. Use it to check that
     an answer is one token and that a minimal pair tokenizes to equal length before experimenting."""
-    return await Toolkit.of(ctx).run(ctx, TokenizeResult, readouts.tokenize, texts, locked=False)
+    return await Toolkit.of(ctx).run(ctx, TokenizeResult, info.tokenize, texts, locked=False)
 
 
 @family.tool()
@@ -44,7 +44,7 @@ async def logit_diff(
     prompts: Prompts,
     correct: SequenceAnswers,
     incorrect: SequenceAnswers,
-    ctx: Context,
+    ctx: ToolContext,
     intervention: OptionalIntervention = None,
 ) -> LogitDiffResult:
     """logit(correct) − logit(incorrect) at each prompt's answer position (its last token), per
@@ -58,7 +58,7 @@ async def logit_diff(
 @family.tool()
 async def kl(
     prompts: Prompts,
-    ctx: Context,
+    ctx: ToolContext,
     compare_prompts: Annotated[
         list[str] | None,
         Field(
@@ -76,7 +76,7 @@ async def kl(
 
 @family.tool()
 async def answer_rank(
-    prompts: Prompts, correct: SequenceAnswers, ctx: Context, intervention: OptionalIntervention = None
+    prompts: Prompts, correct: SequenceAnswers, ctx: ToolContext, intervention: OptionalIntervention = None
 ) -> AnswerRankResult:
     """Rank (tokens with a strictly higher logit; 0 = top-1) and log-probability of the correct
     answer at each prompt's answer position. Rank saturates at 0: see `notes`."""

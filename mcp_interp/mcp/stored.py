@@ -6,13 +6,12 @@ from __future__ import annotations
 import base64
 from typing import Annotated
 
-from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent
 from pydantic import Field
 
 from mcp_interp import figures
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
 from mcp_interp.schemas.common import FigureInfo
 from mcp_interp.store import NotFound
 
@@ -22,7 +21,7 @@ family = Family("stored")
 @family.tool()
 async def get_figure(
     uri: Annotated[str, Field(description="A figure URI from a result, e.g. figure://0123…")],
-    ctx: Context,
+    ctx: ToolContext,
 ) -> Annotated[CallToolResult, FigureInfo]:
     """Return a stored figure as image content, for clients that do not read resources."""
     kind, _, figure_id = uri.partition("://")
@@ -46,7 +45,7 @@ async def get_figure(
     description="A PNG figure produced by a tool; its URI is in that tool's result.",
     mime_type="image/png",
 )
-def figure(figure_id: str, ctx: Context) -> bytes:
+def figure(figure_id: str, ctx: ToolContext) -> bytes:
     return Toolkit.of(ctx).read("figure", figure_id)
 
 
@@ -56,5 +55,5 @@ def figure(figure_id: str, ctx: Context) -> bytes:
     description="A Markdown report written by `explain`; it cites every number and links every figure.",
     mime_type="text/markdown",
 )
-def report(report_id: str, ctx: Context) -> str:
+def report(report_id: str, ctx: ToolContext) -> str:
     return Toolkit.of(ctx).read("report", report_id).decode("utf-8")

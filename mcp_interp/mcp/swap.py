@@ -6,16 +6,16 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
-from mcp_interp import __version__, figures
+from mcp_interp import __version__
 from mcp_interp.core.swap import artifact
+from mcp_interp.core.swap import figures as swap_figures
 from mcp_interp.core.swap.benchmark import SwapBenchmarkJob, prepare_benchmark
 from mcp_interp.core.swap.lenses import FitLensJob, default_fit
 from mcp_interp.core.swap.trial import trial_with_lens
-from mcp_interp.mcp.toolkit import WRITES_CACHE, Family, Toolkit
+from mcp_interp.mcp.toolkit import WRITES_CACHE, Family, ToolContext, Toolkit
 from mcp_interp.schemas.swap import (
     FitLensResult,
     FitSettings,
@@ -72,7 +72,7 @@ async def causal_swap_trial(
     source_answer: Annotated[str, Field(description="The source prompt's answer word, e.g. 'Paris'.")],
     target_answer: Annotated[str, Field(description="The answer a successful swap gives, e.g. 'Ottawa'.")],
     layer: Annotated[int, Field(ge=0, description="Edit the output of this block.")],
-    ctx: Context,
+    ctx: ToolContext,
     lens: Lens = "jacobian",
     lens_path: LensPath = None,
     position: Position = "concept",
@@ -118,7 +118,7 @@ async def rates_figure(kit: Toolkit, measurement: SwapBenchmarkMeasurement, titl
         return [(r.rate, r.ci_low, r.ci_high, r.n) for r in rates]
 
     real, control = rows([s.real for s in by_layer]), rows([s.control for s in by_layer])
-    return await kit.figure(title, figures.swap_rates_figure, measurement.summary.layers, real, control, title)
+    return await kit.figure(title, swap_figures.swap_rates_figure, measurement.summary.layers, real, control, title)
 
 
 def benchmark_text(result: SwapBenchmarkResult, layers: list[int]) -> str:
@@ -146,7 +146,7 @@ async def store_artifact(
     """The versioned, fingerprinted JSON document of the run, stored and named in the result."""
     timing = {"elapsed_s": round(time.perf_counter() - started, 3)}
     document = artifact.benchmark_document(job, kit.session.model_ref(), __version__, timing)
-    uri, link = kit.store("artifact", artifact.encode(document), "causal swap artifact")
+    uri, link = kit.store("artifact", artifact.encode_artifact(document), "causal swap artifact")
     measurement.artifact_uri = uri
     measurement.artifact_path = str(kit.session.store.path("artifact", uri.partition("://")[2]))
     measurement.fingerprints = document["fingerprints"]
@@ -155,7 +155,7 @@ async def store_artifact(
 
 @family.tool()
 async def causal_swap_benchmark(
-    ctx: Context,
+    ctx: ToolContext,
     corpus: Annotated[
         Literal["capitals_languages", "countries"] | SwapCorpus,
         Field(
@@ -225,7 +225,7 @@ async def verify_artifact(
 
 @family.tool(annotations=WRITES_CACHE)
 async def fit_lens(
-    ctx: Context,
+    ctx: ToolContext,
     texts: Annotated[
         list[str] | None,
         Field(description="Texts to fit on (default: the shipped paragraphs, data/corpora/lens_corpus.json)."),
@@ -252,7 +252,9 @@ async def fit_lens(
     settings = FitSettings(
         max_prompts=max_prompts, max_seq_len=max_seq_len, dim_batch=dim_batch, skip_first_positions=skip_first_positions
     )
-    job = await kit.call(FitLensJob, model, settings, texts, corpus_name, force, locked=False)
+    job = await kit.call(
+        lambda: FitLensJob(model=model, settings=settings, texts=texts, corpus=corpus_name, force=force), locked=False
+    )
     await kit.run_job(ctx, job)
     assert job.result is not None
     return kit.with_provenance(FitLensResult, job.result, started)
@@ -264,5 +266,5 @@ async def fit_lens(
     description="A versioned JSON artifact of a causal_swap_benchmark run (protocol, run, results, SHA-256 prints).",
     mime_type="application/json",
 )
-def artifact_resource(artifact_id: str, ctx: Context) -> str:
+def artifact_resource(artifact_id: str, ctx: ToolContext) -> str:
     return Toolkit.of(ctx).read("artifact", artifact_id).decode("utf-8")

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -31,8 +31,8 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
+from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.features.directions import resolve_direction_refs
-from mcp_interp.core.jobs import Job
 from mcp_interp.errors import InterpError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Measurement, Provenance
@@ -74,13 +74,13 @@ class Toolkit:
         self.session = session
 
     @staticmethod
-    def of(ctx: Context) -> Toolkit:
-        """The server's toolkit, from any tool's or resource's context."""
-        return cast(Toolkit, ctx.request_context.lifespan_context)
+    def of(ctx: ToolContext) -> Toolkit:
+        """The server's toolkit, from any tool's or resource's context (the server's typed lifespan context)."""
+        return ctx.request_context.lifespan_context
 
     # --- the model and its thread ---------------------------------------------------------------
 
-    async def model(self, ctx: Context) -> LoadedModel:
+    async def model(self, ctx: ToolContext) -> LoadedModel:
         """The loaded model; while it loads, report progress about once a second instead of failing."""
 
         async def report_wait(seconds: float) -> None:
@@ -99,7 +99,7 @@ class Toolkit:
             return await runner(fn, *args)
 
     async def run(
-        self, ctx: Context, result_type: type[R], fn: Callable[..., Measurement], *args: Any, locked: bool = True
+        self, ctx: ToolContext, result_type: type[R], fn: Callable[..., Measurement], *args: Any, locked: bool = True
     ) -> R:
         """The common tool body: ``fn(model, *args)`` → a measurement, returned with provenance.
 
@@ -118,7 +118,7 @@ class Toolkit:
         """A stored direction's JSON by id (``NotFound``, a ``LookupError``, for an unknown one)."""
         return self.session.store.get("direction", direction_id)
 
-    async def run_job(self, ctx: Context, job: Job[Any]) -> None:
+    async def run_job(self, ctx: ToolContext, job: Job[Any]) -> None:
         """Drive a long job one step per model-thread hop, reporting MCP progress after each step.
 
         A cancelled request stops at the next step boundary; the job is closed on the model thread.
@@ -131,7 +131,7 @@ class Toolkit:
 
             await self.session.run_steps(job.steps(), progress)
 
-    async def measured_job(self, ctx: Context, make_job: Callable[[LoadedModel], J]) -> tuple[J, float]:
+    async def measured_job(self, ctx: ToolContext, make_job: Callable[[LoadedModel], J]) -> tuple[J, float]:
         """The common body of a long tool: the job built on the loaded model, run with progress and cancellation;
         returns the finished job and when it started (for ``with_provenance``)."""
         model = await self.model(ctx)
@@ -175,6 +175,16 @@ class Toolkit:
             content=[TextContent(type="text", text=summary), *links],
             structured_content=result.model_dump(mode="json"),
         )
+
+
+ToolContext = Context[Toolkit, Any]
+"""What a tool or resource function here receives: the SDK context, typed with its lifespan (the Toolkit)."""
+
+
+def tool_arguments(values: dict[str, Any]) -> dict[str, Any]:
+    """A tool's own arguments from its ``locals()`` at its first line (everything but the context): the tools whose
+    parameters are exactly their job's fields pass them on as ``Job(model=model, **arguments)``."""
+    return {name: value for name, value in values.items() if name != "ctx"}
 
 
 def view_uri(view: str) -> str:

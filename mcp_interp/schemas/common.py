@@ -56,6 +56,7 @@ class HeadRef(BaseModel):
 
 HeadSpec = str | HeadRef
 PositionsSpec = Literal["all", "last"] | list[int]
+PatchMetricName = Literal["logit_diff", "log_prob", "kl"]
 
 
 class AnyOf(BaseModel):

@@ -6,38 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import Measurement, PositionsSpec, Provenance, Score
+from mcp_interp.schemas.ablation import AblationOutcome
+from mcp_interp.schemas.common import Measurement, PatchMetricName, PositionsSpec, Provenance, Score
 
 # --- ablate_head ----------------------------------------------------------------------------
-
-
-class MetricSet(BaseModel):
-    logit_diff: Score | None = Field(
-        default=None, description="logit(correct) − logit(incorrect); null when no answers were given."
-    )
-    log_prob: Score = Field(description="log P(answer), ≤ 0.")
-    rank: Score = Field(description="Rank of the answer; 0 = top-1; saturates at 0.")
-
-
-class AblationOutcome(Measurement):
-    """Every metric before and after an ablation (``ablate_head`` and ``ablate`` share it)."""
-
-    method: Literal["zero", "mean", "resample"]
-    positions: PositionsSpec
-    mean_over: Literal["per_position", "per_position_from_end"] | None = Field(
-        default=None,
-        description="For method 'mean': per_position = each position gets the batch mean at that index (equal "
-        "lengths); per_position_from_end = each position gets the batch mean at the same distance from each prompt's "
-        "last token (unequal lengths; 'last' → the mean answer-position z).",
-    )
-    permutation: list[int] | None = Field(
-        default=None, description="For method 'resample': prompt i received prompt permutation[i]'s activation."
-    )
-    answer: str = Field(description="Which token log_prob and rank track: 'correct' or the clean run's top-1.")
-    answer_tokens: list[str]
-    before: MetricSet = Field(description="Clean run.")
-    after: MetricSet = Field(description="Ablated run.")
-    kl: Score = Field(description="KL(clean‖ablated) at the answer position, nats, ≥ 0.")
 
 
 class AblateHeadMeasurement(AblationOutcome):
@@ -76,9 +48,15 @@ class PatchHeadsMeasurement(Measurement):
     direction: Literal["denoise", "noise"] = Field(
         description="denoise: run corrupt, patch in clean z; noise: run clean, patch in corrupt z."
     )
+    metric: PatchMetricName = Field(
+        default="logit_diff",
+        description="What is read at the answer: logit_diff (logit(correct) − logit(incorrect); with answers of "
+        "several tokens log P(correct) − log P(incorrect), teacher-forced), log_prob (log P(correct)), or kl "
+        "(KL(clean‖run), nats). The *_logit_diff fields hold this metric.",
+    )
     positions: PositionsSpec
-    clean_logit_diff: Score
-    corrupt_logit_diff: Score
+    clean_logit_diff: Score = Field(description="The metric on the clean prompts.")
+    corrupt_logit_diff: Score = Field(description="The metric on the corrupt prompts.")
     differing_positions: list[list[int]] = Field(
         description="Per pair, token positions where clean and corrupt differ."
     )

@@ -6,11 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import Measurement, Provenance, Score
-from mcp_interp.schemas.heads import AblationOutcome
+from mcp_interp.schemas.ablation import AblationOutcome, RandomDirections
+from mcp_interp.schemas.common import Measurement, PatchMetricName, Provenance, Score
 
 Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
-PatchMetricName = Literal["logit_diff", "log_prob", "kl"]
 
 
 class PositionToken(BaseModel):
@@ -110,24 +109,6 @@ class LossMeasurement(Measurement):
 
 class LossResult(Provenance, LossMeasurement):
     pass
-
-
-class RandomDirections(BaseModel):
-    """The same ablation with each residual direction replaced by a random unit direction at its layer that
-    removes the same energy (mean squared projection over the prompts' tokens), so effects compare like with like."""
-
-    n: int = Field(description="How many random directions (seeded, energy-matched to the real one).")
-    seed: int = Field(description="Seed of the draws (the ablation's `seed`).")
-    logit_diff_change: list[float] | None = Field(
-        default=None, description="Per random direction: mean logit difference after − before (None without answers)."
-    )
-    log_prob_change: list[float] = Field(description="Per random direction: mean log-prob after − before.")
-    kl: list[float] = Field(description="Per random direction: mean KL(clean‖ablated), nats.")
-    direction_energy: float = Field(
-        description="Mean squared projection of the prompts' residuals on the ablated direction(s), over every "
-        "token: the energy projecting it out removes (residual units²)."
-    )
-    energy: list[float] = Field(description="The same for each random direction: compare before comparing effects.")
 
 
 class AblateMeasurement(AblationOutcome):

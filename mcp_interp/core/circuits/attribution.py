@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.bridge import (
+from mcp_interp.core.circuits.graph import Graph, Reader, Writer, build_graph
+from mcp_interp.core.engine.bridge import (
     HOOK_EMBED,
     edge_hooks,
     hook_mlp_in,
@@ -39,10 +40,8 @@ from mcp_interp.core.bridge import (
     hook_qkv_input,
     hook_result,
 )
-from mcp_interp.core.circuits.graph import Graph, Reader, Writer, build_graph
-from mcp_interp.core.tokens import Batch
-
-RowMetric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (answer logits [rows, vocab], prompts) → [rows]
+from mcp_interp.core.engine.readouts import RowMetric  # here: (answer logits [rows, vocab], prompts) → [rows]
+from mcp_interp.core.engine.tokens import Batch
 
 
 def graph_of(bridge: Any) -> Graph:
@@ -84,7 +83,14 @@ class EdgeAttribution:
     """EAP / EAP-IG over the bridge's graph; ``steps()`` yields once per gradient run (progress)."""
 
     def __init__(
-        self, bridge: Any, clean: Batch, corrupt: Batch, metric: RowMetric, ig_steps: int = 1, integrated: bool = False
+        self,
+        *,
+        bridge: Any,
+        clean: Batch,
+        corrupt: Batch,
+        metric: RowMetric,
+        ig_steps: int = 1,
+        integrated: bool = False,
     ) -> None:
         self.bridge, self.clean, self.corrupt, self.metric = bridge, clean, corrupt, metric
         self.ig_steps, self.integrated = ig_steps, integrated

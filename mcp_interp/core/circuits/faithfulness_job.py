@@ -8,14 +8,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_interp.core import metrics
-from mcp_interp.core.bridge import edge_hooks
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores, graph_of
 from mcp_interp.core.circuits.faithfulness import Ablator
 from mcp_interp.core.circuits.graph import Graph
-from mcp_interp.core.circuits.job import TOP_WITH_EXAMPLES, edge_score
-from mcp_interp.core.circuits.pairs import Pairs, prepare_pairs
-from mcp_interp.core.jobs import Job
+from mcp_interp.core.circuits.job import edge_score
+from mcp_interp.core.engine import metrics
+from mcp_interp.core.engine.bridge import edge_hooks
+from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.pairs import Pairs, prepare_pairs
+from mcp_interp.core.engine.scores import TOP_WITH_EXAMPLES, finite
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import (
@@ -59,7 +60,9 @@ def check_random_circuits(count: int) -> None:
 
 def ranked_edges(model: LoadedModel, pairs: Pairs) -> Iterator[str | tuple[EdgeScores, list[tuple[int, int]]]]:
     """Edge attribution's steps, then (its scores, the edges sorted by |score|)."""
-    attribution = EdgeAttribution(model.bridge, pairs.clean, pairs.corrupt, pairs.readout.from_logits)
+    attribution = EdgeAttribution(
+        bridge=model.bridge, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
+    )
     yield from attribution.steps()
     assert attribution.result is not None
     scores = attribution.result.scores
@@ -71,7 +74,7 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(finite) / len(finite) if finite else None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
     model: LoadedModel
     clean_prompts: Sequence[str]
@@ -126,7 +129,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                     else:
                         value = ablator.recovered(ablator.run(set(ranked[:k]))).value
                         randoms = ablator.random_fractions(k, generator, self.random_circuits)
-                    curve.append(CurvePoint(k=k, faithfulness=_finite(value), random_mean=_mean(randoms)))
+                    curve.append(CurvePoint(k=k, faithfulness=finite(value), random_mean=_mean(randoms)))
                     yield f"curve: k = {k}"
         notes = [
             f"Exact: {len(graph.edges) - len(circuit)} of {len(graph.edges)} edges ablated ({self.ablation}) in real "
@@ -148,11 +151,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         )
 
 
-def _finite(value: float) -> float | None:
-    return value if value == value and abs(value) != float("inf") else None
-
-
-@dataclass
+@dataclass(kw_only=True)
 class FindCircuitJob(Job[FindCircuitMeasurement]):
     """Edge attribution, then the smallest top-k circuit whose exact faithfulness reaches ``target``, by
     bisection over k (each step one exact ablated forward). Bisection assumes faithfulness grows with k;
@@ -194,7 +193,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
             while high - low > 1:
                 middle = (low + high) // 2
                 fraction = ablator.recovered(ablator.run(set(ranked[:middle])))
-                search.append(SearchStep(k=middle, faithfulness=_finite(fraction.value)))
+                search.append(SearchStep(k=middle, faithfulness=finite(fraction.value)))
                 if fraction.value >= self.target:
                     high, best = middle, fraction
                 else:

@@ -6,16 +6,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_interp.core import metrics
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
-from mcp_interp.core.circuits.pairs import prepare_pairs
-from mcp_interp.core.jobs import Job
+from mcp_interp.core.engine import metrics
+from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.pairs import prepare_pairs
+from mcp_interp.core.engine.scores import TOP_WITH_EXAMPLES
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeScore, NodeScore
 
 MAX_IG_STEPS = 64
-TOP_WITH_EXAMPLES = 10
 
 
 def edge_score(result: EdgeScores, w: int, r: int, with_examples: bool = False) -> EdgeScore:
@@ -28,10 +28,10 @@ def edge_score(result: EdgeScores, w: int, r: int, with_examples: bool = False) 
     )  # fmt: skip
 
 
-MAX_TOP_K = 2000
+MAX_EDGES = 2000  # edges one edge_attribution call lists
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
     model: LoadedModel
     clean_prompts: Sequence[str]
@@ -55,8 +55,8 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
                 f"`ig_steps` must be an integer from 1 to {MAX_IG_STEPS} (each step is one forward and backward), "
                 f"got {self.ig_steps!r}; 5 to 20 is usual."
             )
-        if not isinstance(self.top_k, int) or not 1 <= self.top_k <= MAX_TOP_K:
-            raise InputError(f"`top_k` must be an integer from 1 to {MAX_TOP_K}, got {self.top_k!r}.")
+        if not isinstance(self.top_k, int) or not 1 <= self.top_k <= MAX_EDGES:
+            raise InputError(f"`top_k` must be an integer from 1 to {MAX_EDGES}, got {self.top_k!r}.")
 
     def total_steps(self) -> int:
         return 2 + (self.ig_steps if self.method == "eap-ig" else 1)
@@ -67,7 +67,12 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
         integrated = self.method == "eap-ig"
         steps = self.ig_steps if integrated else 1
         run = EdgeAttribution(
-            self.model.bridge, pairs.clean, pairs.corrupt, pairs.readout.from_logits, steps, integrated
+            bridge=self.model.bridge,
+            clean=pairs.clean,
+            corrupt=pairs.corrupt,
+            metric=pairs.readout.from_logits,
+            ig_steps=steps,
+            integrated=integrated,
         )
         yield from run.steps()
         assert run.result is not None
@@ -126,7 +131,7 @@ def graph_figure_data(
     result: EdgeScores, top_k: int
 ) -> tuple[list[tuple[str, float, float]], list[tuple[str, str, float, str]], int]:
     """Nodes (name, x, y) and edges (writer, reader node, score, reader input) of the top ``top_k`` edges
-    for ``figures.layered_graph``; readers are drawn as their head, key/value group, MLP or the logits."""
+    for ``circuits_figures.layered_graph``; readers are drawn as their head, key/value group, MLP or the logits."""
     graph, scores = result.graph, result.scores
     n_heads, n_layers = graph.n_heads, max(r.layer for r in graph.readers) + 1
     top = sorted(graph.edges, key=lambda e: -abs(float(scores[e])))[:top_k]

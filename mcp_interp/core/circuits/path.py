@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core import metrics
-from mcp_interp.core.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
-from mcp_interp.core.circuits.pairs import prepare_pairs
-from mcp_interp.core.jobs import Job
-from mcp_interp.core.patching import LogitDiffReadout
+from mcp_interp.core.engine import metrics
+from mcp_interp.core.engine.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
+from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.pairs import prepare_pairs
+from mcp_interp.core.engine.readouts import LogitDiffReadout
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverScore
@@ -46,7 +46,7 @@ class Receiver:
         return f"L{self.layer}H{self.index}.q" if component == "q" else f"L{self.layer}KV{self.index}.{component}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PathPatchJob(Job[PathPatchMeasurement]):
     model: LoadedModel
     clean_prompts: Sequence[str]

@@ -22,7 +22,7 @@ without a model. A probe is binary: ``y`` ∈ {0, 1}, the direction points towar
 
 Accuracy is measured on a held-out stratified split (``train_test_split(stratify=y)``, seeded);
 its 95 % interval is the exact Clopper–Pearson interval of k correct out of n held-out texts
-(``scipy.stats.binomtest(...).proportion_ci(method="exact")``), which covers the true accuracy in
+(``engine.stats.clopper_pearson``, from beta quantiles), which covers the true accuracy in
 at least 95 % of splits (a seeded simulation in the tests checks this).
 
 Controls (selectivity = accuracy − control accuracy):
@@ -42,12 +42,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
+from mcp_interp.core.engine.stats import CONFIDENCE, clopper_pearson
 from mcp_interp.errors import InputError
 
 ProbeMethod = Literal["logistic", "diff_means"]
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -153,19 +152,13 @@ def _shared_covariance(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]
     return weights, float(model.intercept_[0] - weights @ mean)
 
 
-def exact_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The exact (Clopper–Pearson) interval of an accuracy of ``correct``/``n`` (95 % by default)."""
-    ci = stats.binomtest(correct, n).proportion_ci(confidence_level=confidence, method="exact")
-    return float(ci.low), float(ci.high)
-
-
 def beyond_chance(corrects: Sequence[int], n_test: int, chance: float) -> tuple[list[int], float]:
     """Which of L probes (layers) beat ``chance``, family-wise: those whose exact interval at the Bonferroni
     level 1 − 0.05/L lies above it, and that level. The best layer is chosen by the same held-out texts, so its
     own 95 % interval would overstate it; across L layers at least one unadjusted interval clears chance far more
     often than 5 % under the null (a seeded simulation in the tests checks the adjusted rate)."""
     level = 1 - (1 - CONFIDENCE) / len(corrects)
-    return [i for i, correct in enumerate(corrects) if exact_interval(correct, n_test, level)[0] > chance], level
+    return [i for i, correct in enumerate(corrects) if clopper_pearson(correct, n_test, level)[0] > chance], level
 
 
 def is_word_level(words: Sequence[str] | None, y: np.ndarray) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from mcp_interp.core.engine.stats import clopper_pearson
 from mcp_interp.core.features import probe
 from mcp_interp.core.features.residuals import Residuals, check_layers, check_position, read_residuals
 from mcp_interp.errors import InputError
@@ -31,7 +32,7 @@ def data_hash(texts: Sequence[str], labels: Sequence[str], position: Any) -> str
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ProbeJob:
     model: LoadedModel
     texts: Sequence[str]
@@ -95,7 +96,7 @@ class ProbeJob:
     ) -> ProbeLayer:
         method = self.method  # checked in steps()
         fit = probe.fit_probe(x, y, split, method)  # type: ignore[arg-type]
-        low, high = probe.exact_interval(fit.correct, fit.n_test)
+        low, high = clopper_pearson(fit.correct, fit.n_test)
         control_accuracy = permuted_accuracy = selectivity = None
         if controls:
             permuted_accuracy = probe.fit_probe(x, controls["permuted"], split, method).accuracy  # type: ignore[arg-type]
@@ -165,7 +166,7 @@ class ProbeJob:
         corrects = [round(row.accuracy * n_test) for row in rows]
         indices, level = probe.beyond_chance(corrects, n_test, chance)
         beating = [rows[i].layer for i in indices]
-        best_interval = probe.exact_interval(round(best.accuracy * n_test), n_test, level)
+        best_interval = clopper_pearson(round(best.accuracy * n_test), n_test, level)
         kind = None if not controls else "word_identity" if "word_identity" in controls else "permuted"
         notes = [
             f"Accuracy is on {len(split.test)} held-out texts (seeded stratified split); the interval is exact "

@@ -13,7 +13,7 @@ x̂_t the SAE's reconstruction and a_t its feature activations:
   model, with x̂ replacing x at the hook at every position ("spliced"), and with 0 replacing x at
   every position ("zero ablation"); loss recovered = (zero − spliced) / (zero − clean).
 
-The text is tokenized by the project's one rule (``core.tokens.encode``); everything runs under
+The text is tokenized by the project's one rule (``engine.tokens.encode``); everything runs under
 ``torch.inference_mode()``.
 """
 
@@ -26,9 +26,11 @@ from typing import Any
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.features.sae import Hook, SparseAutoencoder, load_sae, splice_hooks
-from mcp_interp.core.localize.loss import token_losses
-from mcp_interp.core.tokens import Batch, encode, token_ids, token_strings
+from mcp_interp.core.engine.dictionary import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.metrics import token_losses
+from mcp_interp.core.engine.saelens import load_sae
+from mcp_interp.core.engine.sites import Hook
+from mcp_interp.core.engine.tokens import Batch, encode, token_ids, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.sae import (
@@ -74,7 +76,7 @@ def sae_info(sae: SparseAutoencoder) -> SaeInfo:
         layer=sae.layer,
         d_in=sae.d_in,
         d_sae=sae.d_sae,
-        k=sae.k,
+        k=getattr(sae, "k", None),
         apply_b_dec_to_input=sae.apply_b_dec_to_input,
         model_name=sae.model_name,
     )

@@ -13,23 +13,13 @@ from collections.abc import Sequence
 
 import torch
 
-from mcp_interp.core.interventions import Ablation, ablation_from_spec, prepare_ablation
-from mcp_interp.core.tokens import Batch, encode, token_strings
+from mcp_interp.core.engine.interventions import Ablation, ablation_from_spec, prepare_ablation
+from mcp_interp.core.engine.metrics import token_losses
+from mcp_interp.core.engine.tokens import Batch, encode, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import LossMeasurement, TextLoss
-
-
-def token_losses(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per position k (predicting token k+1): loss [batch, seq-1] (float64), top-1 hit, and the mask of
-    positions whose next token is real."""
-    log_probs = torch.log_softmax(logits[:, :-1].to(torch.float64), dim=-1)
-    targets = batch.input_ids[:, 1:]
-    loss = -log_probs.gather(2, targets.unsqueeze(-1)).squeeze(-1)
-    hit = logits[:, :-1].argmax(dim=-1) == targets
-    scored = batch.attention_mask[:, 1:].bool()
-    return loss, hit, scored
 
 
 def _run(model: LoadedModel, batch: Batch, ablation: Ablation | None) -> torch.Tensor:

@@ -1,9 +1,4 @@
-"""What ``patch`` reports: scores of cells, their labels in words, the grids, and the notes.
-
-Score convention (same reading in both directions): ``denoise`` — (patched − corrupt) / (clean − corrupt),
-the fraction of the gap a cell restores; ``noise`` — (clean − patched) / (clean − corrupt), the fraction it
-destroys. 1 = the cell alone carries the effect, 0 = none, negative = it works against it.
-"""
+"""What ``patch`` reports: scores of cells (``engine.scores``), their labels in words, the grids, and the notes."""
 
 from __future__ import annotations
 
@@ -12,18 +7,18 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core import metrics
-from mcp_interp.core.patching import Unit
-from mcp_interp.core.tokens import Batch, PairDiff, token_strings
+from mcp_interp.core.engine import metrics
+from mcp_interp.core.engine.patching import PatchOutcome
+from mcp_interp.core.engine.scores import SMALL_GAP, TOP_WITH_EXAMPLES, directed_score, finite, ranked_scores
+from mcp_interp.core.engine.sweep import Unit
+from mcp_interp.core.engine.tokens import Batch, PairDiff, token_strings
 from mcp_interp.schemas.common import Score
 from mcp_interp.schemas.localize import PatchCell, PatchMeasurement, PositionToken, VerifiedCell
 
 TOP_CELLS = 20
-TOP_WITH_EXAMPLES = 10
-SMALL_GAP = 0.5  # |clean − corrupt| logit difference below which fractions are unstable
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PatchReport:
     """The settings a ``patch`` result is read with, and the model's shape and first clean prompt's tokens."""
 
@@ -37,14 +32,7 @@ class PatchReport:
     clean_tokens: list[str]
 
     def score(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> Score:
-        fraction = metrics.recovered_fraction(patched, clean, corrupt)
-        if self.direction == "denoise":
-            return fraction
-        return Score(value=1.0 - fraction.value, per_example=[1.0 - v for v in fraction.per_example])
-
-    def ranked(self, patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor) -> list[int]:
-        values = [self.score(row, clean, corrupt).value for row in patched]
-        return sorted(range(len(values)), key=lambda i: -abs(values[i]) if values[i] == values[i] else 0.0)
+        return directed_score(patched, clean, corrupt, self.direction)
 
     def label(self, cell: Unit) -> str:
         if self.component == "mlp_neurons" or cell.position is None:
@@ -56,23 +44,20 @@ class PatchReport:
             return f"head L{cell.layer}H{cell.channel}, {where}"
         return f"layer {cell.layer} {self.component}, {where}"
 
-    def measurement(
-        self,
-        cells: list[Unit],
-        patched: torch.Tensor,
-        clean_m: torch.Tensor,
-        corrupt_m: torch.Tensor,
-        clean: Batch,
-        corrupt: Batch,
-        diffs: list[PairDiff],
-        layers: list[int],
-        positions: list[int],
-        first_diff: int,
-        verified: list[VerifiedCell] | None,
-        engine: str | None,
-        job_notes: list[str],
-    ) -> PatchMeasurement:
-        tokens = position_tokens(self.tokenizer, clean, corrupt, diffs)
+    def measurement(self, outcome: PatchOutcome, layers: list[int], positions: list[int]) -> PatchMeasurement:
+        cells, patched, clean_m, corrupt_m = outcome.cells, outcome.patched, outcome.clean, outcome.corrupt
+        first_diff, diffs = outcome.first_diff, outcome.diffs
+        tokens = position_tokens(self.tokenizer, outcome.clean_batch, outcome.corrupt_batch, diffs)
+        verified = None
+        if outcome.verified is not None:
+            verified = [
+                VerifiedCell(
+                    label=self.label(cells[i]),
+                    attribution_score=finite(self.score(patched[i], clean_m, corrupt_m).value),
+                    exact_score=finite(self.score(exact, clean_m, corrupt_m).value),
+                )
+                for i, exact in outcome.verified
+            ]
         scores = [self.score(row, clean_m, corrupt_m) for row in patched]
         grid: list[list[float | None]] | None = None
         patched_grid: list[list[float | None]] | None = None
@@ -94,7 +79,7 @@ class PatchReport:
             elif grid is not None and patched_grid is not None:
                 grid[cell.layer][cell.position] = value
                 patched_grid[cell.layer][cell.position] = float(row.mean())
-        order = self.ranked(patched, clean_m, corrupt_m)
+        order = ranked_scores(patched, clean_m, corrupt_m, self.direction)
         if self.component != "mlp_neurons":
             order = order[:TOP_CELLS]
         rows = []
@@ -133,8 +118,8 @@ class PatchReport:
             head_patched=head_patched,
             cells=rows,
             verified=verified,
-            engine=engine if self.method == "exact" or verified else None,
-            notes=job_notes + self.notes(clean_m, corrupt_m, first_diff, len(tokens)),
+            engine=outcome.engine,
+            notes=outcome.notes + self.notes(clean_m, corrupt_m, first_diff, len(tokens)),
         )
 
     def notes(self, clean_m: torch.Tensor, corrupt_m: torch.Tensor, first_diff: int, width: int) -> list[str]:
@@ -182,7 +167,3 @@ def position_tokens(tokenizer: Any, clean: Batch, corrupt: Batch, diffs: list[Pa
         )
         for p in range(width)
     ]
-
-
-def finite(value: float) -> float | None:
-    return None if value != value or value in (float("inf"), float("-inf")) else float(value)

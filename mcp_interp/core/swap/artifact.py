@@ -110,7 +110,7 @@ def _fingerprints(protocol: Any, results: Any) -> dict[str, str]:
     return prints
 
 
-def encode(artifact: dict[str, Any]) -> bytes:
+def encode_artifact(artifact: dict[str, Any]) -> bytes:
     """Readable JSON on disk (indented); fingerprints are over canonical JSON, so layout is free."""
     return json.dumps(artifact, indent=1, ensure_ascii=False, allow_nan=False).encode()
 

@@ -24,7 +24,6 @@ from mcp_interp.core.swap.trial import (
     EditPlan,
     PromptRun,
     TrialTokens,
-    answer_logits,
     answer_score,
     capability_reason,
     check_settings,
@@ -34,6 +33,7 @@ from mcp_interp.core.swap.trial import (
     prompt_run,
     run_edits,
     score_edit_trial,
+    teacher_forced_logits,
 )
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -54,6 +54,7 @@ class SwapBenchmarkJob:
 
     def __init__(
         self,
+        *,
         model: LoadedModel,
         corpus: SwapCorpus,
         layers: Sequence[int],
@@ -154,7 +155,7 @@ class SwapBenchmarkJob:
 
     def _score(self, run: PromptRun, answer: tuple[int, ...]) -> AnswerScore:
         """An answer scored in an unedited run (teacher-forced when it is several tokens)."""
-        return answer_score(self.model.tokenizer, answer_logits(self.model, run, answer), answer)
+        return answer_score(self.model.tokenizer, teacher_forced_logits(self.model, run, answer), answer)
 
     def _prompt(self, function: str, concept: str) -> str:
         return prompt_text(next(f for f in self.corpus.functions if f.name == function), concept)
@@ -239,6 +240,7 @@ class BenchmarkRun:
 
     def __init__(
         self,
+        *,
         model: LoadedModel,
         corpus: SwapCorpus,
         layers: Sequence[int] | None,
@@ -256,7 +258,14 @@ class BenchmarkRun:
             self._n_keys = len(trial_keys(corpus))
         else:
             lens, info = resolve_lens(model, lens_kind, lens_path)
-            self.benchmark = SwapBenchmarkJob(model, corpus, self._layers(info.source_layers), lens, info, settings)
+            self.benchmark = SwapBenchmarkJob(
+                model=model,
+                corpus=corpus,
+                layers=self._layers(info.source_layers),
+                lens=lens,
+                lens_info=info,
+                settings=settings,
+            )
 
     def _layers(self, source_layers: Sequence[int]) -> list[int]:
         return list(self.layers) if self.layers is not None else list(source_layers)
@@ -273,7 +282,12 @@ class BenchmarkRun:
                 yield f"no Jacobian lens cached for this model: fitting one first — {message}"
             lens, info = load_lens_file(self.fit.path, self.model)
             self.benchmark = SwapBenchmarkJob(
-                self.model, self.corpus, self._layers(info.source_layers), lens, info, self.settings
+                model=self.model,
+                corpus=self.corpus,
+                layers=self._layers(info.source_layers),
+                lens=lens,
+                lens_info=info,
+                settings=self.settings,
             )
         assert self.benchmark is not None
         yield from self.benchmark.steps()
@@ -304,4 +318,6 @@ def prepare_benchmark(
     """A benchmark from a tool's arguments: a shipped corpus by name or a corpus object, the lens by kind (and
     file), by default every layer the lens can edit. Runs no forward pass (a lens it must fit is fitted in steps)."""
     corpus_object = load_corpus(corpus) if isinstance(corpus, str) else corpus
-    return BenchmarkRun(model, corpus_object, layers, lens_kind, lens_path, settings)
+    return BenchmarkRun(
+        model=model, corpus=corpus_object, layers=layers, lens_kind=lens_kind, lens_path=lens_path, settings=settings
+    )

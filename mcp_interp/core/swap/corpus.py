@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_interp.core.engine.answers import known_answer_tokens
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.swap import SLOT, SwapCorpus, SwapFunction
@@ -67,29 +68,21 @@ class Resolved:
     unusable: dict[str, str]  # word → why it cannot be used (how it tokenizes)
 
 
+def word_tokens(tokenizer: Any, word: str) -> tuple[tuple[int, ...] | None, str]:
+    """The known tokens of ``" " + word.strip()`` (how a corpus writes concepts and answers: after a space), by
+    the engine's one answer rule, or None and why not."""
+    return known_answer_tokens(tokenizer, " " + word.strip())
+
+
 def single_token(tokenizer: Any, word: str) -> tuple[int | None, str]:
     """The one known token of ``" " + word.strip()``, or None and how it tokenizes instead."""
-    text = " " + word.strip()
-    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    if len(ids) == 1 and (unknown is None or ids[0] != unknown):
-        return int(ids[0]), ""
-    if len(ids) == 1:
-        return None, f"{text!r} is the unknown token {tokenizer.decode(ids)!r}"
-    return None, f"{text!r} is {len(ids)} tokens {[tokenizer.decode([i]) for i in ids]}"
-
-
-def answer_token_ids(tokenizer: Any, word: str) -> tuple[tuple[int, ...] | None, str]:
-    """The known tokens of ``" " + word.strip()`` (one or more), or None and why not."""
-    text = " " + word.strip()
-    ids = tuple(int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"])
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    if ids and (unknown is None or unknown not in ids):
-        return ids, ""
-    return (
-        None,
-        f"{text!r} tokenizes to {[tokenizer.decode([i]) for i in ids]}, with a token the tokenizer does not know",
-    )
+    ids, why = word_tokens(tokenizer, word)
+    if ids is None:
+        return None, why
+    if len(ids) > 1:
+        text = " " + word.strip()
+        return None, f"{text!r} is {len(ids)} tokens {[tokenizer.decode([i]) for i in ids]}"
+    return ids[0], ""
 
 
 def resolve(corpus: SwapCorpus, tokenizer: Any) -> Resolved:
@@ -102,7 +95,7 @@ def resolve(corpus: SwapCorpus, tokenizer: Any) -> Resolved:
         return token
 
     def tokens(word: str) -> tuple[int, ...] | None:
-        ids, why = answer_token_ids(tokenizer, word)
+        ids, why = word_tokens(tokenizer, word)
         if ids is None:
             unusable[word] = why
         return ids

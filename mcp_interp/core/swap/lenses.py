@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.jobs import Job
-from mcp_interp.core.tokens import adds_bos
+from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.tokens import adds_bos
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, cache_dir
@@ -81,6 +81,7 @@ class FitLensJob(Job[FitLensMeasurement]):
 
     def __init__(
         self,
+        *,
         model: LoadedModel,
         settings: FitSettings,
         texts: Sequence[str] | None = None,
@@ -108,7 +109,7 @@ class FitLensJob(Job[FitLensMeasurement]):
         if not layers or bad:
             raise InputError(f"source_layers must be within 0..{n_layers - 2} (the last block is the target): {bad}.")
         self.layers = sorted(set(layers))
-        # Fit on text tokenized by the same rule as every tool (core/tokens.py): the library's fit
+        # Fit on text tokenized by the same rule as every tool (core/engine/tokens.py): the library's fit
         # uses `to_tokens`, which prepends a BOS unless the bridge's default says otherwise.
         self.prepend_bos = adds_bos(model.tokenizer)
         self.path = lens_folder() / f"{model.fingerprint}-{self._key()}{LENS_FILE_SUFFIX}"
@@ -269,7 +270,7 @@ def default_fit(model: LoadedModel, kind: str, path: str | None = None) -> FitLe
     """The fit a causal-swap run needs first: the default Jacobian lens, when ``lens="jacobian"`` names no file and
     none is cached for these weights (then the run fits it, with progress, and every later run reuses it)."""
     if kind == "jacobian" and path is None and newest_fitted_lens(model) is None:
-        return FitLensJob(model, FitSettings())
+        return FitLensJob(model=model, settings=FitSettings())
     return None
 
 

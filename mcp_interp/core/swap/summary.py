@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from mcp_interp.core.engine import stats as verdicts
 from mcp_interp.core.swap import stats
 from mcp_interp.core.swap.trial import EXECUTED, INACTIVE, NO_CONTROL, TRIAL_STATUSES
 from mcp_interp.schemas.swap import (
@@ -26,7 +27,7 @@ from mcp_interp.schemas.swap import (
 
 
 def rate_summary(successes: Sequence[bool], prompts: set[tuple[str, str]]) -> RateSummary:
-    r = stats.rate(successes)
+    r = verdicts.rate(successes)
     return RateSummary(
         successes=r.successes, n=r.n, rate=r.rate, ci_low=r.low, ci_high=r.high, n_independent_prompts=len(prompts)
     )
@@ -43,7 +44,7 @@ def summarize(trials: Sequence[TrialRecord], layers: Sequence[int], seeds: Seque
     for i, seed in enumerate(seeds):
         column = [row[i] for row in control_rows]
         by_seed.append(SeedRate(seed=seed, rate=rate_summary(column, prompts)))
-        test = stats.mcnemar(real, column)
+        test = verdicts.mcnemar(real, column)
         per_seed_tests.append(
             SeedMcNemar(seed=seed, real_only=test.real_better, control_only=test.control_better, p_value=test.p_value)
         )

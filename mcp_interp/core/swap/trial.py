@@ -34,12 +34,12 @@ from typing import Any, Final
 import torch
 from pydantic import ValidationError
 
-from mcp_interp.core.bridge import hook_out
+from mcp_interp.core.engine.bridge import hook_out
+from mcp_interp.core.engine.tokens import token_ids
 from mcp_interp.core.swap import stats
 from mcp_interp.core.swap.controls import ControlPool, control_pool, distances_from, draw_control
-from mcp_interp.core.swap.corpus import answer_token_ids, prompt_text, single_token
+from mcp_interp.core.swap.corpus import prompt_text, single_token, word_tokens
 from mcp_interp.core.swap.lenses import resolve_lens
-from mcp_interp.core.tokens import token_ids
 from mcp_interp.errors import InputError, NumericalError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.swap import (
@@ -96,7 +96,7 @@ def word_token(tokenizer: Any, word: str, what: str) -> int:
 
 def answer_tokens(tokenizer: Any, word: str, what: str) -> tuple[int, ...]:
     """The tokens of ``" " + word.strip()``: one, or several (scored as a sequence)."""
-    tokens, why = answer_token_ids(tokenizer, word)
+    tokens, why = word_tokens(tokenizer, word)
     if tokens is None:
         raise InputError(f"The {what} {word!r} cannot be scored: {why}. Check it with the `tokenize` tool.")
     return tokens
@@ -177,7 +177,7 @@ def prompt_run(model: LoadedModel, ids: list[int], position: int, layers: Sequen
     )
 
 
-def answer_logits(model: LoadedModel, run: PromptRun, answer: Sequence[int]) -> torch.Tensor:
+def teacher_forced_logits(model: LoadedModel, run: PromptRun, answer: Sequence[int]) -> torch.Tensor:
     """Unedited step logits of an answer, ``[len(answer), vocab]``: the prompt's last-position logits, then
     (for several tokens) one forward of the prompt followed by the answer's earlier tokens."""
     if len(answer) == 1:
@@ -426,13 +426,17 @@ def causal_swap_trial(
     run = prompt_run(model, ids, position, [layer])
     record = new_record(tokenizer, function.name, source, target, layer, prompt_text(function, source.strip()), run)
     baseline = TrialBaseline(
-        source_answer=answer_score(tokenizer, answer_logits(model, run, tokens.source_answer), tokens.source_answer),
-        target_answer=answer_score(tokenizer, answer_logits(model, run, tokens.target_answer), tokens.target_answer),
+        source_answer=answer_score(
+            tokenizer, teacher_forced_logits(model, run, tokens.source_answer), tokens.source_answer
+        ),
+        target_answer=answer_score(
+            tokenizer, teacher_forced_logits(model, run, tokens.target_answer), tokens.target_answer
+        ),
     )
     if settings.require_target_known:
         target_ids, _ = edit_position(tokenizer, template, target.strip(), "last")
         target_run = prompt_run(model, target_ids, len(target_ids) - 1, [])
-        target_logits = answer_logits(model, target_run, tokens.target_answer)
+        target_logits = teacher_forced_logits(model, target_run, tokens.target_answer)
         baseline.target_prompt_answer = answer_score(tokenizer, target_logits, tokens.target_answer)
     record.baseline = baseline
     notes = []

@@ -1,0 +1,148 @@
+"""The measured effect of an ablation: every metric before and after, and where they disagree.
+
+Shared by ``ablate`` (any components) and ``ablate_head`` (heads). Metrics see different things (see
+``metrics``). The most common way to a confident wrong conclusion is reading one that is blind to the
+effect — rank stuck at 0 while the logit difference halves, KL tiny while the correct−incorrect margin
+collapses — so disagreements are written into ``notes`` rather than left for the reader to spot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from mcp_interp.core.engine import metrics
+from mcp_interp.core.engine.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.interventions import Ablation, ablation_from_spec, logits_at_answers, prepare_ablation
+from mcp_interp.core.engine.tokens import encode
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.ablation import AblationOutcome, MetricSet
+from mcp_interp.schemas.common import AblationSpec, Score
+
+# Thresholds for disagreement notes, in the metrics' own units.
+LOGIT_DIFF_MOVED = 0.5  # nats of log-odds: a change worth reporting
+KL_SMALL = 0.1  # nats
+
+
+def parsed_ablation(model: LoadedModel, ablation: Ablation | AblationSpec) -> Ablation:
+    """The core ``Ablation`` of a tool's arguments (an ``AblationSpec``), or the ``Ablation`` itself."""
+    if isinstance(ablation, Ablation):
+        return ablation
+    parsed = ablation_from_spec(ablation, model.bridge.cfg, model)  # a tool's arguments, names as strings or objects
+    assert parsed is not None
+    return parsed
+
+
+def ablation_outcome(
+    model: LoadedModel,
+    prompts: Sequence[str],
+    ablation: Ablation,
+    correct: Any = None,
+    incorrect: Any = None,
+) -> AblationOutcome:
+    """Every metric with and without ``ablation``. Answers may be several tokens or sets
+    (``answers``): their log-prob and logit difference are then teacher-forced, ranks are of
+    the first token."""
+    batch = encode(model.tokenizer, prompts, model.device)
+    n = len(batch.texts)
+    good = resolve_answer_specs(model.tokenizer, correct, n, "correct") if correct is not None else None
+    bad = resolve_answer_specs(model.tokenizer, incorrect, n, "incorrect") if incorrect is not None else None
+    prepared = prepare_ablation(model.bridge, batch, ablation)
+    clean = logits_at_answers(model, batch)
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=prepared.hooks):
+        ablated = metrics.at_answer_positions(
+            model.bridge(batch.input_ids, return_type="logits"), batch.answer_positions
+        )
+
+    notes: list[str] = []
+    if good is None:
+        tracked = [Answer(model.tokenizer.decode([int(i)]), ((int(i),),), "token") for i in clean.argmax(dim=-1)]
+        answer = "clean top-1"
+        notes.append("No `correct` answer given: log_prob and rank track each prompt's clean top-1 token.")
+    else:
+        tracked, answer = good, "correct"
+        not_top = [i for i in range(n) if int(clean[i].argmax()) != good[i].first_token]
+        if not_top:
+            what = "The correct answer" if all(a.kind == "token" for a in good) else "The correct answer's first token"
+            notes.append(f"{what} is not the clean top-1 for examples {not_top}.")
+    sequences = any(a.kind != "token" for a in tracked + (bad or []))
+    if sequences:
+        notes.append(
+            "Some answer is several tokens or a set: log_prob and logit_diff are teacher-forced sequence "
+            "log-probabilities (logit_diff = log P(correct) − log P(incorrect)), with the ablation applied to the "
+            "teacher-forced run; rank is that of the first token."
+        )
+        notes.extend(spacing_notes(model.tokenizer, tracked + (bad or [])))
+
+    def metric_set(logits: torch.Tensor, with_ablation: Ablation | None) -> MetricSet:
+        first = [a.first_token for a in tracked]
+        if not sequences:
+            diff = None
+            if bad is not None and good is not None:
+                diff = metrics.logit_difference(logits, first, [a.first_token for a in bad])
+            return MetricSet(
+                logit_diff=diff,
+                log_prob=metrics.answer_logprob(logits, first),
+                rank=metrics.answer_ranks(logits, first),
+            )
+        log_prob = answer_log_probs(model.bridge, batch, tracked, with_ablation)
+        diff = None
+        if bad is not None and good is not None:
+            diff = metrics.score_of(log_prob - answer_log_probs(model.bridge, batch, bad, with_ablation))
+        return MetricSet(logit_diff=diff, log_prob=metrics.score_of(log_prob), rank=metrics.answer_ranks(logits, first))
+
+    before, after = metric_set(clean, None), metric_set(ablated, ablation)
+    kl = metrics.kl_divergence(clean, ablated)
+    if (good is None) != (bad is None):
+        notes.append("Give both `correct` and `incorrect` to get the logit difference.")
+    notes.extend(disagreements(before, after, kl))
+    return AblationOutcome(
+        method=ablation.method,
+        positions=ablation.positions if ablation.positions is not None else "all",  # type: ignore[arg-type]
+        mean_over=prepared.mean_over,
+        permutation=prepared.permutation,
+        answer=answer,
+        answer_tokens=[
+            describe(model.tokenizer, a) if sequences else model.tokenizer.decode([a.first_token]) for a in tracked
+        ],
+        before=before,
+        after=after,
+        kl=kl,
+        notes=notes,
+    )
+
+
+def disagreements(before: MetricSet, after: MetricSet, kl: Score) -> list[str]:
+    """Plain-language notes where one metric moved and another cannot see it."""
+    notes = []
+    if before.logit_diff is not None and after.logit_diff is not None:
+        ld_before, ld_after = before.logit_diff.value, after.logit_diff.value
+        moved = abs(ld_after - ld_before)
+        ranks_stuck_at_zero = all(r == 0 for r in before.rank.per_example + after.rank.per_example)
+        if ranks_stuck_at_zero and moved >= LOGIT_DIFF_MOVED:
+            notes.append(
+                f"Rank stayed 0 on every example while the logit difference moved from {ld_before:+.3f} to "
+                f"{ld_after:+.3f}: rank is saturated and blind to this effect; cite the logit difference."
+            )
+        if ld_before > 0 and ld_after < 0.5 * ld_before and kl.value < KL_SMALL:
+            notes.append(
+                f"KL(clean‖ablated) is only {kl.value:.4f} nats although the logit difference fell from "
+                f"{ld_before:+.3f} to {ld_after:+.3f}: the probability mass that moved is small, but the "
+                "correct−incorrect margin collapsed. KL alone would call this head unimportant."
+            )
+        if kl.value >= 1.0 and moved < 0.1 * max(abs(ld_before), 1e-9):
+            notes.append(
+                f"KL(clean‖ablated) is {kl.value:.3f} nats but the logit difference barely moved "
+                f"({ld_before:+.3f} → {ld_after:+.3f}): the ablation changes the output distribution, "
+                "not the correct−incorrect comparison."
+            )
+        if ld_before > 0 > ld_after:
+            notes.append(f"The ablation flips the preference: logit difference {ld_before:+.3f} → {ld_after:+.3f}.")
+    elif all(r == 0 for r in before.rank.per_example + after.rank.per_example) and kl.value >= KL_SMALL:
+        notes.append(
+            f"Rank stayed 0 everywhere although KL(clean‖ablated) = {kl.value:.3f} nats: rank is saturated; "
+            "give correct/incorrect answers to measure the logit difference."
+        )
+    return notes

@@ -1,0 +1,218 @@
+"""Answers of any length: one token, a token sequence, or a set of alternatives.
+
+An answer is written as a string (its tokens under the model's tokenizer, without special
+tokens) or as ``{"any_of": [...]}`` (a set of strings, e.g. " Paris" and " paris"). A string of
+one token is a *token* answer, read from the logits at the answer position as every metric tool
+always has. Anything else is scored by its teacher-forced log-probability:
+
+    log P(t1…tn | prompt) = Σ_k log P(t_k | prompt, t_<k)
+
+read from one forward of the prompt followed by t1…t(n-1), and a set by the log of its summed
+probability, log Σ_a P(a | prompt) (a log-sum-exp over the alternatives). Both are ≤ 0, in nats.
+
+Why this is the sequence counterpart of the logit difference: for two single tokens,
+log P(a) − log P(b) = logit(a) − logit(b) (the normaliser cancels), so the difference of
+sequence log-probs reduces to the logit difference when both answers are one token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from mcp_interp import limits
+from mcp_interp.core.engine.interventions import Ablation, prepare_ablation
+from mcp_interp.core.engine.tokens import Batch, token_strings
+from mcp_interp.errors import InputError
+
+AnswerKind = Literal["token", "sequence", "set"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One prompt's answer: ``alternatives`` are token-id sequences (one for a string, several for a set)."""
+
+    text: str
+    alternatives: tuple[tuple[int, ...], ...]
+    kind: AnswerKind
+
+    @property
+    def first_token(self) -> int:
+        return self.alternatives[0][0]
+
+
+def parse_answer(tokenizer: Any, spec: Any, argument: str) -> Answer:
+    """An ``Answer`` from a string or ``{"any_of": [strings]}`` (a pydantic model with ``any_of`` too)."""
+    if hasattr(spec, "any_of"):
+        spec = {"any_of": spec.any_of}
+    if isinstance(spec, Mapping):
+        members = spec.get("any_of")
+        if set(spec) != {"any_of"} or not isinstance(members, list) or not members:
+            raise InputError(
+                f"`{argument}`: a set of answers is written {{'any_of': [' Paris', ' paris']}} with a non-empty list."
+            )
+        alternatives = tuple(dict.fromkeys(_tokens(tokenizer, m, argument) for m in members))
+        return Answer(" | ".join(repr(m) for m in members), alternatives, "set")
+    tokens = _tokens(tokenizer, spec, argument)
+    return Answer(spec, (tokens,), "token" if len(tokens) == 1 else "sequence")
+
+
+def answer_token_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
+    """The tokens of an answer: the text tokenized without special tokens (an answer is a continuation,
+    not a prompt). The one rule every tool tokenizes answers by."""
+    return tuple(int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def known_answer_tokens(tokenizer: Any, text: str) -> tuple[tuple[int, ...] | None, str]:
+    """``answer_token_ids`` when they are usable (non-empty, no unknown token), else None and why not."""
+    ids = answer_token_ids(tokenizer, text)
+    if not ids:
+        return None, f"{text!r} tokenizes to no tokens"
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if unknown is not None and unknown in ids:
+        return None, (
+            f"{text!r} tokenizes to {token_strings(tokenizer, ids)}, which contains tokens this tokenizer does not "
+            f"know ({getattr(tokenizer, 'unk_token', unknown)!r})"
+        )
+    return ids, ""
+
+
+def _tokens(tokenizer: Any, text: Any, argument: str) -> tuple[int, ...]:
+    if not isinstance(text, str) or text == "":
+        raise InputError(f"`{argument}`: an answer must be a non-empty string, got {text!r}.")
+    ids, why = known_answer_tokens(tokenizer, text)
+    if ids is None:
+        raise InputError(f"`{argument}`: answer {why}: the model cannot produce it; check with `tokenize`.")
+    limits.check("max_tokens", len(ids), f"`{argument}`: answer {text[:40]!r} length in tokens")
+    return ids
+
+
+def resolve_answer_specs(tokenizer: Any, spec: Any, n_prompts: int, argument: str) -> list[Answer]:
+    """One ``Answer`` per prompt: a string or set applies to every prompt, a list gives one per prompt."""
+    if isinstance(spec, str | Mapping) or hasattr(spec, "any_of"):
+        return [parse_answer(tokenizer, spec, argument)] * n_prompts
+    items = list(spec)
+    if len(items) != n_prompts:
+        raise InputError(
+            f"`{argument}` has {len(items)} entries but there are {n_prompts} prompts: pass one answer for all "
+            "prompts or a list with exactly one answer per prompt (a set of alternatives is {'any_of': [...]})."
+        )
+    return [parse_answer(tokenizer, item, argument) for item in items]
+
+
+def resolve_answer(tokenizer: Any, answer: str) -> int:
+    """The single token id of ``answer`` as the model would emit it next, or a helpful error.
+
+    Answers are tokenized without special tokens: the answer is a continuation, not a prompt.
+    A string that is not exactly one token is an error that shows how it tokenizes and, when
+    it helps, suggests the leading-space form (" Mary"), which is what GPT-2-style tokenizers
+    emit after a space.
+    """
+    if not isinstance(answer, str) or answer == "":
+        raise InputError(f"An answer must be a non-empty string, got {answer!r}.")
+    ids = list(answer_token_ids(tokenizer, answer))
+    if len(ids) == 1:
+        return int(ids[0])
+    pieces = token_strings(tokenizer, ids)
+    message = (
+        f"Answer {answer!r} is {len(ids)} tokens under this model's tokenizer: "
+        f"{pieces} (ids {ids}); answers must be exactly one token."
+    )
+    suggestions = []
+    for variant in (" " + answer.lstrip(), answer.strip()):
+        if variant != answer and variant and len(answer_token_ids(tokenizer, variant)) == 1:
+            suggestions.append(variant)
+    if suggestions:
+        message += f" Did you mean {suggestions[0]!r}? That is one token."
+    else:
+        message += (
+            " Pick a word that is a single token (the `tokenize` tool shows how text splits); "
+            "GPT-2-style tokenizers usually want the leading-space form, e.g. ' Mary'."
+        )
+    raise InputError(message)
+
+
+def resolve_answers(tokenizer: Any, answers: str | Sequence[str], n_prompts: int, argument: str) -> list[int]:
+    """One answer id per prompt: a single string applies to all prompts, a list to each."""
+    if isinstance(answers, str):
+        return [resolve_answer(tokenizer, answers)] * n_prompts
+    answers = list(answers)
+    if len(answers) != n_prompts:
+        raise InputError(
+            f"`{argument}` has {len(answers)} entries but there are {n_prompts} prompts: pass one "
+            "string for all prompts or a list with exactly one answer per prompt."
+        )
+    return [resolve_answer(tokenizer, a) for a in answers]
+
+
+def spacing_notes(tokenizer: Any, answers: Sequence[Answer]) -> list[str]:
+    """Notes for multi-token string answers whose leading-space form is a single token — usually a
+    forgotten space (' Mary'), which would otherwise be scored, silently, as a sequence."""
+    notes = []
+    for text in dict.fromkeys(a.text for a in answers if a.kind == "sequence"):
+        variant = " " + text.lstrip()
+        if variant != text and len(answer_token_ids(tokenizer, variant)) == 1:
+            notes.append(
+                f"Answer {text!r} is {len(answer_token_ids(tokenizer, text))} tokens and was "
+                f"scored as a sequence; {variant!r} is one token — did you mean it?"
+            )
+    return notes
+
+
+def describe(tokenizer: Any, answer: Answer) -> str:
+    """The answer as its tokens, e.g. "' North' + ' America'"."""
+    parts = [" + ".join(repr(t) for t in token_strings(tokenizer, alt)) for alt in answer.alternatives]
+    return " | ".join(parts)
+
+
+def answer_log_probs(
+    bridge: Any, batch: Batch, answers: Sequence[Answer], ablation: Ablation | None = None
+) -> torch.Tensor:
+    """log P(answer_i | prompt_i) per prompt, float64, teacher-forced (see the module docstring).
+
+    One forward over every (prompt, alternative) row: the prompt's real tokens followed by all but
+    the alternative's last token, right-padded. Under ``ablation`` the hooks are prepared on that
+    batch, with "last" meaning each prompt's own last token (its answer position).
+    """
+    rows: list[tuple[int, tuple[int, ...]]] = [(i, alt) for i, a in enumerate(answers) for alt in a.alternatives]
+    lengths = batch.lengths
+    sequences = [batch.ids(i) + list(alt[:-1]) for i, alt in rows]
+    max_tokens = limits.current().max_tokens
+    too_long = [(i, len(s)) for (i, _), s in zip(rows, sequences, strict=True) if len(s) > max_tokens]
+    if too_long:
+        i, n = too_long[0]
+        raise InputError(
+            f"Prompt {i} followed by its answer is {n} tokens, over the server's limit of {max_tokens} (max_tokens): "
+            "shorten the prompt or the answer, or raise --max-tokens."
+        )
+    extended = batch_of_ids(sequences, [lengths[i] - 1 for i, _ in rows], batch.input_ids.device)
+    hooks = prepare_ablation(bridge, extended, ablation).hooks if ablation is not None else []
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=hooks):
+        logits = bridge(extended.input_ids, return_type="logits")
+    per_row = []
+    for r, (i, alt) in enumerate(rows):
+        start = lengths[i] - 1  # the prediction of the answer's first token
+        log_probs = torch.log_softmax(logits[r, start : start + len(alt)].to(torch.float64), dim=-1)
+        per_row.append(log_probs.gather(1, torch.tensor(alt, device=logits.device).unsqueeze(1)).sum())
+    values = torch.stack(per_row)
+    owners = torch.tensor([i for i, _ in rows])
+    return torch.stack([torch.logsumexp(values[owners == i], dim=0) for i in range(len(answers))])
+
+
+def batch_of_ids(sequences: list[list[int]], answer_positions: list[int], device: Any) -> Batch:
+    """A right-padded ``Batch`` of token-id lists (padding is masked and never read, so its id is 0)."""
+    width = max(len(s) for s in sequences)
+    input_ids = torch.zeros((len(sequences), width), dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for r, sequence in enumerate(sequences):
+        input_ids[r, : len(sequence)] = torch.tensor(sequence)
+        attention_mask[r, : len(sequence)] = 1
+    return Batch(
+        texts=[""] * len(sequences),
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        answer_positions=torch.tensor(answer_positions, device=device),
+    )

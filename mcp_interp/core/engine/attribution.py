@@ -1,0 +1,95 @@
+"""Attribution patching: the first-order estimate of exact patching, from one forward and one backward.
+
+Term = (a_src − a_base) · ∂metric/∂a_base at every position (and head or neuron), for the sites
+and layers asked for. Summing terms over positions estimates patching those positions together.
+Exact when the metric is linear in the activation (nothing non-linear downstream); an
+approximation otherwise — cheap, and labelled as such wherever it is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcp_interp.core.engine.bridge import site_hook
+from mcp_interp.core.engine.forward import StopForward, stop_after_last_block
+from mcp_interp.core.engine.readouts import RowMetric
+from mcp_interp.core.engine.sites import INSIDE_BLOCK, Site, write_hook
+
+
+@dataclass
+class Attribution:
+    """First-order terms per layer (see ``attribution_terms``) and the base run's final residual at
+    each prompt's answer position, ``[batch, d_model]``."""
+
+    terms: dict[int, torch.Tensor]
+    base_answer_residual: torch.Tensor
+
+
+def attribution_terms(
+    bridge: Any,
+    base_ids: torch.Tensor,
+    site: Site,
+    source: dict[int, torch.Tensor],
+    answer_positions: torch.Tensor,
+    residual_metric: RowMetric,
+) -> Attribution:
+    """First-order terms of (patched − base) metric at each layer of ``source``, per prompt and position.
+
+    Term = (a_src − a_base) · ∂metric/∂a_base, from one forward and one backward of the base
+    batch, summed over the activation's width: ``[batch, seq]`` for residual-width sites,
+    ``[batch, seq, n_heads]`` for ``z``, ``[batch, seq, d_mlp]`` for ``mlp_post`` (each neuron on
+    its own). Summing terms over positions estimates patching those positions together. Exact
+    when the metric is linear in the activation (nothing non-linear downstream); an
+    approximation otherwise. ``residual_metric`` reads the metric from the final residual at the
+    answer positions (a readout's ``from_residual``): the forward stops after the last block, so
+    the vocabulary projection of every position is neither computed nor differentiated. The same
+    forward is the base run: its final residual at the answer positions comes back too, so no
+    separate base forward is needed.
+    """
+    layers = sorted(source)
+    grads_at: dict[int, torch.Tensor] = {}
+    values_at: dict[int, torch.Tensor] = {}
+
+    def keep(layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+            # Return a new tensor so the rest of the forward provably consumes it: the bridge may
+            # hand the hook a reshaped view that is not itself on the path to the logits.
+            grads_at[layer] = value.clone()
+            return grads_at[layer]
+
+        return hook
+
+    def read(layer: int) -> Callable[[torch.Tensor, Any], None]:
+        def hook(value: torch.Tensor, hook: Any) -> None:
+            values_at[layer] = value.detach()
+
+        return hook
+
+    grad_hook = write_hook if site in INSIDE_BLOCK else site_hook
+    fwd_hooks: list[tuple[str, Callable[[torch.Tensor, Any], torch.Tensor | None]]]
+    fwd_hooks = [(grad_hook(site, layer), keep(layer)) for layer in layers]
+    if site == "resid_mid":  # the gradient is read at attn_out, the value at resid_mid
+        fwd_hooks += [(site_hook(site, layer), read(layer)) for layer in layers]
+    batch = base_ids.shape[0]
+    final: list[torch.Tensor] = []
+    handle = stop_after_last_block(bridge, final)
+    try:
+        with torch.enable_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
+            with contextlib.suppress(StopForward):
+                bridge(base_ids, return_type=None)
+            rows = final[0][torch.arange(batch), answer_positions]
+            total = residual_metric(rows, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
+            grads = torch.autograd.grad(total, [grads_at[layer] for layer in layers])
+    finally:
+        handle.remove()
+    terms = {}
+    for layer, grad in zip(layers, grads, strict=True):
+        base = values_at[layer] if site == "resid_mid" else grads_at[layer].detach()
+        term = (source[layer].to(torch.float64) - base.to(torch.float64)) * grad.to(torch.float64)
+        terms[layer] = term if site == "mlp_post" else term.sum(dim=-1)
+    return Attribution(terms, rows.detach())

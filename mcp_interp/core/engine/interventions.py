@@ -1,0 +1,431 @@
+"""Ablation of model components: heads, MLPs, attention layers, MLP neurons, residual directions.
+
+A *target* names what is removed and where it lives (``Target``): a head is its slice of
+``hook_z`` (the per-head input to the attention output projection — which works unchanged for
+grouped-query attention: each query head has its own slice of z even when it shares keys and
+values), an MLP or an attention layer is what it adds to the residual stream (``hook_mlp_out``,
+``hook_attn_out``), neurons are their slice of ``mlp.hook_post``, and a direction u is the
+component x·u of the residual stream leaving a block (``hook_resid_post``, the stream probes read),
+the rest of x untouched. Three ways to remove a target's part, from crudest to gentlest:
+
+* ``zero``     — the part = 0 (for a direction: projected out). Simple, but pushes the model
+  off-distribution (a head is rarely 0).
+* ``mean``     — the part = its mean over this batch at the same kind of position: per position
+  when every prompt has the same token length, else per distance from each prompt's last token
+  (so the answer position is replaced by the mean answer-position z, never by a mean dominated by
+  other positions such as the first token).
+* ``resample`` — each prompt gets another prompt's part (a seeded permutation with no fixed
+  points), keeping it on-distribution while removing prompt-specific information.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from mcp_interp import limits
+from mcp_interp.core.engine.bridge import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
+from mcp_interp.core.engine.dictionary import SparseAutoencoder
+from mcp_interp.core.engine.forward import capture_forward
+from mcp_interp.core.engine.metrics import at_answer_positions
+from mcp_interp.core.engine.saelens import load_sae
+from mcp_interp.core.engine.sites import Hook
+from mcp_interp.core.engine.specs import Head, PositionSpec, parse_block_part, parse_head, position_mask
+from mcp_interp.core.engine.tokens import Batch
+from mcp_interp.errors import InputError
+from mcp_interp.schemas.common import AblationSpec, DirectionRef, HeadRef, Intervention, NeuronsRef, SaeFeaturesRef
+
+AblationMethod = Literal["zero", "mean", "resample"]
+MeanOver = Literal["per_position", "per_position_from_end"]
+
+
+class Target(ABC):
+    """One ablated component: which hook holds it (``hook``), how to read its part of that hook's value
+    ``[batch, seq, ...]`` as ``[batch, seq, width]`` (``read``) and how to write a new part (``write``).
+    Each kind is a subclass; equal targets (``key``) are ablated once."""
+
+    layer: int
+
+    @abstractmethod
+    def hook(self) -> str: ...
+
+    @abstractmethod
+    def read(self, values: torch.Tensor) -> torch.Tensor: ...
+
+    @abstractmethod
+    def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        """``values`` with this target's part replaced by ``part`` (a new tensor)."""
+
+    def key(self) -> tuple[Any, ...]:
+        return (type(self).__name__, str(self))
+
+
+@dataclass(frozen=True)
+class HeadTarget(Target):
+    """A query head's slice of ``hook_z`` (works unchanged under grouped-query attention: each query head has its
+    own slice of z even when it shares keys and values)."""
+
+    layer: int
+    head: int
+
+    def __str__(self) -> str:
+        return str(Head(self.layer, self.head))
+
+    def hook(self) -> str:
+        return hook_z(self.layer)
+
+    def read(self, values: torch.Tensor) -> torch.Tensor:
+        return values[:, :, [self.head]].flatten(2)
+
+    def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        new = values.clone()
+        new[:, :, [self.head]] = part.reshape(new[:, :, [self.head]].shape).to(values.dtype)
+        return new
+
+
+@dataclass(frozen=True)
+class NeuronsTarget(Target):
+    """MLP neurons: their slice of ``mlp.hook_post`` (the down projection's input)."""
+
+    layer: int
+    neurons: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"L{self.layer} neurons {list(self.neurons)}"
+
+    def hook(self) -> str:
+        return hook_mlp_post(self.layer)
+
+    def read(self, values: torch.Tensor) -> torch.Tensor:
+        return values[:, :, list(self.neurons)]
+
+    def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        new = values.clone()
+        new[:, :, list(self.neurons)] = part.to(values.dtype)
+        return new
+
+
+@dataclass(frozen=True)
+class BlockOutputTarget(Target):
+    """What a block's MLP (``hook_mlp_out``) or attention (``hook_attn_out``) adds to the residual stream."""
+
+    layer: int
+    part: Literal["MLP", "ATTN"]
+
+    def __str__(self) -> str:
+        return f"L{self.layer}{self.part}"
+
+    def hook(self) -> str:
+        return hook_mlp_out(self.layer) if self.part == "MLP" else hook_attn_out(self.layer)
+
+    def read(self, values: torch.Tensor) -> torch.Tensor:
+        return values
+
+    def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        return part.to(values.dtype).clone()
+
+
+@dataclass(frozen=True)
+class DirectionTarget(Target):
+    """The component x·u of the residual stream leaving a block (``hook_resid_post``, the stream probes read)
+    along a unit vector u ``[d_model]``, the rest of x untouched."""
+
+    layer: int
+    direction: torch.Tensor = field(compare=False)
+
+    def __str__(self) -> str:
+        return f"L{self.layer} direction (resid_post)"
+
+    def key(self) -> tuple[Any, ...]:
+        return ("direction", self.layer, tuple(self.direction.tolist()))
+
+    def hook(self) -> str:
+        return hook_out(self.layer)
+
+    def read(self, values: torch.Tensor) -> torch.Tensor:
+        return (values @ self.direction.to(device=values.device, dtype=values.dtype)).unsqueeze(-1)
+
+    def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        unit = self.direction.to(device=values.device, dtype=values.dtype)
+        return values + (part.to(values.dtype) - self.read(values)) * unit
+
+
+@dataclass(frozen=True)
+class FeaturesTarget(Target):
+    """Features of a sparse dictionary at its hook: their activations are the part, and writing a new part
+    moves each feature's decoder contribution from its activation to the new value, Σ_f Δa_f · W_dec[f]
+    (the activations are read from the unablated value together, so removing one feature does not change what
+    the others are measured at)."""
+
+    sae: SparseAutoencoder = field(compare=False)
+    features: tuple[int, ...]
+    source: str  # the dictionary's folder: equal feature ids of two dictionaries differ
+
+    @property
+    def layer(self) -> int:  # type: ignore[override]
+        return self.sae.layer
+
+    def __str__(self) -> str:
+        return f"SAE features {list(self.features)} at {self.sae.saelens_hook}"
+
+    def key(self) -> tuple[Any, ...]:
+        return ("features", self.source, self.features)
+
+    def hook(self) -> str:
+        return str(self.sae.hook_name)
+
+    def read(self, values: torch.Tensor) -> torch.Tensor:
+        return self.sae.encode(self.sae.to_input(values))[..., list(self.features)].to(values.dtype)
+
+    def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        decoder = self.sae.W_dec[list(self.features)]
+        delta = (part - self.read(values)).to(decoder.dtype) @ decoder
+        return values + self.sae.from_input(delta, values)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    targets: list[Target]
+    method: AblationMethod = "zero"
+    positions: PositionSpec = "all"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        # Heads are accepted as they are written elsewhere (``Head(9, 3)``).
+        targets = [HeadTarget(t.layer, t.head) if isinstance(t, Head) else t for t in self.targets]
+        object.__setattr__(self, "targets", targets)
+
+    @property
+    def heads(self) -> list[Head]:
+        return [Head(t.layer, t.head) for t in self.targets if isinstance(t, HeadTarget)]
+
+    @property
+    def directions(self) -> list[DirectionTarget]:
+        return [t for t in self.targets if isinstance(t, DirectionTarget)]
+
+    def describe(self) -> str:
+        names = ", ".join(str(t) for t in self.targets)
+        return f"{self.method}-ablate {names} at positions {self.positions or 'all'}"
+
+
+@dataclass(frozen=True)
+class PreparedAblation:
+    """Forward hooks that apply an ablation to one batch, and how the replacement was formed."""
+
+    hooks: list[Hook]
+    mean_over: MeanOver | None = None
+    permutation: list[int] | None = None
+
+
+def derangement(n: int, seed: int) -> list[int]:
+    """A uniformly random permutation of 0..n-1 with no fixed points, from a seeded CPU generator.
+
+    Rejection sampling: about 1/e of permutations qualify, so a handful of draws suffice; the
+    same seed gives the same permutation on every device.
+    """
+    if n < 2:
+        raise InputError("Resample ablation needs at least 2 prompts: each prompt takes another prompt's activation.")
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    for _ in range(10_000):
+        perm = torch.randperm(n, generator=generator)
+        if bool((perm != torch.arange(n)).all()):
+            return [int(i) for i in perm]
+    raise RuntimeError("no derangement found")  # pragma: no cover - probability ~ (1 - 1/e)^10000
+
+
+def mean_replacement(z: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, MeanOver]:
+    """The batch mean of ``z`` ([batch, seq, heads, d_head]) at each real position's own kind of position.
+
+    ``per_position``: no prompt is padded, so position i is replaced by the mean over prompts of
+    position i. ``per_position_from_end``: prompts differ in length, so a position k tokens before
+    its prompt's last token is replaced by the mean over prompts of the token k before *their* last
+    (prompts shorter than k + 1 tokens are left out of that mean). Padding entries stay 0: they are
+    never selected for replacement.
+    """
+    real = attention_mask.bool()
+    if bool(real.all()):
+        return z.mean(dim=0, keepdim=True).expand_as(z), "per_position"
+    from_end = real.flip(1).cumsum(1).flip(1) - 1  # real tokens after this one, in its own prompt
+    replacement = torch.zeros_like(z)
+    for distance in range(int(real.sum(dim=1).max())):
+        same_kind = real & (from_end == distance)  # at most one position per prompt
+        replacement[same_kind] = z[same_kind].mean(dim=0)
+    return replacement, "per_position_from_end"
+
+
+def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedAblation:
+    """Build the hooks; mean/resample first read the targets' clean parts from one forward of the batch."""
+    if ablation.method not in ("zero", "mean", "resample"):
+        raise InputError(f"Unknown ablation method {ablation.method!r}; use 'zero', 'mean' or 'resample'.")
+    mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
+    permutation = None
+    if ablation.method == "resample":
+        lengths = batch.lengths
+        if len(set(lengths)) > 1:
+            raise InputError(
+                f"Resample ablation needs prompts of equal token length (got lengths {lengths}): a prompt's "
+                "activation is swapped in position by position. Use method 'mean', or equal-length prompts."
+            )
+        permutation = derangement(len(lengths), ablation.seed)
+    replacements: list[torch.Tensor | None] = [None] * len(ablation.targets)
+    mean_over: MeanOver | None = None
+    if ablation.method in ("mean", "resample"):
+        names = sorted({t.hook() for t in ablation.targets})
+        clean = capture_forward(bridge, batch.input_ids, names).acts
+        for i, target in enumerate(ablation.targets):
+            part = target.read(clean[target.hook()])
+            if ablation.method == "mean":
+                replacements[i], mean_over = mean_replacement(part, batch.attention_mask)
+            else:
+                replacements[i] = part[torch.tensor(permutation)]
+
+    def make_hook(members: list[int]) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+            for i in members:
+                target = ablation.targets[i]
+                part = target.read(values)
+                replacement = replacements[i]
+                new_part = torch.zeros_like(part) if replacement is None else replacement.to(part.dtype)
+                where = mask.unsqueeze(-1)
+                values = target.write(values, torch.where(where, new_part, part))
+            return values
+
+        return hook
+
+    by_hook: dict[str, list[int]] = {}
+    for i, target in enumerate(ablation.targets):
+        by_hook.setdefault(target.hook(), []).append(i)
+    hooks: list[Hook] = [(name, make_hook(members)) for name, members in by_hook.items()]
+    return PreparedAblation(hooks=hooks, mean_over=mean_over, permutation=permutation)
+
+
+def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
+    """One target from its tool spelling (see ``schemas.common.TARGETS_DESCRIPTION``), checked against
+    the model's config (layers, heads, MLP width, d_model); SAE features need the loaded ``model``."""
+    if isinstance(spec, HeadRef | NeuronsRef | DirectionRef | SaeFeaturesRef):
+        spec = spec.model_dump()
+    if isinstance(spec, Mapping) and set(spec) == {"sae", "features"}:
+        return sae_target(spec, model)
+    if isinstance(spec, str):
+        block_part = parse_block_part(spec, cfg.n_layers)
+        if block_part is None:
+            head = parse_head(spec, cfg.n_layers, cfg.n_heads)
+            return HeadTarget(head.layer, head.head)
+        return BlockOutputTarget(*block_part)
+    if isinstance(spec, Mapping) and set(spec) == {"layer", "head"}:
+        head = parse_head(dict(spec), cfg.n_layers, cfg.n_heads)
+        return HeadTarget(head.layer, head.head)
+    if isinstance(spec, Mapping) and set(spec) == {"layer", "neurons"}:
+        layer, neurons, d_mlp = _layer(spec["layer"], cfg, spec), spec["neurons"], int(cfg.d_mlp)
+        if not isinstance(neurons, list) or not neurons:
+            raise InputError(f"Target {dict(spec)!r}: `neurons` must be a non-empty list of neuron indices.")
+        bad = [n for n in neurons if not isinstance(n, int) or not 0 <= n < d_mlp]
+        if bad:
+            raise InputError(
+                f"Target {dict(spec)!r}: neuron {bad[0]} is out of range; layer {layer}'s MLP has neurons "
+                f"0..{d_mlp - 1}."
+            )
+        return NeuronsTarget(layer, tuple(sorted(set(neurons))))
+    if isinstance(spec, Mapping) and set(spec) == {"layer", "direction"}:
+        layer = _layer(spec["layer"], cfg, spec)
+        if isinstance(spec["direction"], str):
+            raise InputError(
+                f"Target at layer {layer}: {spec['direction'][:100]!r} is not a vector. A stored direction is named "
+                "'direction://<32 hex>' (from `probe`); anything else must be a list of d_model floats."
+            )
+        vector = torch.tensor(spec["direction"], dtype=torch.float32)
+        if vector.ndim != 1 or vector.numel() != cfg.d_model:
+            raise InputError(
+                f"Target at layer {layer}: the direction has {vector.numel()} numbers but this model's residual "
+                f"stream has d_model = {cfg.d_model}; pass a vector of exactly {cfg.d_model} floats."
+            )
+        norm = float(vector.norm())
+        if not norm > 0 or norm != norm or norm == float("inf"):
+            raise InputError(f"Target at layer {layer}: the direction must be a finite non-zero vector.")
+        return DirectionTarget(layer, vector / norm)
+    raise InputError(
+        f"Target {spec!r} is not one of: 'L9H3' (a head), 'L28MLP', 'L12ATTN', {{'layer': 28, 'neurons': [17]}}, "
+        "{'layer': 12, 'direction': [...]}, {'sae': '<folder>', 'features': [12]}."
+    )
+
+
+def sae_target(spec: Mapping[str, Any], model: Any) -> FeaturesTarget:
+    """SAE features as one target."""
+    if model is None:
+        raise InputError("SAE feature targets need the loaded model; this tool does not take them.")
+    sae = load_sae(spec["sae"], model)
+    if sae.site == "resid_mid":
+        raise InputError(
+            f"SAE at {sae.saelens_hook}: feature interventions at resid_mid are not supported (the bridge's "
+            "hook_resid_mid only feeds the MLP). Use an SAE at resid_pre/resid_post, attn_out, mlp_out or z."
+        )
+    features = spec["features"]
+    bad = [f for f in features if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < sae.d_sae]
+    if not features or bad:
+        raise InputError(
+            f"SAE features {features!r}: give a non-empty list of feature ids 0..{sae.d_sae - 1} for this SAE."
+        )
+    return FeaturesTarget(sae=sae, features=tuple(sorted(set(features))), source=sae.folder)
+
+
+def _layer(layer: Any, cfg: Any, spec: Any) -> int:
+    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < cfg.n_layers:
+        raise InputError(
+            f"Target {spec!r}: layer {layer!r} does not exist; this model has layers 0..{cfg.n_layers - 1}."
+        )
+    return layer
+
+
+def ablation_from_spec(spec: AblationSpec | Intervention | None, cfg: Any, model: Any = None) -> Ablation | None:
+    """The core ``Ablation`` for a tool's ``intervention`` / ablation arguments (None passes through);
+    ``model`` (the ``LoadedModel``) is needed only for SAE feature targets."""
+    if spec is None:
+        return None
+    if isinstance(spec, Intervention):
+        spec = spec.ablate
+    heads = [] if spec.heads is None else spec.heads if isinstance(spec.heads, list) else [spec.heads]
+    specs = [*heads, *(spec.targets or [])]
+    if not specs:
+        raise InputError("An ablation needs `heads` or `targets`, e.g. {'targets': ['L9H3', 'L28MLP']}.")
+    limits.check("max_heads", len(specs), "Number of ablation targets")
+    targets: dict[tuple[Any, ...], Target] = {}
+    for item in specs:
+        target = parse_target(item, cfg, model)
+        targets.setdefault(target.key(), target)  # equal targets (a direction's vector counts) are ablated once
+    return Ablation(orthonormal_directions(list(targets.values())), spec.method, spec.positions, spec.seed)
+
+
+def orthonormal_directions(targets: list[Target]) -> list[Target]:
+    """Directions that share a layer, made orthonormal (Gram–Schmidt, in the order given): projecting out
+    non-orthogonal directions one after the other would not remove their span. The first keeps its vector."""
+    basis: dict[int, list[torch.Tensor]] = {}
+    out: list[Target] = []
+    for target in targets:
+        if not isinstance(target, DirectionTarget):
+            out.append(target)
+            continue
+        vector = target.direction.to(torch.float64)
+        for earlier in basis.get(target.layer, []):
+            vector = vector - (vector @ earlier) * earlier
+        norm = float(vector.norm())
+        if norm < 1e-6:
+            raise InputError(
+                f"The directions at layer {target.layer} are linearly dependent: one lies in the span of the others. "
+                "Drop it (projecting out the others already removes it)."
+            )
+        unit = vector / norm
+        basis.setdefault(target.layer, []).append(unit)
+        out.append(DirectionTarget(target.layer, unit.to(torch.float32)))
+    return out
+
+
+def logits_at_answers(model: Any, batch: Batch, ablation: Ablation | None = None) -> torch.Tensor:
+    """One forward pass (under ``ablation`` if given); ``[batch, vocab]`` logits at the answer positions."""
+    hooks = prepare_ablation(model.bridge, batch, ablation).hooks if ablation is not None else []
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
+        logits = model.bridge(batch.input_ids, return_type="logits")
+    return at_answer_positions(logits, batch.answer_positions)

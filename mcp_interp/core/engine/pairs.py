@@ -1,0 +1,42 @@
+"""The minimal pairs every circuit tool starts from: checked, tokenized, and their logit-difference readout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcp_interp.core.engine.answers import resolve_answers
+from mcp_interp.core.engine.readouts import LogitDiffReadout
+from mcp_interp.core.engine.tokens import Batch, encode, validate_pairs
+from mcp_interp.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class Pairs:
+    clean: Batch
+    corrupt: Batch
+    readout: LogitDiffReadout  # logit(correct) − logit(incorrect) per pair
+
+    @property
+    def n(self) -> int:
+        return self.clean.input_ids.shape[0]
+
+
+def prepare_pairs(
+    model: LoadedModel, clean_prompts: Sequence[str], corrupt_prompts: Sequence[str], correct: Any, incorrect: Any
+) -> Pairs:
+    """Equal token lengths pair by pair (or a tool error showing both tokenizations), single-token answers."""
+    tokenizer = model.tokenizer
+    validate_pairs(tokenizer, clean_prompts, corrupt_prompts, ("clean_prompts", "corrupt_prompts"))
+    clean = encode(tokenizer, clean_prompts, model.device)
+    corrupt = encode(tokenizer, corrupt_prompts, model.device)
+    n = len(clean.texts)
+    readout = LogitDiffReadout(
+        model.bridge,
+        torch.tensor(resolve_answers(tokenizer, correct, n, "correct")),
+        torch.tensor(resolve_answers(tokenizer, incorrect, n, "incorrect")),
+    )
+    return Pairs(clean, corrupt, readout)

@@ -1,0 +1,338 @@
+"""The one activation-patching job: minimal pairs → answers → forward capture → exact sweep or attribution.
+
+``patch`` (one component at every layer × position) and ``patch_heads`` (every head's output over its
+positions) are presets of this job, as TransformerLens' public patchers are presets of its
+``generic_activation_patch``: a preset says which site is patched, which cells (``sweep.Unit``) there
+are, at which positions a cell without a position is patched, and how the outcome is reported. So
+every option one preset has — multi-token answers and sets, the three metrics, both directions,
+attribution with exact verification, both engines — the other has too.
+
+What the job measures, per cell and pair: the metric m at the answer with that cell's activation
+taken from the other run (``denoise``: the corrupt run with clean activations; ``noise``: the clean
+run with corrupt ones), next to m on the clean and corrupt runs (``PatchOutcome``). Positions
+before the first token where any pair differs carry identical activations in both runs, so a cell
+there is a no-op: its value is the base run's, and it is not run. Answers of several tokens are
+read teacher-forced, one row per answer token (``rows.RowPlan``), and folded back into one value
+per pair.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+import torch
+
+from mcp_interp import limits
+from mcp_interp.core.engine.answers import Answer, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.attribution import Attribution, attribution_terms
+from mcp_interp.core.engine.bridge import logits_from_residual, site_hook
+from mcp_interp.core.engine.forward import BlockTrace, capture_forward, trace_blocks
+from mcp_interp.core.engine.jobs import Job, R
+from mcp_interp.core.engine.readouts import LogProbReadout, Readout, make_readout
+from mcp_interp.core.engine.rows import RowPlan
+from mcp_interp.core.engine.scores import ranked_scores
+from mcp_interp.core.engine.sites import Site
+from mcp_interp.core.engine.specs import PositionSpec, position_mask
+from mcp_interp.core.engine.suffix_sweep import best_sweep
+from mcp_interp.core.engine.sweep import Unit
+from mcp_interp.core.engine.tokens import Batch, PairDiff, encode, validate_pairs
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+
+DIRECTIONS = ("denoise", "noise")
+METHODS = ("exact", "attribution")
+METRICS = ("logit_diff", "log_prob", "kl")
+
+
+@dataclass(kw_only=True)
+class CellContext:
+    """What a preset may use to choose its cells: the pairs' width, the first differing position (the width
+    when no pair differs), and — when the preset asked for it — the attribution terms of every layer with the
+    rows' mask and base values (to rank cells by estimate before running any exactly)."""
+
+    width: int
+    first_diff: int
+    attribution: Attribution | None
+    mask: torch.Tensor  # [rows, seq] positions patched for cells without a position
+    base_rows: torch.Tensor  # [rows] the base run's metric per row
+
+
+@dataclass(kw_only=True)
+class PatchOutcome:
+    """What a patching job measured. ``patched`` [cells, pairs] is the metric with each cell patched (no-op
+    cells: the base run's value); ``clean``/``corrupt`` [pairs]; ``verified`` (attribution with verify_top) lists
+    (cell index, exact patched values [pairs]) for the top cells."""
+
+    cells: list[Unit]
+    patched: torch.Tensor
+    clean: torch.Tensor
+    corrupt: torch.Tensor
+    clean_batch: Batch
+    corrupt_batch: Batch
+    diffs: list[PairDiff]
+    first_diff: int
+    verified: list[tuple[int, torch.Tensor]] | None
+    engine: str | None
+    notes: list[str]
+
+
+@dataclass(kw_only=True)
+class PatchingJob(Job[R], ABC, Generic[R]):
+    """The job (see the module docstring); a preset subclasses it. One step per layer swept."""
+
+    model: LoadedModel
+    clean_prompts: Sequence[str]
+    corrupt_prompts: Sequence[str]
+    correct: Any = None  # answers as the tools take them (``answers``): strings, {"any_of": [...]}, or a list
+    incorrect: Any = None
+    direction: str = "denoise"
+    method: str = "exact"
+    metric: str = "logit_diff"
+    verify_top: int = 0
+    result: R | None = field(default=None, init=False)
+    outcome: PatchOutcome | None = field(default=None, init=False)
+    engine: str | None = field(default=None, init=False)
+    notes: list[str] = field(default_factory=list, init=False)
+    plan: RowPlan = field(default_factory=lambda: RowPlan.identity(0), init=False)
+    _token_answers: tuple[list[Answer] | None, list[Answer] | None] = field(default=(None, None), init=False)
+
+    # --- what a preset says ---------------------------------------------------------------------
+
+    @abstractmethod
+    def site(self) -> Site:
+        """Where cells are patched."""
+
+    @abstractmethod
+    def patched_layers(self) -> list[int]:
+        """The layers whose source activations are captured (every cell's layer is one of them)."""
+
+    @abstractmethod
+    def cells(self, context: CellContext) -> list[Unit]:
+        """Every cell asked for (cells at positions before ``context.first_diff`` included: they are not run)."""
+
+    @abstractmethod
+    def report(self, outcome: PatchOutcome) -> R:
+        """The preset's result."""
+
+    def check(self) -> None:
+        """The preset's own argument checks (before any model work); the common ones are in ``_check``."""
+
+    def patch_positions(self) -> PositionSpec:
+        """Where a cell without a position is patched, in prompt positions: 'all' (every real token of each row,
+        answer continuation included), 'last' (the prompt's last token) or prompt indices."""
+        return "all"
+
+    def cells_need_attribution(self) -> bool:
+        """True when ``cells`` ranks candidates by their attribution estimate (computed first)."""
+        return False
+
+    # --- the job --------------------------------------------------------------------------------
+
+    def total_steps(self) -> int:
+        sweep = self.model.bridge.cfg.n_layers - min(self.patched_layers())
+        chooser = 1 if self.cells_need_attribution() else 0
+        work = sweep if self.method == "exact" else 1 + (sweep if self.verify_top else 0)
+        return 1 + chooser + work
+
+    def steps(self) -> Iterator[str]:
+        self._check()
+        self.check()
+        model, tokenizer, bridge = self.model, self.model.tokenizer, self.model.bridge
+        names = ("clean_prompts", "corrupt_prompts")
+        diffs = validate_pairs(tokenizer, self.clean_prompts, self.corrupt_prompts, names)
+        clean = encode(tokenizer, self.clean_prompts, model.device)
+        corrupt = encode(tokenizer, self.corrupt_prompts, model.device)
+        n, width = len(clean.texts), clean.input_ids.shape[1]
+        first_diff = min((p for d in diffs for p in d.positions[:1]), default=width)
+        site, layers = self.site(), self.patched_layers()
+        self.plan = self._row_plan(n)
+        base_prompts = corrupt if self.direction == "denoise" else clean
+        base, source = self.plan.extend(corrupt), self.plan.extend(clean)
+        if self.direction == "noise":
+            base, source = source, base
+        rows = base.input_ids.shape[0]
+
+        source_run = capture_forward(bridge, source.input_ids, [site_hook(site, layer) for layer in layers])
+        source_acts = {layer: source_run.acts[site_hook(site, layer)] for layer in layers}
+        everyone = torch.arange(rows)
+        source_answer = source_run.final[everyone, source.answer_positions]
+        # The base run is a traced forward for exact patching; for attribution it is the forward the
+        # gradient goes through — except that KL in the noise direction needs its logits first.
+        kl_needs_base = self.metric == "kl" and self.direction == "noise"
+        base_run = None
+        if self.method == "exact" or kl_needs_base:
+            base_run = capture_forward(bridge, base.input_ids, trace=self.method == "exact")
+        clean_logits = None
+        if self.metric == "kl":
+            if self.direction == "denoise":
+                clean_answer = source_answer
+            else:
+                assert base_run is not None
+                clean_answer = base_run.final[everyone, base.answer_positions]
+            with torch.inference_mode():
+                clean_logits = logits_from_residual(bridge, clean_answer)
+        readout = self._readout(clean_logits)
+        attribution = None
+        if self.method == "attribution" or self.cells_need_attribution():
+            attribution = attribution_terms(
+                bridge, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual
+            )
+        if base_run is not None:
+            base_answer = base_run.final[everyone, base.answer_positions]
+        else:
+            assert attribution is not None
+            base_answer = attribution.base_answer_residual
+        with torch.inference_mode():
+            base_rows_m = readout.from_residual(base_answer, everyone)
+            source_rows_m = readout.from_residual(source_answer, everyone)
+        base_m, source_m = self.plan.combine(base_rows_m), self.plan.combine(source_rows_m)
+        clean_m, corrupt_m = (source_m, base_m) if self.direction == "denoise" else (base_m, source_m)
+        yield "clean and corrupt runs"
+
+        mask = self._mask(base, base_prompts)
+        context = CellContext(
+            width=width, first_diff=first_diff, attribution=attribution, mask=mask, base_rows=base_rows_m
+        )
+        cells = self.cells(context)
+        if self.cells_need_attribution():
+            yield "attribution over every candidate: cells chosen"
+        limits.check("max_patch_rows", len(cells) * rows, "Patched runs (cells × pairs × answer tokens)")
+        verified = None
+        if self.method == "exact":
+            assert base_run is not None and base_run.trace is not None
+            patched_rows = yield from self._exact(base_run.trace, site, source_acts, cells, mask, base, readout,
+                                                  first_diff)  # fmt: skip
+            patched = self.plan.combine(patched_rows)
+        else:
+            assert attribution is not None
+            patched = base_m + self.plan.fold(base_rows_m, _estimates(attribution.terms, cells, mask))
+            yield "attribution: one forward per input and one backward"
+            if self.verify_top:
+                order = ranked_scores(patched, clean_m, corrupt_m, self.direction)[: self.verify_top]
+                exact_rows = yield from self._exact(
+                    trace_blocks(bridge, base.input_ids), site, source_acts, [cells[i] for i in order], mask, base,
+                    readout, first_diff,
+                )  # fmt: skip
+                exact = self.plan.combine(exact_rows)
+                verified = [(i, exact[j]) for j, i in enumerate(order)]
+        self.outcome = PatchOutcome(
+            cells=cells,
+            patched=patched,
+            clean=clean_m,
+            corrupt=corrupt_m,
+            clean_batch=clean,
+            corrupt_batch=corrupt,
+            diffs=diffs,
+            first_diff=first_diff,
+            verified=verified,
+            engine=self.engine if self.method == "exact" or verified else None,
+            notes=self.notes,
+        )
+        self.result = self.report(self.outcome)
+
+    # --- inputs -----------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        choices = {
+            "direction": (self.direction, DIRECTIONS),
+            "method": (self.method, METHODS),
+            "metric": (self.metric, METRICS),
+        }
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise InputError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+        if self.metric in ("logit_diff", "log_prob") and self.correct is None:
+            raise InputError(f"metric {self.metric!r} needs `correct`; or use metric 'kl', which needs no answer.")
+        if self.metric == "logit_diff" and self.incorrect is None:
+            raise InputError("metric 'logit_diff' needs `incorrect` too; or use 'log_prob' or 'kl'.")
+
+    def _answers(self, n: int) -> tuple[list[Answer] | None, list[Answer] | None]:
+        tokenizer = self.model.tokenizer
+        good = bad = None
+        if self.metric in ("logit_diff", "log_prob"):
+            good = resolve_answer_specs(tokenizer, self.correct, n, "correct")
+        if self.metric == "logit_diff":
+            bad = resolve_answer_specs(tokenizer, self.incorrect, n, "incorrect")
+        return good, bad
+
+    def _row_plan(self, n: int) -> RowPlan:
+        """One row per pair, or one per answer token when some answer is several tokens or a set."""
+        good, bad = self._answers(n)
+        self._token_answers = (good, bad)
+        if good is None or all(a.kind == "token" for a in good + (bad or [])):
+            return RowPlan.identity(n)
+        self.notes.append(
+            "Some answer is several tokens or a set: each pair is patched once per answer token (prompt + the "
+            "answer's earlier tokens, teacher-forced), and the metric is rebuilt from those log-probs "
+            f"({'log P(correct) − log P(incorrect)' if bad is not None else 'log P(correct)'}); positions are "
+            "the prompt's."
+        )
+        self.notes.extend(spacing_notes(self.model.tokenizer, good + (bad or [])))
+        return RowPlan.sequences(good, bad)
+
+    def _readout(self, clean_logits: torch.Tensor | None) -> Readout:
+        if not self.plan.is_identity:
+            assert self.plan.targets is not None
+            return LogProbReadout(self.model.bridge, self.plan.targets)
+        good, bad = self._token_answers
+        correct = torch.tensor([a.first_token for a in good]) if good is not None else None
+        incorrect = torch.tensor([a.first_token for a in bad]) if bad is not None else None
+        return make_readout(self.metric, self.model.bridge, correct, incorrect, clean_logits)
+
+    def _mask(self, rows: Batch, prompts: Batch) -> torch.Tensor:
+        """``[rows, seq]``: where a cell without a position is patched in each row (``patch_positions``)."""
+        spec = self.patch_positions()
+        if spec is None or spec == "all":
+            return position_mask("all", rows.attention_mask, rows.answer_positions)
+        by_prompt = position_mask(spec, prompts.attention_mask, prompts.answer_positions)
+        mask = torch.zeros_like(rows.attention_mask, dtype=torch.bool)
+        width = min(by_prompt.shape[1], mask.shape[1])
+        mask[:, :width] = by_prompt[self.plan.row_pair, :width]
+        return mask
+
+    # --- runs -------------------------------------------------------------------------------------
+
+    def _exact(
+        self,
+        trace: BlockTrace,
+        site: Site,
+        source_acts: dict[int, torch.Tensor],
+        cells: list[Unit],
+        mask: torch.Tensor,
+        base: Batch,
+        readout: Readout,
+        first_diff: int,
+    ) -> Generator[str, None, torch.Tensor]:
+        """Patched metric per cell and row, ``[len(cells), rows]``; no-op cells copy the base run."""
+        n = base.input_ids.shape[0]
+        with torch.inference_mode():
+            base_values = readout.from_residual(trace.final[torch.arange(n), base.answer_positions], torch.arange(n))
+        patched = base_values.repeat(len(cells), 1)
+        run = [i for i, c in enumerate(cells) if c.position is None or c.position >= first_diff]
+        if not run:
+            return patched
+        chosen = best_sweep(self.model.bridge, trace, site, source_acts, [cells[i] for i in run], mask,
+                            base.answer_positions, readout.from_residual, first_diff)  # fmt: skip
+        self.engine = chosen.engine
+        if chosen.note and chosen.note not in self.notes:
+            self.notes.append(chosen.note)
+        last = self.model.bridge.cfg.n_layers - 1
+        for layer in chosen.sweep.steps():
+            yield f"exact patching: layer {layer} of {last} done"
+        assert chosen.sweep.values is not None
+        patched[run] = chosen.sweep.values
+        return patched
+
+
+def _estimates(terms: dict[int, torch.Tensor], cells: list[Unit], mask: torch.Tensor) -> torch.Tensor:
+    """Estimated change of each row's metric per cell, ``[cells, rows]``: Σ over the cell of Δa · ∂m/∂a."""
+    rows = []
+    for cell in cells:
+        term = terms[cell.layer]  # [rows, seq] or [rows, seq, channels]
+        if cell.channel is not None:
+            term = term[:, :, cell.channel]
+        rows.append((term * mask).sum(dim=1) if cell.position is None else term[:, cell.position])
+    return torch.stack(rows)

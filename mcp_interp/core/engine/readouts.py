@@ -1,0 +1,123 @@
+"""The metrics patching reads at the answer position, for thousands of patched rows at once.
+
+Each readout maps rows of final residuals (before the final norm, ``[rows, d_model]``) and
+each row's prompt index to one float64 number per row (``from_residual``, used by exact
+patching), and the same from logits (``from_logits``, differentiable, used by attribution):
+
+* ``logit_diff`` — logit(correct) − logit(incorrect), unbounded;
+* ``log_prob`` — log P(correct), ≤ 0;
+* ``kl`` — KL(clean‖run) in nats, ≥ 0 and 0 for the clean run: needs no answer at all.
+
+Full-vocabulary readouts are computed in chunks of rows so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from mcp_interp.core.engine.bridge import final_norm, logits_from_residual, unembed_linear
+
+# A metric per row: (final residuals or answer logits [rows, width], each row's prompt index [rows]) → [rows].
+RowMetric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+ROWS_PER_CHUNK = 256  # rows × vocabulary floats per chunk: 256 × 49k × 4 B ≈ 50 MB
+
+
+class Readout(Protocol):
+    def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor: ...
+
+    def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor: ...
+
+
+class LogitDiffReadout:
+    """logit(correct[p]) − logit(incorrect[p]) for rows of prompt p, float64.
+
+    ``from_residual`` applies the final norm and then only the two unembedding rows it needs:
+    the full vocabulary projection of thousands of patched rows would cost more than the
+    patched runs' attention. Falls back to the full unembedding when the model's unembedding
+    is not a plain linear layer.
+    """
+
+    def __init__(self, bridge: Any, correct: torch.Tensor, incorrect: torch.Tensor) -> None:
+        self.bridge, self.correct, self.incorrect = bridge, correct, incorrect
+        linear = unembed_linear(bridge)
+        self.weight = linear.weight if linear is not None else None
+        self.bias = linear.bias if linear is not None else None
+
+    def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        good = logits.gather(1, self.correct[prompts].unsqueeze(1))
+        bad = logits.gather(1, self.incorrect[prompts].unsqueeze(1))
+        return (good - bad).squeeze(1).to(torch.float64)
+
+    def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        if self.weight is None:
+            return self.from_logits(logits_from_residual(self.bridge, residual), prompts)
+        normed = final_norm(self.bridge, residual)
+        good, bad = self.correct[prompts], self.incorrect[prompts]
+        diff = (normed * (self.weight[good] - self.weight[bad])).sum(dim=-1)
+        if self.bias is not None:
+            diff = diff + self.bias[good] - self.bias[bad]
+        return diff.to(torch.float64)
+
+
+class _FullVocabulary:
+    """``from_residual`` through the model's final norm and whole unembedding, chunked."""
+
+    bridge: Any
+
+    def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        pieces = [
+            self.from_logits(
+                logits_from_residual(self.bridge, residual[lo : lo + ROWS_PER_CHUNK]), prompts[lo : lo + ROWS_PER_CHUNK]
+            )
+            for lo in range(0, residual.shape[0], ROWS_PER_CHUNK)
+        ]
+        return torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.float64)
+
+
+class LogProbReadout(_FullVocabulary):
+    """log P(correct[p]) for rows of prompt p (≤ 0; 0 = certain)."""
+
+    def __init__(self, bridge: Any, correct: torch.Tensor) -> None:
+        self.bridge, self.correct = bridge, correct
+
+    def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
+        return log_probs.gather(1, self.correct[prompts].unsqueeze(1)).squeeze(1)
+
+
+class KLReadout(_FullVocabulary):
+    """KL(clean‖run) = Σ_t P_clean(t) (log P_clean(t) − log P_run(t)) for rows of prompt p, nats, ≥ 0."""
+
+    def __init__(self, bridge: Any, clean_logits: torch.Tensor) -> None:
+        self.bridge = bridge
+        self.clean_log_probs = torch.log_softmax(clean_logits.detach().to(torch.float64), dim=-1)  # [batch, vocab]
+
+    def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        log_q = torch.log_softmax(logits.to(torch.float64), dim=-1)
+        log_p = self.clean_log_probs[prompts]
+        return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+
+
+def make_readout(
+    name: str,
+    bridge: Any,
+    correct: torch.Tensor | None,
+    incorrect: torch.Tensor | None,
+    clean_logits: torch.Tensor | None,
+) -> Readout:
+    """The readout called ``name`` (``logit_diff``, ``log_prob`` or ``kl``) with what it needs."""
+    if name == "logit_diff":
+        assert correct is not None and incorrect is not None
+        return LogitDiffReadout(bridge, correct, incorrect)
+    if name == "log_prob":
+        assert correct is not None
+        return LogProbReadout(bridge, correct)
+    assert clean_logits is not None
+    return KLReadout(bridge, clean_logits)

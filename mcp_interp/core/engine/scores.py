@@ -1,0 +1,50 @@
+"""Scores of patched runs as fractions of a clean−corrupt gap, their ranking, and finite numbers for results.
+
+Convention (one number per unit, the same reading in both directions):
+
+* ``denoise`` (run corrupt, patch in clean): score = (m_patched − m_corrupt) / (m_clean − m_corrupt),
+  the fraction of the gap the unit *restores*;
+* ``noise`` (run clean, patch in corrupt): score = (m_clean − m_patched) / (m_clean − m_corrupt),
+  the fraction it *destroys*.
+
+1 = the unit alone carries the effect, 0 = none, negative = it works against it. The batch value is the
+ratio of the means (``metrics.recovered_fraction``): one pair with a tiny gap cannot blow it up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+from mcp_interp.core.engine import metrics
+from mcp_interp.schemas.common import Score
+
+Direction = Literal["denoise", "noise"]
+SMALL_GAP = 0.5  # |clean − corrupt| logit difference below which fractions are unstable
+TOP_WITH_EXAMPLES = 10  # ranked items that carry per-example values in a result
+
+
+def finite(value: float) -> float | None:
+    """``value`` as a float, or None when it is NaN or infinite (results never carry non-finite numbers)."""
+    return float(value) if math.isfinite(value) else None
+
+
+def directed_score(patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor, direction: str) -> Score:
+    """The fraction of the gap restored (``denoise``) or destroyed (``noise``), mean and per pair."""
+    fraction = metrics.recovered_fraction(patched, clean, corrupt)
+    if direction == "denoise":
+        return fraction
+    return Score(value=1.0 - fraction.value, per_example=[1.0 - v for v in fraction.per_example])
+
+
+def ranked_by_magnitude(values: Sequence[float]) -> list[int]:
+    """Indices of ``values`` by decreasing |value|; NaN last."""
+    return sorted(range(len(values)), key=lambda i: -abs(values[i]) if values[i] == values[i] else 0.0)
+
+
+def ranked_scores(patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor, direction: str) -> list[int]:
+    """Rows of ``patched`` ([units, pairs]) by decreasing |score|."""
+    return ranked_by_magnitude([directed_score(row, clean, corrupt, direction).value for row in patched])

@@ -1,0 +1,1 @@
+"""Attention heads as units: ``ablate_head`` and ``patch_heads``, presets of the engine's ablation and patching."""

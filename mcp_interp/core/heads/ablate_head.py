@@ -1,0 +1,24 @@
+"""``ablate_head``: the head-only preset of the engine's ablation measurement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mcp_interp.core.engine.ablation import ablation_outcome, parsed_ablation
+from mcp_interp.core.engine.interventions import Ablation
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.common import AblationSpec
+from mcp_interp.schemas.heads import AblateHeadMeasurement
+
+
+def ablate_heads(
+    model: LoadedModel,
+    prompts: Sequence[str],
+    ablation: Ablation | AblationSpec,
+    correct: str | Sequence[str] | None = None,
+    incorrect: str | Sequence[str] | None = None,
+) -> AblateHeadMeasurement:
+    """``ablate`` restricted to heads (the ``ablate_head`` tool)."""
+    parsed = parsed_ablation(model, ablation)
+    outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
+    return AblateHeadMeasurement(heads=[str(h) for h in parsed.heads], **dict(outcome))

@@ -1,0 +1,2 @@
+"""Reading the residual stream and the heads of one prompt — logit lens, direct logit attribution, attention,
+induction — and steering it."""

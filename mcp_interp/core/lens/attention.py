@@ -1,0 +1,39 @@
+"""One head's attention pattern on one prompt, and what the answer position attends to."""
+
+from __future__ import annotations
+
+import torch
+
+from mcp_interp.core.engine.bridge import hook_pattern
+from mcp_interp.core.engine.specs import parse_head
+from mcp_interp.core.engine.tokens import token_strings
+from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.lens import AttendedToken, AttentionMeasurement
+
+
+def attention(model: LoadedModel, prompt: str, layer: int, head: int, top_k: int = 5) -> AttentionMeasurement:
+    cfg = model.bridge.cfg
+    parse_head({"layer": layer, "head": head}, cfg.n_layers, cfg.n_heads)
+    batch = single_prompt(model, prompt)
+    name = hook_pattern(layer)
+    _, cache = run_with_cache(model, batch.input_ids, [name])
+    pattern = cache[name][0, head].to(torch.float64)  # [query, key]
+    ids = batch.ids(0)
+    tokens = token_strings(model.tokenizer, ids)
+    pos = int(batch.answer_positions[0])
+    row = pattern[pos]
+    top = torch.topk(row, min(top_k, row.shape[0]))
+    return AttentionMeasurement(
+        prompt=prompt,
+        layer=layer,
+        head=head,
+        tokens=tokens,
+        pattern=[[round(float(v), 6) for v in r] for r in pattern],
+        answer_position=pos,
+        top_attended=[
+            AttendedToken(position=int(i), token=tokens[int(i)], weight=float(w))
+            for w, i in zip(top.values, top.indices, strict=True)
+        ],
+        notes=[CORRELATIONAL.format(what="An attention pattern")],
+    )

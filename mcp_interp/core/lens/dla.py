@@ -1,0 +1,151 @@
+"""Direct logit attribution: what every head, every MLP and the embeddings write directly to a logit (difference).
+
+The residual stream at the answer position decomposes exactly as
+``final = embed + Σ_l (attn_out_l + mlp_out_l)`` and ``attn_out_l = Σ_h z_h W_O^h + b_O``; the
+logit is ``W_U · norm(final) + b_U``. Freezing the final norm's scale at its value in the real
+run makes the logit linear in the components, which is what direct logit attribution uses.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mcp_interp.core.engine.answers import resolve_answer
+from mcp_interp.core.engine.bridge import (
+    FINAL_NORM_SCALE,
+    attn_output_projection,
+    final_norm_module,
+    hook_attn_out,
+    hook_in,
+    hook_mlp_out,
+    hook_out,
+    hook_z,
+    unembed_linear,
+)
+from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.lens import Contribution, DLAMeasurement
+
+
+def _unembedding(model: LoadedModel) -> tuple[torch.Tensor, torch.Tensor | None]:
+    linear = unembed_linear(model.bridge)
+    if linear is None:
+        raise InputError("Direct logit attribution needs a linear unembedding; this model's is not one.")
+    return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
+
+
+def _final_norm(model: LoadedModel) -> tuple[str, torch.Tensor | None, torch.Tensor | None]:
+    """('rms' | 'layer', weight, bias) of the final norm."""
+    inner = final_norm_module(model.bridge)
+    weight, bias = getattr(inner, "weight", None), getattr(inner, "bias", None)
+    kind = "layer" if isinstance(inner, torch.nn.LayerNorm) else "rms"
+    return kind, None if weight is None else weight.detach(), None if bias is None else bias.detach()
+
+
+def head_outputs(model: LoadedModel, layer: int, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What each head writes to the residual, and the output projection's bias, at one position.
+
+    ``z`` is [n_heads, d_head]. Uses the model's own output projection (Linear or GPT-2's
+    Conv1D alike): head h's output is o(z with only head h kept) − o(0), and o(0) is the bias.
+    Returns ([n_heads, d_model], [d_model]).
+    """
+    n_heads, d_head = z.shape
+    inputs = torch.zeros(n_heads + 1, n_heads, d_head, dtype=z.dtype, device=z.device)
+    inputs[torch.arange(n_heads), torch.arange(n_heads)] = z
+    o_proj = attn_output_projection(model.bridge, layer)
+    with torch.inference_mode():
+        out = o_proj(inputs.reshape(n_heads + 1, n_heads * d_head))
+    bias = out[-1]
+    return out[:-1] - bias, bias
+
+
+def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = None, top_k: int = 10) -> DLAMeasurement:
+    """Direct logit attribution of embeddings, every head and every MLP at the answer position.
+
+    With the final norm's scale frozen, logit(answer) − logit(baseline) is a sum of one term per
+    component plus a bias term (unembedding bias, and for LayerNorm the norm bias). For a
+    LayerNorm the components are centred first (its mean subtraction is linear too), so the sum
+    stays exact; ``residual_error`` reports the float rounding left over.
+    """
+    if not 1 <= top_k <= 100:
+        raise InputError(f"top_k must be between 1 and 100, got {top_k}.")
+    batch = single_prompt(model, prompt)
+    cfg = model.bridge.cfg
+    n_layers, n_heads = cfg.n_layers, cfg.n_heads
+    answer_id = resolve_answer(model.tokenizer, answer)
+    baseline_id = resolve_answer(model.tokenizer, baseline) if baseline is not None else None
+    names = [hook_in(0), FINAL_NORM_SCALE, hook_out(n_layers - 1)]
+    for layer in range(n_layers):
+        names += [hook_z(layer), hook_mlp_out(layer), hook_attn_out(layer)]
+    logits, cache = run_with_cache(model, batch.input_ids, names)
+    pos = int(batch.answer_positions[0])
+    w_u, b_u = _unembedding(model)
+    kind, norm_w, norm_b = _final_norm(model)
+    direction = w_u[answer_id].to(torch.float64)
+    measured = float(logits[0, pos, answer_id])
+    bias_term = float(b_u[answer_id]) if b_u is not None else 0.0
+    if baseline_id is not None:
+        direction = direction - w_u[baseline_id].to(torch.float64)
+        measured -= float(logits[0, pos, baseline_id])
+        bias_term -= float(b_u[baseline_id]) if b_u is not None else 0.0
+    scale = float(cache[FINAL_NORM_SCALE][0, pos].reshape(-1)[0])
+    gain = norm_w.to(torch.float64) if norm_w is not None else torch.ones_like(direction)
+    read = direction * gain / scale  # d(quantity)/d(residual) with the scale frozen
+    if kind == "layer" and norm_b is not None:
+        bias_term += float((direction * norm_b.to(torch.float64)).sum())
+
+    def contribution(vector: torch.Tensor) -> float:
+        vector = vector.to(torch.float64)
+        if kind == "layer":
+            vector = vector - vector.mean(dim=-1, keepdim=True)
+        return float((vector * read).sum(dim=-1))
+
+    # The residual entering block 0: token (and, where the model has them, position) embeddings.
+    embed = contribution(cache[hook_in(0)][0, pos])
+    heads: list[list[float]] = []
+    mlps: list[float] = []
+    attn_biases: list[float] = []
+    for layer in range(n_layers):
+        per_head, bias = head_outputs(model, layer, cache[hook_z(layer)][0, pos])
+        heads.append([contribution(per_head[h]) for h in range(n_heads)])
+        attn_biases.append(contribution(bias) if bool(bias.any()) else 0.0)
+        mlps.append(contribution(cache[hook_mlp_out(layer)][0, pos]))
+    total = embed + sum(map(sum, heads)) + sum(mlps) + sum(attn_biases) + bias_term
+    components = [Contribution(component="embed", value=embed)]
+    components += [
+        Contribution(component=f"L{layer}H{h}", value=heads[layer][h])
+        for layer in range(n_layers)
+        for h in range(n_heads)
+    ]
+    components += [Contribution(component=f"L{layer}MLP", value=mlps[layer]) for layer in range(n_layers)]
+    components += [Contribution(component=f"L{layer}attn_bias", value=v) for layer, v in enumerate(attn_biases) if v]
+    components.sort(key=lambda c: -abs(c.value))
+    quantity = "logit(answer) − logit(baseline)" if baseline_id is not None else "logit(answer)"
+    notes = [CORRELATIONAL.format(what="Direct logit attribution")]
+    notes.append(
+        "Only direct effects are counted: a head that matters by feeding later layers (e.g. an induction "
+        "head's inputs) can have a small DLA."
+    )
+    if baseline_id is None:
+        notes.append(
+            "Without a baseline the decomposed quantity is a raw logit, which shifts with every token's logit; "
+            "pass `baseline` for a contrast that cancels that shift."
+        )
+    return DLAMeasurement(
+        prompt=prompt,
+        answer=model.tokenizer.decode([answer_id]),
+        baseline=model.tokenizer.decode([baseline_id]) if baseline_id is not None else None,
+        quantity=quantity,
+        measured=measured,
+        total=total,
+        residual_error=measured - total,
+        bias_term=bias_term,
+        final_norm_scale=scale,
+        embed=embed,
+        heads=heads,
+        mlps=mlps,
+        attn_biases=attn_biases,
+        top=components[:top_k],
+        notes=notes,
+    )

@@ -1,0 +1,73 @@
+"""The logit lens: the final norm and unembedding applied to the residual after every layer, at the answer."""
+
+from __future__ import annotations
+
+import torch
+
+from mcp_interp.core.engine.answers import resolve_answer
+from mcp_interp.core.engine.bridge import HOOK_EMBED, hook_out, logits_from_residual
+from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.lens import LensLayer, LogitLensMeasurement, TokenProb
+
+
+def _unembed(model: LoadedModel, residual: torch.Tensor) -> torch.Tensor:
+    """Final norm + unembedding of residual vectors [..., d_model] → logits [..., vocab]."""
+    shape = residual.shape
+    with torch.inference_mode():
+        return logits_from_residual(model.bridge, residual.reshape(-1, shape[-1])).reshape(*shape[:-1], -1)
+
+
+def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k: int = 5) -> LogitLensMeasurement:
+    """Final norm + unembedding applied to the residual after every block, at the answer position."""
+    if not 1 <= top_k <= 50:
+        raise InputError(f"top_k must be between 1 and 50, got {top_k}.")
+    batch = single_prompt(model, prompt)
+    n_layers = model.bridge.cfg.n_layers
+    names = [HOOK_EMBED] + [hook_out(layer) for layer in range(n_layers)]
+    logits, cache = run_with_cache(model, batch.input_ids, names)
+    position = int(batch.answer_positions[0])
+    final = logits[0, position].to(torch.float64)
+    target_id = resolve_answer(model.tokenizer, target) if target is not None else int(final.argmax())
+    stack = torch.stack([cache[name][0, position] for name in names])  # [n_layers + 1, d_model]
+    lens_logits = _unembed(model, stack).to(torch.float64)
+    probs = torch.softmax(lens_logits, dim=-1)
+    labels = ["embed"] + [str(layer) for layer in range(n_layers)]
+    rows = []
+    for i, label in enumerate(labels):
+        top = torch.topk(probs[i], top_k)
+        rows.append(
+            LensLayer(
+                layer=label,
+                top=[
+                    TokenProb(token=model.tokenizer.decode([int(t)]), id=int(t), prob=float(p))
+                    for p, t in zip(top.values, top.indices, strict=True)
+                ],
+                target_prob=float(probs[i, target_id]),
+                target_rank=int((lens_logits[i] > lens_logits[i, target_id]).sum()),
+            )
+        )
+    first = None
+    for i in range(len(rows)):
+        if all(row.target_rank == 0 for row in rows[i:]):
+            first = rows[i].layer
+            break
+    notes = [CORRELATIONAL.format(what="The logit lens")]
+    notes.append(
+        "Early layers are read through the final norm and unembedding, which they were not trained to feed; "
+        "low early probabilities mean 'not yet linearly readable', not 'absent'."
+    )
+    model_top = int(final.argmax())
+    if model_top != target_id:
+        notes.append(f"The target is not the model's top-1 (which is {model.tokenizer.decode([model_top])!r}).")
+    return LogitLensMeasurement(
+        prompt=prompt,
+        target=model.tokenizer.decode([target_id]),
+        target_id=target_id,
+        answer_position=position,
+        layers=rows,
+        first_top1_layer=first,
+        final_prob=float(torch.softmax(final, -1)[target_id]),
+        notes=notes,
+    )

@@ -1,0 +1,232 @@
+"""Activation addition ("ActAdd"): steer generation with a difference of residual streams.
+
+The steering vector is resid(positive) − resid(negative) entering block ``layer``, each read at
+its prompt's last token (where the prompt's meaning is summarised); ``coefficient`` times it is
+added to the residual entering that block at every position of the prompt and of the generated
+tokens. A stored direction (``direction://`` from ``probe``) is added instead to the stream its
+probe read (resid_post of its layer), ``coefficient`` × the spread of its probe texts' projections
+× the unit vector, so coefficient 1 moves the stream by one typical spread along the direction.
+
+A continuation is one sample of text; the number beside it is the change of the next-token
+distribution (KL from the unsteered run), compared with the same for random directions of the
+same norm at the same site — a vector that moves the prediction no more than random ones do is
+not a meaningful direction, however the text reads. Continuations are greedy, so the only
+randomness is none: ``seed`` is recorded, draws the random directions, and fixes torch's
+generator in case a model samples internally (e.g. dropout left on).
+
+A steered text that merely repeats itself is a broken model, not a steered one; the result
+measures repetition (repeated 3-grams) in both continuations and says so in ``notes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mcp_interp import limits
+from mcp_interp.core.engine.baselines import RANDOM_DIRECTIONS, random_unit_vectors
+from mcp_interp.core.engine.bridge import hook_in, hook_out
+from mcp_interp.core.engine.dictionary import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.metrics import kl_divergence
+from mcp_interp.core.engine.tokens import encode
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.features import StoredDirection
+from mcp_interp.schemas.lens import SteerMeasurement
+
+DEGENERATE = 0.5  # fraction of repeated 3-grams above which a continuation is called degenerate
+
+
+def repetition(ids: list[int]) -> float:
+    """Fraction of 3-grams that already occurred earlier in ``ids`` (0 = none repeated)."""
+    grams = [tuple(ids[i : i + 3]) for i in range(len(ids) - 2)]
+    if not grams:
+        return 0.0
+    seen: set[tuple[int, ...]] = set()
+    repeated = 0
+    for gram in grams:
+        repeated += gram in seen
+        seen.add(gram)
+    return repeated / len(grams)
+
+
+def _resid_at(model: LoadedModel, text: str, name: str) -> torch.Tensor:
+    """The residual at hook ``name`` at ``text``'s last token."""
+    batch = encode(model.tokenizer, [text], model.device)
+    with torch.inference_mode():
+        _, cache = model.bridge.run_with_cache(batch.input_ids, names_filter=lambda n: n == name)
+    return cache[name][0, int(batch.answer_positions[0])].detach().clone()
+
+
+def greedy(model: LoadedModel, ids: list[int], max_new_tokens: int, hooks: list[Any]) -> list[int]:
+    """Greedy continuation, one full forward per token (short prompts: no cache needed)."""
+    out = list(ids)
+    eos = model.tokenizer.eos_token_id
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
+        for _ in range(max_new_tokens):
+            logits = model.bridge(torch.tensor([out], device=model.device), return_type="logits")
+            token = int(logits[0, -1].argmax())
+            out.append(token)
+            if token == eos:
+                break
+    return out[len(ids) :]
+
+
+def steer(
+    model: LoadedModel,
+    prompt: str,
+    positive: str | None,
+    negative: str | None,
+    layer: int | None,
+    coefficient: float,
+    max_new_tokens: int = 20,
+    seed: int = 0,
+    direction: StoredDirection | None = None,
+    direction_uri: str | None = None,
+    feature: tuple[SparseAutoencoder, int] | None = None,
+) -> SteerMeasurement:
+    """ActAdd (``positive``/``negative`` at resid_pre of ``layer``), a stored direction (at resid_post of its
+    layer, ``coefficient`` in units of its probe texts' projection spread) or an SAE feature (its decoder row
+    at the SAE's hook, ``coefficient`` = the activation added); greedy continuations with and without."""
+    n_layers = model.bridge.cfg.n_layers
+    chosen = sum(x is not None for x in (direction, feature)) + (positive is not None or negative is not None)
+    if chosen > 1:
+        raise InputError(
+            "Give one of: `positive` and `negative`, a stored `direction`, or an SAE `feature` — not both."
+        )
+    if direction is not None:
+        layer = direction.layer if layer is None else layer
+    elif feature is not None:
+        layer = feature[0].layer
+    elif positive is None or negative is None:
+        raise InputError(
+            "Give `positive` and `negative` texts (activation addition), a stored `direction`, or an SAE `feature`."
+        )
+    if layer is None or not 0 <= layer < n_layers:
+        raise InputError(f"layer {layer} does not exist; this model has layers 0..{n_layers - 1}.")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+    limits.check("max_new_tokens", max_new_tokens, "max_new_tokens")
+    if not (coefficient == coefficient) or abs(coefficient) > 1e4:
+        raise InputError(f"coefficient must be a finite number with |c| ≤ 10000, got {coefficient}.")
+    for name, text in (("prompt", prompt), ("positive", positive), ("negative", negative)):
+        if text is not None and (not isinstance(text, str) or not text):
+            raise InputError(f"`{name}` must be a non-empty string.")
+    torch.manual_seed(seed)
+    notes: list[str] = []
+    steering = _steering(model, prompt, positive, negative, layer, direction, feature)
+    if direction is not None and layer != direction.layer:
+        notes.append(
+            f"The direction was fitted on layer {direction.layer}'s output but is added at layer {layer}'s: "
+            "residual bases drift between layers, so expect a weaker or different effect."
+        )
+    prompt_ids = encode(model.tokenizer, [prompt]).ids(0)
+    added = coefficient * steering.vector
+    baseline_ids = greedy(model, prompt_ids, max_new_tokens, [])
+    steered_ids = greedy(model, prompt_ids, max_new_tokens, steering.hooks(added))
+    base_logits = _next_token_logits(model, prompt_ids, [])
+    next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.hooks(added))).value)
+    norm = float(added.norm())
+    random_kl = [
+        float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.hooks(norm * unit))).value)
+        for unit in random_unit_vectors(RANDOM_DIRECTIONS, int(steering.vector.numel()), seed)
+    ]
+    residual_norm = steering.residual_norm
+    rep_base, rep_steer = repetition(baseline_ids), repetition(steered_ids)
+    if rep_steer >= DEGENERATE:
+        notes.append(
+            f"The steered continuation degenerates ({rep_steer:.0%} of its 3-grams repeat, baseline "
+            f"{rep_base:.0%}): this is the model breaking, not evidence of steering. Try a smaller coefficient "
+            "or another layer."
+        )
+    if steered_ids == baseline_ids:
+        notes.append("The steered continuation is identical to the baseline: no visible effect at this strength.")
+    if residual_norm > 0 and norm > 4 * residual_norm:
+        notes.append(
+            f"The added vector (norm {norm:.1f}) is {norm / residual_norm:.1f}× the residual's norm "
+            f"({residual_norm:.1f}) at layer {layer}: it dominates the stream rather than nudging it."
+        )
+    beaten = sum(next_kl > value for value in random_kl)
+    notes.append(
+        f"The next-token distribution moves by KL {next_kl:.4f} nats; {RANDOM_DIRECTIONS} random directions of the "
+        f"same norm move it by {', '.join(f'{v:.4f}' for v in random_kl)} — the vector beats {beaten} of them."
+    )
+    return SteerMeasurement(
+        prompt=prompt,
+        positive=positive,
+        negative=negative,
+        direction_uri=direction_uri,
+        sae_feature=None if feature is None else f"{feature[1]} of {feature[0].describe()}",
+        layer=layer,
+        site=steering.site,
+        coefficient=coefficient,
+        vector_norm=float(steering.vector.norm()),
+        residual_norm=residual_norm,
+        next_token_kl=next_kl,
+        random_next_token_kl=random_kl,
+        baseline_text=model.tokenizer.decode(baseline_ids),
+        steered_text=model.tokenizer.decode(steered_ids),
+        repetition_baseline=rep_base,
+        repetition_steered=rep_steer,
+        notes=notes,
+    )
+
+
+@dataclass
+class Steering:
+    """Where a steering vector goes: ``site`` in words, ``vector`` the coefficient's unit (in the hook's own
+    space, flattened for ``z``), ``hooks(added)`` the forward hooks adding ``added`` at every position, and the
+    prompt's norm there (last token) for scale."""
+
+    site: str
+    vector: torch.Tensor
+    hooks: Callable[[torch.Tensor], list[Any]]
+    residual_norm: float
+
+
+def _steering(
+    model: LoadedModel,
+    prompt: str,
+    positive: str | None,
+    negative: str | None,
+    layer: int,
+    direction: StoredDirection | None,
+    feature: tuple[SparseAutoencoder, int] | None,
+) -> Steering:
+    if feature is not None:
+        sae, index = feature
+        if not 0 <= index < sae.d_sae:
+            raise InputError(f"SAE feature {index} does not exist; this SAE has features 0..{sae.d_sae - 1}.")
+
+        def sae_hooks(added: torch.Tensor) -> list[Any]:
+            def shift(values: torch.Tensor) -> torch.Tensor:
+                flat = sae.to_input(values)
+                return sae.from_input(flat + added.to(device=flat.device, dtype=flat.dtype), values)
+
+            return splice_hooks(sae, shift)
+
+        value = sae.to_input(_resid_at(model, prompt, sae.hook_name))
+        return Steering(sae.site, sae.W_dec[index].detach().float().cpu(), sae_hooks, float(value.norm()))
+    if direction is not None:
+        site, hook = "resid_post", hook_out(layer)
+        vector = direction.projection_std * torch.tensor(direction.vector, dtype=torch.float32)
+    else:
+        assert positive is not None and negative is not None
+        site, hook = "resid_pre", hook_in(layer)
+        vector = _resid_at(model, positive, hook) - _resid_at(model, negative, hook)
+
+    def add_at(added: torch.Tensor) -> list[Any]:
+        def add(resid: torch.Tensor, hook: Any) -> torch.Tensor:
+            return resid + added.to(device=resid.device, dtype=resid.dtype)
+
+        return [(hook, add)]
+
+    return Steering(site, vector, add_at, float(_resid_at(model, prompt, hook).norm()))
+
+
+def _next_token_logits(model: LoadedModel, ids: list[int], hooks: list[Any]) -> torch.Tensor:
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
+        return model.bridge(torch.tensor([ids], device=model.device), return_type="logits")[:, -1]

@@ -1,0 +1,66 @@
+"""The measurements behind ``model_info`` and ``tokenize``: what is loaded and how text becomes tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mcp_interp import limits
+from mcp_interp.core.engine.bridge import hf_config, hf_model
+from mcp_interp.core.engine.tokens import adds_bos, token_ids, token_strings
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.readouts import ModelInfoMeasurement, TokenizedText, TokenizeMeasurement
+
+
+def tokenization_rule(model: LoadedModel) -> str:
+    bos = "a BOS token is prepended" if adds_bos(model.tokenizer) else "no BOS token is prepended"
+    return (
+        "The model's own Hugging Face tokenizer with its default special tokens "
+        f"(add_special_tokens=True): {bos}. Prompts in one call are right-padded; each prompt's "
+        "answer position is its last real token. Answers are tokenized without special tokens "
+        "and must be exactly one token."
+    )
+
+
+def model_info(model: LoadedModel) -> ModelInfoMeasurement:
+    cfg = model.bridge.cfg
+    config = hf_config(model.bridge)
+    n_kv = getattr(config, "num_key_value_heads", None) or cfg.n_heads
+    return ModelInfoMeasurement(
+        name=model.name,
+        source=model.source,
+        architecture=(config.architectures or [type(hf_model(model.bridge)).__name__])[0],
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        n_kv_heads=int(n_kv),
+        d_model=cfg.d_model,
+        d_head=cfg.d_head,
+        d_mlp=int(cfg.d_mlp or 0),
+        d_vocab=cfg.d_vocab,
+        n_ctx=cfg.n_ctx,
+        dtype=model.dtype,
+        device=model.device,
+        fingerprint=model.fingerprint,
+        load_seconds=round(model.load_seconds, 3),
+        prepends_bos=adds_bos(model.tokenizer),
+        tokenization_rule=tokenization_rule(model),
+        notes=(
+            [
+                "This is the random-weight `tiny` model: its predictions mean nothing; use it to try "
+                "the protocol, not to draw conclusions."
+            ]
+            if model.source == "tiny"
+            else []
+        ),
+    )
+
+
+def tokenize(model: LoadedModel, texts: Sequence[str]) -> TokenizeMeasurement:
+    if not texts:
+        raise InputError("No texts were given: pass a non-empty list of strings.")
+    limits.check("max_prompts", len(texts), "Number of texts")
+    rows = []
+    for text in texts:
+        ids = token_ids(model.tokenizer, text)
+        rows.append(TokenizedText(text=text, ids=ids, tokens=token_strings(model.tokenizer, ids), n_tokens=len(ids)))
+    return TokenizeMeasurement(texts=rows, tokenization_rule=tokenization_rule(model))

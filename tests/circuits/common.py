@@ -1,0 +1,57 @@
+"""What the circuits tests share: the pair on `tiny`, the multi-head variant, and EAP and TransformerLens readers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
+from mcp_interp.core.engine.tokens import encode
+from mcp_interp.models import LoadedModel
+
+CLEAN = ["when mary and john went to the store , john gave a drink to"]
+CORRUPT = ["when mary and john went to the store , mary gave a drink to"]
+
+
+def run_eap(model: LoadedModel, ig_steps: int = 1, integrated: bool = False) -> EdgeScores:
+    tok = model.tokenizer
+    good, bad = tok.convert_tokens_to_ids("mary"), tok.convert_tokens_to_ids("john")
+
+    def metric(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return (logits[:, good] - logits[:, bad]).to(torch.float64)
+
+    job = EdgeAttribution(
+        bridge=model.bridge,
+        clean=encode(tok, CLEAN),
+        corrupt=encode(tok, CORRUPT),
+        metric=metric,
+        ig_steps=ig_steps,
+        integrated=integrated,
+    )
+    steps = list(job.steps())
+    assert len(steps) == job.total_steps()
+    assert job.result is not None
+    return job.result
+
+
+def tl_metric(model: LoadedModel) -> Any:
+    tok = model.tokenizer
+    good, bad = tok.convert_tokens_to_ids("mary"), tok.convert_tokens_to_ids("john")
+    return lambda logits: logits[0, -1, good] - logits[0, -1, bad]
+
+
+def tl_name(node: Any) -> str:
+    if node.kind == "embed":
+        return "embed"
+    if node.kind == "attn_head_out":
+        return f"L{node.layer}H{node.head}"
+    if node.kind == "mlp_out":
+        return f"L{node.layer}MLP"
+    if node.kind == "logits":
+        return "logits"
+    if node.kind == "mlp_in":
+        return f"L{node.layer}MLP.in"
+    if node.kind == "q_input":
+        return f"L{node.layer}H{node.head}.q"
+    return f"L{node.layer}KV{node.head}.{node.kind[0]}"

@@ -1,0 +1,13 @@
+"""Fixtures of the circuits tests: a multi-head variant of `tiny` (TransformerLens' edge tools need one)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_interp.models import LoadedModel, boot, build_tiny
+
+
+@pytest.fixture(scope="module")
+def multi_head() -> LoadedModel:
+    hf_model, tokenizer = build_tiny(kv_heads=4)
+    return boot("tiny-mha", "tiny", "tiny-mha", hf_model, tokenizer)

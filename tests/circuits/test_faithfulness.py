@@ -1,0 +1,179 @@
+"""Circuit faithfulness and find_circuit: the sanity pins, TransformerLens' faithfulness on a multi-head
+model, bad input, and the smallest top-k circuit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from mcp_interp.core.engine.tokens import encode
+from mcp_interp.models import LoadedModel
+from tests.circuits.common import CLEAN, CORRUPT, run_eap
+
+# --- circuit_faithfulness ------------------------------------------------------------------------
+
+
+def faithfulness_job(model: LoadedModel, **kwargs: Any) -> Any:
+    from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
+    from mcp_interp.core.engine.jobs import drain
+
+    pairs_clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to"]
+    pairs_corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to"]
+    job = CircuitFaithfulnessJob(
+        model=model,
+        clean_prompts=pairs_clean,
+        corrupt_prompts=pairs_corrupt,
+        correct=["mary", "tom"],
+        incorrect=["john", "james"],
+        **kwargs,
+    )
+    drain(job)
+    assert job.result is not None
+    return job.result
+
+
+def test_faithfulness_sanity_pins_full_graph_one_empty_circuit_zero(tiny: LoadedModel) -> None:
+    full = faithfulness_job(tiny, top_k=10**6)
+    assert full.n_edges == full.total_edges == 190
+    assert full.faithfulness.value == pytest.approx(1.0, abs=1e-4)
+    assert full.faithfulness.per_example == pytest.approx([1.0, 1.0], abs=1e-4)
+    empty = faithfulness_job(tiny, top_k=0)
+    assert empty.n_edges == 0 and empty.faithfulness.value == pytest.approx(0.0, abs=1e-4)
+    assert len(empty.random_baseline) == 5
+    assert [p.k for p in full.curve] == [10, 25, 50, 100, 190]
+    assert full.curve[-1].faithfulness == pytest.approx(1.0, abs=1e-4)
+
+
+def test_faithfulness_equals_transformer_lens_on_a_multi_head_model(multi_head: LoadedModel) -> None:
+    """TransformerLens' ablate-outside faithfulness on the same circuit, its edges at every position."""
+    from transformer_lens.tools.analysis.attribution_patching import FaithfulnessConfig, Node, faithfulness
+
+    eap = run_eap(multi_head)
+    graph = eap.graph
+    top = sorted(graph.edges, key=lambda e: -abs(float(eap.scores[e])))[:12]
+    names = [{"writer": str(graph.writers[w]), "reader": str(graph.readers[r])} for w, r in top]
+    from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
+    from mcp_interp.core.engine.jobs import drain
+
+    job = CircuitFaithfulnessJob(
+        model=multi_head, clean_prompts=CLEAN, corrupt_prompts=CORRUPT, correct="mary", incorrect="john", edges=names
+    )
+    drain(job)
+    assert job.result is not None
+    seq = encode(multi_head.tokenizer, CLEAN).input_ids.shape[1]
+    n_layers = multi_head.bridge.cfg.n_layers
+
+    def node(kind: str, layer: int, index: int, position: int, writer: bool) -> Any:
+        if writer:
+            if kind == "embed":
+                return Node("embed", position)
+            return Node("attn_head_out", position, layer, index) if kind == "head" else Node("mlp_out", position, layer)
+        if kind == "logits":
+            return Node("logits", position, n_layers - 1)
+        if kind == "mlp":
+            return Node("mlp_in", position, layer)
+        return Node(f"{kind}_input", position, layer, index)
+
+    circuit = [
+        (
+            node(graph.writers[w].kind, graph.writers[w].layer, graph.writers[w].index, p, True),
+            node(graph.readers[r].kind, graph.readers[r].layer, graph.readers[r].index, p, False),
+        )
+        for w, r in top
+        for p in range(seq)
+    ]
+    tok = multi_head.tokenizer
+    good, bad = tok.convert_tokens_to_ids("mary"), tok.convert_tokens_to_ids("john")
+    reference = faithfulness(
+        multi_head.bridge,
+        encode(tok, CLEAN).input_ids,
+        encode(tok, CORRUPT).input_ids,
+        lambda logits: logits[0, -1, good] - logits[0, -1, bad],
+        circuit,
+        FaithfulnessConfig(ablation="corrupt"),
+    )
+    assert job.result.faithfulness.value == pytest.approx(float(reference.recovered), abs=1e-4)
+    assert abs(job.result.faithfulness.value) > 0.0 and job.result.faithfulness.value != pytest.approx(1.0, abs=1e-3)
+
+
+def test_faithfulness_bad_input(tiny: LoadedModel) -> None:
+    from mcp_interp.errors import InputError
+
+    for kwargs, message in [
+        ({"edges": [{"writer": "L9H0", "reader": "logits"}]}, "Unknown writer"),
+        ({"edges": [{"writer": "L0H0", "reader": "L0H1.q"}]}, "no edge L0H0 → L0H1.q"),
+        ({"edges": [{"writer": "embed", "reader": "L0KV7.k"}]}, "Unknown reader"),
+        ({"edges": [], "top_k": 3}, "either `edges`"),
+        ({"top_k": 3, "random_circuits": 2}, "from 5 to 20"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            faithfulness_job(tiny, **kwargs)
+
+
+@pytest.mark.anyio
+async def test_circuit_faithfulness_over_mcp_with_its_curve(tiny_client: Client) -> None:
+    import base64
+
+    from tests.helpers import assert_valid_structured, png_text, tools_by_name
+
+    arguments = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": "mary", "incorrect": "john"}
+    tools = await tools_by_name(tiny_client)
+    result = assert_valid_structured(
+        tools["circuit_faithfulness"], await tiny_client.call_tool("circuit_faithfulness", {**arguments, "top_k": 25})
+    )
+    figure = await tiny_client.read_resource(result["figure_uri"])
+    explicit = assert_valid_structured(
+        tools["circuit_faithfulness"],
+        await tiny_client.call_tool(
+            "circuit_faithfulness",
+            {**arguments, "edges": [{"writer": "L2H1", "reader": "logits", "score": 0.3}], "random_circuits": 6},
+        ),
+    )
+    assert result["n_edges"] == 25 and [p["k"] for p in result["curve"]] == [10, 25, 50, 100, 190]
+    description = png_text(base64.b64decode(figure.contents[0].blob))["Description"]  # type: ignore[union-attr]
+    assert "k=190: 1.0" in description
+    assert explicit["n_edges"] == 1 and len(explicit["random_baseline"]) == 6 and explicit["curve"] == []
+
+
+def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: LoadedModel) -> None:
+    """Bisection's answer k: its faithfulness reaches the target and k − 1 edges do not (checked here
+    with circuit_faithfulness on the top k − 1 edges by the same attribution)."""
+    from mcp_interp.core.circuits.faithfulness_job import FindCircuitJob
+    from mcp_interp.core.engine.jobs import drain
+
+    clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to"]
+    corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to"]
+    job = FindCircuitJob(
+        model=tiny,
+        clean_prompts=clean,
+        corrupt_prompts=corrupt,
+        correct=["mary", "tom"],
+        incorrect=["john", "james"],
+        target=0.8,
+    )
+    drain(job)
+    found = job.result
+    assert found is not None and 0 < found.n_edges < found.total_edges
+    assert found.faithfulness.value >= 0.8
+    below = faithfulness_job(tiny, top_k=found.n_edges - 1)
+    assert below.faithfulness.value < 0.8
+    assert [s.k for s in found.search] and all(0 < s.k < found.total_edges for s in found.search)
+    assert len(found.random_baseline) == 5
+
+
+@pytest.mark.anyio
+async def test_find_circuit_over_mcp(tiny_client: Client) -> None:
+
+    from tests.helpers import assert_valid_structured, error_text, tools_by_name
+
+    arguments = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": "mary", "incorrect": "john"}
+    tools = await tools_by_name(tiny_client)
+    found = assert_valid_structured(
+        tools["find_circuit"], await tiny_client.call_tool("find_circuit", {**arguments, "target": 0.5})
+    )
+    bad = await tiny_client.call_tool("find_circuit", {**arguments, "target": 1.5})
+    assert found["faithfulness"]["value"] >= 0.5 and len(found["edges"]) == found["n_edges"]
+    assert found["figure_uri"].startswith("figure://")
+    assert "(0, 1]" in error_text(bad)

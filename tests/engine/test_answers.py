@@ -1,0 +1,111 @@
+"""Answers of several tokens and sets of answers (core.answers) in the metric tools, on `tiny`:
+against a hand teacher-forced loop, a hand log-sum-exp, and the single-token path."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mcp_interp.core.engine.answers import parse_answer
+from mcp_interp.core.localize.ablate import ablate
+from mcp_interp.core.readouts import predictions as readouts
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.common import AblationSpec, AnyOf, Intervention
+
+PROMPTS = ["when mary and john went to the store , john gave a drink", "when tom went to the park"]
+LONG = " to mary"  # two tokens under the tiny tokenizer: ' to' + ' mary' (checked below)
+
+
+def hand_sequence_log_prob(model: LoadedModel, prompt: str, answer: str, hooks: list | None = None) -> float:  # type: ignore[type-arg]
+    """Σ_k log P(t_k | prompt, t_<k), one forward per step, each prompt alone (no padding, no batching)."""
+    context = list(model.tokenizer(prompt)["input_ids"])
+    total = 0.0
+    for token in model.tokenizer(answer, add_special_tokens=False)["input_ids"]:
+        with model.bridge.hooks(fwd_hooks=hooks or []):
+            logits = model.bridge(torch.tensor([context]))[0, -1]
+        total += float(torch.log_softmax(logits.double(), dim=-1)[token])
+        context.append(token)
+    return total
+
+
+def test_the_answers_used_here_have_the_lengths_the_tests_assume(tiny: LoadedModel) -> None:
+    assert parse_answer(tiny.tokenizer, LONG, "correct").kind == "sequence"
+    assert len(parse_answer(tiny.tokenizer, LONG, "correct").alternatives[0]) == 2
+    assert parse_answer(tiny.tokenizer, "mary", "correct").kind == "token"
+
+
+def test_sequence_logit_diff_is_the_difference_of_teacher_forced_log_probs(tiny: LoadedModel) -> None:
+    result = readouts.logit_diff(tiny, PROMPTS, LONG, " to john")
+    assert result.answer_kind == "sequence"
+    for prompt, example in zip(PROMPTS, result.examples, strict=True):
+        good = hand_sequence_log_prob(tiny, prompt, LONG)
+        bad = hand_sequence_log_prob(tiny, prompt, " to john")
+        assert example.correct_log_prob == pytest.approx(good, abs=1e-5)
+        assert example.logit_diff == pytest.approx(good - bad, abs=1e-5)
+    assert any("teacher-forced" in note for note in result.notes)
+
+
+def test_single_token_answers_keep_the_logit_path(tiny: LoadedModel) -> None:
+    token = readouts.logit_diff(tiny, PROMPTS, "mary", "john")
+    assert token.answer_kind == "token" and token.examples[0].correct_log_prob is None
+    # The same answers as one-member sets go through the sequence path: log P(a) − log P(b) = logit difference.
+    as_sets = readouts.logit_diff(tiny, PROMPTS, AnyOf(any_of=["mary"]), AnyOf(any_of=["john"]))
+    assert as_sets.answer_kind == "sequence"
+    assert as_sets.logit_diff.per_example == pytest.approx(token.logit_diff.per_example, abs=1e-5)
+
+
+def test_a_set_scores_the_log_of_its_summed_probability(tiny: LoadedModel) -> None:
+    members = ["mary", "john", LONG]
+    result = readouts.answer_rank(tiny, PROMPTS, {"any_of": members})
+    for prompt, example in zip(PROMPTS, result.examples, strict=True):
+        expected = math.log(sum(math.exp(hand_sequence_log_prob(tiny, prompt, m)) for m in members))
+        assert example.log_prob == pytest.approx(expected, abs=1e-5)
+        # rank: the best-ranked member's first token ('mary', 'john' or ' to')
+        ids = torch.tensor([tiny.tokenizer(prompt)["input_ids"]])
+        logits = tiny.bridge(ids)[0, -1]
+        firsts = [tiny.tokenizer(m, add_special_tokens=False)["input_ids"][0] for m in members]
+        best = min(int((logits > logits[t]).sum()) for t in firsts)
+        assert example.rank == best
+
+
+def test_per_prompt_lists_mix_tokens_sequences_and_sets(tiny: LoadedModel) -> None:
+    result = readouts.answer_rank(tiny, PROMPTS, ["mary", AnyOf(any_of=["tom", LONG])])
+    assert result.answer_kind == "sequence"
+    assert result.examples[0].log_prob == pytest.approx(hand_sequence_log_prob(tiny, PROMPTS[0], "mary"), abs=1e-5)
+
+
+def test_sequences_under_an_intervention_and_in_ablate(tiny: LoadedModel) -> None:
+    def zero_head(z: torch.Tensor, hook: object) -> torch.Tensor:
+        z = z.clone()
+        z[:, :, 1] = 0
+        return z
+
+    hooks = [("blocks.1.attn.hook_z", zero_head)]
+    spec = Intervention(ablate=AblationSpec(heads="L1H1"))
+    measured = readouts.logit_diff(tiny, PROMPTS, LONG, " to john", spec)
+    for prompt, example in zip(PROMPTS, measured.examples, strict=True):
+        good = hand_sequence_log_prob(tiny, prompt, LONG, hooks)
+        bad = hand_sequence_log_prob(tiny, prompt, " to john", hooks)
+        assert example.logit_diff == pytest.approx(good - bad, abs=1e-5)
+    outcome = ablate(tiny, PROMPTS, AblationSpec(targets=["L1H1"]), LONG, " to john")
+    assert outcome.after.logit_diff is not None and outcome.before.logit_diff is not None
+    assert outcome.after.logit_diff.per_example == pytest.approx(measured.logit_diff.per_example, abs=1e-6)
+    plain = readouts.logit_diff(tiny, PROMPTS, LONG, " to john")
+    assert outcome.before.logit_diff.per_example == pytest.approx(plain.logit_diff.per_example, abs=1e-6)
+
+
+def test_bad_answers_say_how_to_fix_them(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_interp import limits
+
+    with pytest.raises(InputError, match="non-empty string"):
+        readouts.answer_rank(tiny, PROMPTS, "")
+    with pytest.raises(InputError, match="any_of"):
+        readouts.answer_rank(tiny, PROMPTS, {"any_of": []})
+    with pytest.raises(InputError, match="one answer per prompt"):
+        readouts.answer_rank(tiny, PROMPTS, ["mary"])
+    monkeypatch.setattr(limits, "_current", limits.Limits(max_tokens=14))
+    with pytest.raises(InputError, match="max_tokens"):  # 13 prompt tokens + 3 of the 4 answer tokens fed = 16 > 14
+        readouts.answer_rank(tiny, PROMPTS, " to mary to mary")

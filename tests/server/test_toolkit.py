@@ -1,0 +1,67 @@
+"""The adapters' one error boundary and family registration, through a real in-process MCP client."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from mcp import Client
+from mcp.server.mcpserver import Context
+
+from mcp_interp.errors import InputError
+from mcp_interp.mcp.server import FAMILIES, build_server
+from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.models import LoadedModel
+from mcp_interp.session import Session
+
+pytestmark = pytest.mark.anyio
+
+
+def raise_bug(model: LoadedModel) -> None:
+    raise RuntimeError("secret internal detail")
+
+
+def raise_input_error(model: LoadedModel) -> None:
+    raise InputError("`heads` must name a head such as 'L9H3'.")
+
+
+async def test_errors_become_tool_errors_and_the_server_keeps_serving(
+    tiny_session: Session, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = build_server(tiny_session)
+    probe = Family("probe")
+
+    @probe.tool()
+    async def bug(ctx: Context) -> str:
+        kit = Toolkit.of(ctx)
+        await kit.call(raise_bug, await kit.model(ctx))
+        return "unreachable"
+
+    @probe.tool()
+    async def bad_input(ctx: Context) -> str:
+        kit = Toolkit.of(ctx)
+        await kit.call(raise_input_error, await kit.model(ctx))
+        return "unreachable"
+
+    probe.register(server)
+    stored = tiny_session.store.put("figure", b"\x89PNG kept")
+    with caplog.at_level(logging.ERROR, logger="mcp_interp.mcp.toolkit"):
+        async with Client(server) as client:
+            crashed = await client.call_tool("bug", {})
+            refused = await client.call_tool("bad_input", {})
+            after = await client.call_tool("tokenize", {"texts": ["mary"]})
+    crash_text = crashed.content[0].text
+    assert crashed.is_error and "Internal error in mcp-interp (RuntimeError)" in crash_text
+    assert "secret internal detail" not in crash_text  # the caller gets a short message ...
+    logged = [r for r in caplog.records if r.exc_info is not None]
+    assert logged and "secret internal detail" in str(logged[0].exc_info[1])  # ... the log gets the traceback
+    assert refused.is_error and refused.content[0].text.endswith("`heads` must name a head such as 'L9H3'.")
+    assert not after.is_error and after.structured_content["texts"][0]["tokens"] == ["mary"]
+    assert tiny_session.store.get("figure", stored.id) == b"\x89PNG kept"
+
+
+async def test_every_tool_is_declared_by_exactly_one_family(tiny_client: Client) -> None:
+    listed = [tool.name for tool in (await tiny_client.list_tools()).tools]
+    declared = [fn.__name__ for family in FAMILIES for fn in family.tools]
+    assert sorted(listed) == sorted(declared)
+    assert len(set(declared)) == len(declared)
