@@ -32,16 +32,16 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = load_model(args.model)
     pairs = ioi_pairs()
-    inputs = (
-        [p.clean for p in pairs],
-        [p.corrupt for p in pairs],
-        [p.correct for p in pairs],
-        [p.incorrect for p in pairs],
-    )
+    inputs = {
+        "clean_prompts": [p.clean for p in pairs],
+        "corrupt_prompts": [p.corrupt for p in pairs],
+        "correct": [p.correct for p in pairs],
+        "incorrect": [p.incorrect for p in pairs],
+    }
     print(f"model {model.name}, {len(pairs)} IOI pairs, torch threads {torch.get_num_threads()}")
-    drain(EdgeAttributionJob(model, *inputs, top_k=5))  # warm-up
+    drain(EdgeAttributionJob(model=model, **inputs, top_k=5))  # warm-up
     for method, steps in (("eap", 1), ("eap-ig", 5)):
-        job = EdgeAttributionJob(model, *inputs, method=method, ig_steps=steps, top_k=10)
+        job = EdgeAttributionJob(model=model, **inputs, method=method, ig_steps=steps, top_k=10)
         started = time.perf_counter()
         drain(job)
         seconds = time.perf_counter() - started
@@ -53,7 +53,7 @@ def main() -> None:
             print(f"  {edge.writer:>7} → {edge.reader:<12} {edge.score:+.3f}")
         if job.result.embed_total_vs_gap is not None:
             print(f"  embeddings' total − gap: {job.result.embed_total_vs_gap:+.3f}")
-    path = PathPatchJob(model, *inputs, sender="L23H3")
+    path = PathPatchJob(model=model, **inputs, sender="L23H3")
     started = time.perf_counter()
     drain(path)
     assert path.result is not None
@@ -61,20 +61,20 @@ def main() -> None:
     for receiver in path.result.receivers[:5]:
         print(f"  {receiver.receiver:<10} recovered {receiver.recovered:+.3f}")
 
-    single = CircuitFaithfulnessJob(model, *inputs, edges=[{"writer": "L23H3", "reader": "logits"}])
+    single = CircuitFaithfulnessJob(model=model, **inputs, edges=[{"writer": "L23H3", "reader": "logits"}])
     started = time.perf_counter()
     drain(single)
     seconds = time.perf_counter() - started
     assert single.result is not None
     print(f"\ncircuit_faithfulness of one edge + 5 random circuits (6 exact evaluations): {seconds:.2f} s")
-    curve = CircuitFaithfulnessJob(model, *inputs, top_k=200)
+    curve = CircuitFaithfulnessJob(model=model, **inputs, top_k=200)
     started = time.perf_counter()
     drain(curve)
     assert curve.result is not None
     print(f"faithfulness curve (top-k by EAP; 5 random circuits per k): {time.perf_counter() - started:.2f} s")
     for point in curve.result.curve:
         print(f"  k = {point.k:>4}: top-k {point.faithfulness:+.3f}   random mean {point.random_mean:+.3f}")
-    found = FindCircuitJob(model, *inputs, target=0.8)
+    found = FindCircuitJob(model=model, **inputs, target=0.8)
     started = time.perf_counter()
     drain(found)
     assert found.result is not None

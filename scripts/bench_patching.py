@@ -25,9 +25,8 @@ import torch
 from scipy.stats import spearmanr
 
 from mcp_interp.core.engine.answers import resolve_answers
-from mcp_interp.core.engine.interventions import Ablation
+from mcp_interp.core.engine.interventions import Ablation, HeadTarget
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.specs import Head
 from mcp_interp.core.engine.tokens import encode
 from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
@@ -132,7 +131,7 @@ def main() -> None:
     drops = []
     for layer in range(n_layers):
         for head in range(n_heads):
-            result = ablate_heads(model, clean, Ablation([Head(layer, head)], "zero"), correct, incorrect)
+            result = ablate_heads(model, clean, Ablation([HeadTarget(layer, head)], "zero"), correct, incorrect)
             assert result.before.logit_diff is not None and result.after.logit_diff is not None
             drops.append((result.before.logit_diff.value - result.after.logit_diff.value, f"L{layer}H{head}"))
     drops.sort(reverse=True)
