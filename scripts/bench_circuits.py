@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 import torch
 
@@ -32,7 +33,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = load_model(args.model)
     pairs = ioi_pairs()
-    inputs = {
+    inputs: dict[str, Any] = {
         "clean_prompts": [p.clean for p in pairs],
         "corrupt_prompts": [p.corrupt for p in pairs],
         "correct": [p.correct for p in pairs],
