@@ -46,23 +46,14 @@ async def edge_attribution(
     ctx: ToolContext,
     method: Annotated[
         Literal["eap", "eap-ig"],
-        Field(
-            description="eap: gradient on the corrupt run (one backward); eap-ig: gradients averaged over ig_steps "
-            "runs whose embeddings move from corrupt to clean (integrated gradients; better where the model is "
-            "non-linear, ig_steps × the cost)."
-        ),
+        Field(description="eap: the gradient on the corrupt run; eap-ig: integrated over `ig_steps` (× the cost)."),
     ] = "eap",
-    ig_steps: Annotated[int, Field(description="eap-ig: points on the corrupt → clean path (1 to 64).")] = 5,
-    top_k: Annotated[int, Field(description="Edges to return and draw, by |score|.")] = 50,
-    granularity: Annotated[
-        Literal["edge", "node"], Field(description="edge: the top edges and every writer's total; node: totals only.")
-    ] = "edge",
+    ig_steps: Annotated[int, Field(description="1 to 64.")] = 5,
+    top_k: Annotated[int, Field(description="Edges listed and drawn, by |score|.")] = 50,
+    granularity: Annotated[Literal["edge", "node"], Field(description="node: writers' totals only.")] = "edge",
 ) -> Annotated[CallToolResult, EdgeAttributionResult]:
-    """Edge attribution patching: for every edge writer → reader of the residual-stream graph (writers:
-    embeddings, each head, each MLP; readers: each head's query input, each key/value group's key and value
-    input, each MLP input, the logits), the first-order estimate of how much the logit difference moves
-    when the reader gets the writer's clean write instead of its corrupt one. Returns the top edges, every
-    writer's total and a layered graph figure. An estimate: verify cited edges exactly."""
+    """Edge attribution patching over the residual-stream graph (embeddings, heads, MLPs → each head's q, each
+    key/value group's k and v, each MLP, the logits): the top edges, writers' totals, a graph. An estimate."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
@@ -87,24 +78,16 @@ async def path_patch(
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
     incorrect: Answers,
-    sender: Annotated[str, Field(description="The writer: a head 'L5H1' or an MLP 'L5MLP'.")],
+    sender: Annotated[str, Field(description="A head 'L5H1' or an MLP 'L5MLP'.")],
     ctx: ToolContext,
     receivers: Annotated[
         str | list[str] | None,
-        Field(
-            description="Omitted: every later query head (q) or key/value group (k, v); 'logits': the final residual "
-            "stream; or names 'L9H3' / 'L9KV1' (for k/v a query head means its key/value group)."
-        ),
+        Field(description="Default: every later head (q) or key/value group (k, v); 'logits'; or 'L9H3' / 'L9KV1'."),
     ] = None,
-    component: Annotated[
-        Literal["q", "k", "v"], Field(description="Which input of a receiving head: query, key or value.")
-    ] = "q",
+    component: Annotated[Literal["q", "k", "v"], Field(description="The receiving input.")] = "q",
 ) -> Annotated[CallToolResult, PathPatchResult]:
-    """Exact direct path patching of the edge sender → receiver: the sender's clean-minus-corrupt write is
-    added to that receiver's own input only (every other reader still sees the corrupt write), in the
-    corrupt run; the logit difference says what that one path carries. Under grouped-query attention key
-    and value receivers are key/value groups. Returns the [layer][head or group] grid of patched values,
-    the recovered fractions, the receivers sorted, and a heatmap."""
+    """Exact direct path patching: the sender's clean − corrupt write added to one receiver's input only, in the
+    corrupt run; the recovered fraction per receiver and a heatmap."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
@@ -134,23 +117,21 @@ async def circuit_faithfulness(
     ctx: ToolContext,
     edges: Annotated[
         list[EdgeRef] | None,
-        Field(description="The circuit: edges {writer, reader} as edge_attribution returns them (score ignored)."),
+        Field(description="Edges {writer, reader} as edge_attribution names them."),
     ] = None,
     top_k: Annotated[
         int | None,
-        Field(description="Instead of edges: the top k edges by attribution (0 = the empty circuit); adds a curve."),
+        Field(description="Instead of edges: the top k by attribution, with a curve over k."),
     ] = None,
     ablation: Annotated[
         Literal["corrupt", "mean"],
-        Field(description="What an ablated edge carries: the corrupt run's write, or the clean writes' mean."),
+        Field(description="What an ablated edge carries: the corrupt write, or the clean writes' mean."),
     ] = "corrupt",
-    random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20), seeded.")] = 5,
-    seed: Annotated[int, Field(description="Seed of the random circuits.")] = 0,
+    random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20).")] = 5,
+    seed: int = 0,
 ) -> Annotated[CallToolResult, CircuitFaithfulnessResult]:
-    """Exact faithfulness of a circuit: the model run on the clean prompts with every edge outside the
-    circuit ablated (each reader's input rebuilt exactly), as the recovered fraction of the clean−corrupt
-    logit-difference gap (1 = the circuit reproduces the clean behaviour, 0 = the corrupt one), per example,
-    next to random circuits of the same size; with top_k, a curve of faithfulness against k and a figure."""
+    """A circuit's exact faithfulness: every edge outside it ablated, as the fraction of the clean−corrupt gap
+    recovered (1 = clean behaviour), next to random circuits of the same size."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
@@ -187,17 +168,16 @@ async def find_circuit(
     correct: Answers,
     incorrect: Answers,
     ctx: ToolContext,
-    target: Annotated[float, Field(description="Faithfulness to reach, a recovered fraction in (0, 1].")] = 0.8,
+    target: Annotated[float, Field(description="Faithfulness to reach, in (0, 1].")] = 0.8,
     ablation: Annotated[
         Literal["corrupt", "mean"],
-        Field(description="What an ablated edge carries: the corrupt run's write, or the clean writes' mean."),
+        Field(description="What an ablated edge carries: the corrupt write, or the clean writes' mean."),
     ] = "corrupt",
-    random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20), seeded.")] = 5,
-    seed: Annotated[int, Field(description="Seed of the random circuits.")] = 0,
+    random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20).")] = 5,
+    seed: int = 0,
 ) -> Annotated[CallToolResult, FindCircuitResult]:
-    """Find a circuit: edge attribution, then the smallest top-k set of edges whose exact faithfulness (every
-    other edge ablated in real forwards) reaches `target`, by bisection over k. Returns the circuit's edges,
-    its faithfulness per example, random circuits of the same size, every k measured, and a graph figure."""
+    """Attribution, then the smallest top-k circuit whose exact faithfulness reaches `target` (bisection, every
+    step exact), its random baseline, every k measured, a graph."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(

@@ -35,23 +35,17 @@ async def stage_figures(kit: Toolkit, job: ExplainJob, model_name: str) -> tuple
 
 @family.tool()
 async def explain(
-    prompt: Annotated[str, Field(description="The prompt whose prediction to explain.")],
-    answer: Annotated[str, Field(description="The predicted token to explain, e.g. ' Mary'.")],
+    prompt: str,
+    answer: Annotated[str, Field(description="The predicted token, e.g. ' Mary'.")],
     baseline: Annotated[str, Field(description="The alternative it beat, e.g. ' John'.")],
     ctx: ToolContext,
     corrupt: Annotated[
-        str | None,
-        Field(
-            description="A minimal-pair prompt (same token length) where the answer should change; "
-            "enables exact head patching."
-        ),
+        str | None, Field(description="A minimal-pair prompt (same token length): enables exact patching.")
     ] = None,
     top_k: Annotated[int, Field(ge=1, le=20, description="Components and heads reported.")] = 5,
 ) -> Annotated[CallToolResult, ExplainResult]:
-    """Why did the model predict `answer` over `baseline`? Runs the logit lens, DLA, exact head
-    patching (with `corrupt`) and the attention of the top heads; returns findings that cite their
-    numbers, caveats, time per stage, and a Markdown report (report://…) linking every figure.
-    The numbers equal those of the single tools. Progress per stage; cancellable."""
+    """Why `answer` over `baseline`? The logit lens, DLA, exact head patching (with `corrupt`) and the top heads'
+    attention in one call: findings citing their numbers, caveats, figures, a Markdown report://."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     job = ExplainJob(model=model, prompt=prompt, answer=answer, baseline=baseline, corrupt=corrupt, top_k=top_k)

@@ -25,42 +25,21 @@ family = Family("features")
 
 @family.tool()
 async def probe(
-    texts: Annotated[list[str], Field(description="Texts to read, e.g. 'The dogs near the river'.")],
-    labels: Annotated[
-        list[str | int | bool],
-        Field(description="One label per text, exactly 2 distinct values, e.g. 'singular' / 'plural'."),
-    ],
+    texts: list[str],
+    labels: Annotated[list[str | int | bool], Field(description="One per text, 2 distinct values.")],
     ctx: ToolContext,
-    layers: Annotated[
-        list[int] | None, Field(description="Layers whose output residual (resid_post) to probe; default all.")
-    ] = None,
-    position: Annotated[
-        Literal["last", "mean"] | int,
-        Field(description="Where to read each text: 'last' token, 'mean' over tokens, or a token index (−1 = last)."),
-    ] = "last",
+    layers: Annotated[list[int] | None, Field(description="resid_post of these layers; default all.")] = None,
+    position: Annotated[Literal["last", "mean"] | int, Field(description="Token read, or the mean.")] = "last",
     method: Annotated[
         Literal["logistic", "diff_means"],
-        Field(
-            description="logistic: scikit-learn LogisticRegression (lbfgs, L2, C=1) on standardised residuals; "
-            "diff_means: direction = difference of the class means (often the better one to intervene on), "
-            "accuracy from those means under the shared covariance (LDA with shrinkage)."
-        ),
+        Field(description="logistic regression, or the class means' difference (classified with LDA)."),
     ] = "logistic",
-    test_fraction: Annotated[float, Field(description="Fraction of texts held out (stratified), 0..1.")] = 0.25,
-    seed: Annotated[int, Field(description="Seed of the split and the control tasks.")] = 0,
-    control: Annotated[
-        bool,
-        Field(
-            description="Also fit a control task (Hewitt & Liang word-identity labels when the labels are word-level, "
-            "else shuffled labels) and report selectivity = accuracy − control accuracy."
-        ),
-    ] = True,
+    test_fraction: Annotated[float, Field(description="Held out, stratified.")] = 0.25,
+    seed: Annotated[int, Field(description="Seed of the split and the controls.")] = 0,
+    control: Annotated[bool, Field(description="Fit a control task and report selectivity.")] = True,
 ) -> Annotated[CallToolResult, ProbeResult]:
-    """Linear probe of the residual stream, per layer, from one forward pass: held-out accuracy with an exact
-    95 % interval, a control task and selectivity, and the fitted direction stored as direction://… (a unit
-    vector in that layer's resid_post) for `ablate` ({layer, direction: 'direction://…'}), any `intervention`,
-    and `steer(direction=...)`. Accuracy alone does not show the model uses a direction: ablate it and compare
-    with the random directions the result reports."""
+    """Linear probes of resid_post per layer (one forward pass): held-out accuracy with an exact interval, a
+    control task and selectivity; each direction stored as direction:// for `ablate`, interventions and `steer`."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
@@ -99,24 +78,19 @@ async def probe(
 
 SaeFolder = Annotated[
     str,
-    Field(
-        description="A local folder in SAELens' format: cfg.json (architecture standard / jumprelu / topk, d_in, "
-        "d_sae, hook_name such as 'blocks.12.hook_resid_post', model_name) and sae_weights.safetensors."
-    ),
+    Field(description="An SAELens-format folder (cfg.json + sae_weights.safetensors)."),
 ]
 
 
 @family.tool()
 async def sae(
-    text: Annotated[str, Field(description="One text to encode, token by token.")],
+    text: str,
     sae: SaeFolder,
     ctx: ToolContext,
-    top_k: Annotated[int, Field(description="Features to list per token, by activation (1 to 100).")] = 10,
+    top_k: Annotated[int, Field(description="Features per token (1 to 100).")] = 10,
 ) -> Annotated[CallToolResult, SaeResult]:
-    """Sparse-autoencoder features of one text: per token the top-k active features, and the SAE's quality on
-    this text — fraction of variance explained, L0, and the next-token loss with the SAE's reconstruction spliced
-    in at its hook, next to the clean and zero-ablation losses (loss recovered). Check quality before trusting
-    its features. A token × feature heatmap as a figure."""
+    """An SAE on one text: the top features per token, fraction of variance explained, L0, and the loss with the
+    reconstruction spliced in (clean and zero-ablation beside it)."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
@@ -141,13 +115,12 @@ async def sae(
 
 @family.tool()
 async def sae_features(
-    texts: Annotated[list[str], Field(description="Texts to encode.")],
+    texts: list[str],
     sae: SaeFolder,
-    features: Annotated[list[int], Field(description="Feature ids (0..d_sae-1), at most 256.")],
+    features: Annotated[list[int], Field(description="At most 256.")],
     ctx: ToolContext,
 ) -> SaeFeaturesResult:
-    """The requested SAE features' activations on every token of every text, their maximum per text (and where),
-    and how often each fires."""
+    """Chosen SAE features on every token of every text: activations, the maximum per text, how often each fires."""
 
     def measure(model: LoadedModel) -> SaeFeaturesMeasurement:
         return sae_feature_activations(model, texts, sae, features)

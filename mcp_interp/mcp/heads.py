@@ -12,7 +12,7 @@ from mcp_interp import figures
 from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.mcp.arguments import (
-    AblationMethod,
+    AblationMethodArgument,
     AblationPositions,
     CleanPrompts,
     CorruptPrompts,
@@ -26,7 +26,7 @@ from mcp_interp.mcp.arguments import (
     VerifyTop,
 )
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
-from mcp_interp.schemas.common import AblationSpec, HeadSpec, PositionsSpec
+from mcp_interp.schemas.common import Intervention, PositionsSpec, TargetSpec
 from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsMeasurement, PatchHeadsResult
 
 family = Family("heads")
@@ -35,22 +35,17 @@ family = Family("heads")
 @family.tool()
 async def ablate_head(
     prompts: Prompts,
-    heads: Annotated[
-        HeadSpec | list[HeadSpec],
-        Field(description="Heads to ablate together in one forward pass: 'L9H3' or {layer, head}, or a list."),
-    ],
+    heads: Annotated[str | list[str], Field(description="'L9H3' or a list, ablated together.")],
     ctx: ToolContext,
-    method: AblationMethod = "zero",
+    method: AblationMethodArgument = "zero",
     correct: OptionalCorrect = None,
     incorrect: OptionalIncorrect = None,
     positions: AblationPositions = "all",
     seed: ResampleSeed = 0,
 ) -> AblateHeadResult:
-    """Ablate attention heads (on hook_z, so grouped-query attention works) and report, before and
-    after: logit difference (with answers), KL(clean‖ablated), answer log-prob and rank, per example
-    and mean. `notes` flags metrics that disagree (e.g. rank stuck at 0 while the logit difference
-    moved) — read them before concluding a head does or does not matter."""
-    spec = AblationSpec(heads=heads, method=method, positions=positions, seed=seed)
+    """`ablate` for heads (hook_z): every metric before and after; `notes` flag metrics that disagree."""
+    names: list[TargetSpec] = [heads] if isinstance(heads, str) else list(heads)
+    spec = Intervention(ablate=names, method=method, positions=positions, seed=seed)
     return await Toolkit.of(ctx).run(ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect)
 
 
@@ -73,19 +68,12 @@ async def patch_heads(
     direction: PatchDirection = "denoise",
     method: PatchMethod = "exact",
     metric: PatchMetric = "logit_diff",
-    positions: Annotated[
-        PositionsSpec, Field(description="'all' (default), 'last' or token indices to patch at.")
-    ] = "all",
-    heads: Annotated[
-        list[HeadSpec] | None, Field(description="Subset of heads to patch; default every (layer, head).")
-    ] = None,
+    positions: Annotated[PositionsSpec, Field(description="Where heads are patched.")] = "all",
+    heads: Annotated[list[str] | None, Field(description="Default: every head.")] = None,
     verify_top: VerifyTop = 0,
 ) -> Annotated[CallToolResult, PatchHeadsResult]:
-    """Activation patching of each attention head's output (hook_z) on minimal pairs. Score per
-    head = fraction of the clean−corrupt logit-difference gap it restores (denoise) or destroys
-    (noise): 1 = carries the whole effect, 0 = none. Returns a [layer][head] grid, heads sorted by
-    |score| with per-example values for the top 10, and a heatmap (figure:// resource). Reports
-    progress per layer and stops at the next layer when cancelled."""
+    """Activation patching of every head's output (hook_z): the fraction of the clean−corrupt gap each restores
+    (denoise) or destroys (noise); 1 = all of it. A [layer][head] grid, top heads, a heatmap."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(

@@ -56,14 +56,13 @@ async def attention_figure(kit: Toolkit, measurement: AttentionMeasurement) -> t
 
 @family.tool(view="logit-lens")
 async def logit_lens(
-    prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
+    prompt: str,
     ctx: ToolContext,
-    target: Annotated[str | None, Field(description="Token to track (default: the model's top-1).")] = None,
-    top_k: Annotated[int, Field(ge=1, le=50, description="Top tokens listed per layer.")] = 5,
+    target: Annotated[str | None, Field(description="Default: the model's top-1.")] = None,
+    top_k: Annotated[int, Field(ge=1, le=50)] = 5,
 ) -> Annotated[CallToolResult, LogitLensResult]:
-    """Logit lens: the final norm + unembedding applied to the residual after every layer at the
-    answer position — top-k tokens per layer, the target's probability and rank per layer, and the
-    first layer from which it stays top-1. Figure: probability and rank across layers."""
+    """The final norm and unembedding after every layer at the answer: top tokens, the target's probability and
+    rank per layer, the first layer from which it stays top-1."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
@@ -79,18 +78,14 @@ async def logit_lens(
 
 @family.tool()
 async def dla(
-    prompt: Annotated[str, Field(description="One prompt; read at its last token.")],
-    answer: Annotated[str, Field(description="Single-token answer, e.g. ' Mary'.")],
+    prompt: str,
+    answer: Annotated[str, Field(description="One token, e.g. ' Mary'.")],
     ctx: ToolContext,
-    baseline: Annotated[
-        str | None, Field(description="Single-token baseline; decomposes logit(answer) − logit(baseline).")
-    ] = None,
-    top_k: Annotated[int, Field(ge=1, le=100, description="Components listed in `top`.")] = 10,
+    baseline: Annotated[str | None, Field(description="One token: decomposes logit(answer) − logit(baseline).")] = None,
+    top_k: Annotated[int, Field(ge=1, le=100)] = 10,
 ) -> Annotated[CallToolResult, DLAResult]:
-    """Direct logit attribution: what every attention head, every MLP and the embeddings write
-    directly to logit(answer) − logit(baseline) (or logit(answer)), with the final norm's scale
-    frozen from the real run. The parts sum to the measured value (see residual_error).
-    Correlational, not causal. Figure: layer × head heatmap plus MLP bars."""
+    """Direct logit attribution: what each head, MLP and the embeddings write to logit(answer) [− logit(baseline)],
+    the final norm's scale frozen; the parts sum to the measured value. Correlational."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
@@ -104,13 +99,12 @@ async def dla(
 
 @family.tool(view="attention")
 async def attention(
-    prompt: Annotated[str, Field(description="One prompt.")],
-    layer: Annotated[int, Field(description="Layer index, 0-based.")],
-    head: Annotated[int, Field(description="Query-head index, 0-based.")],
+    prompt: str,
+    layer: int,
+    head: Annotated[int, Field(description="Query head.")],
     ctx: ToolContext,
 ) -> Annotated[CallToolResult, AttentionResult]:
-    """Attention pattern of one head (query × key, token labels) and the tokens the answer
-    position attends to most, with weights."""
+    """One head's attention pattern and what the answer position attends to."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
@@ -124,12 +118,12 @@ async def attention(
 @family.tool(view="heads-heatmap")
 async def induction(
     ctx: ToolContext,
-    seq_len: Annotated[int, Field(ge=2, le=512, description="Length of the random sequence (repeated once).")] = 50,
-    n_seqs: Annotated[int, Field(ge=1, le=64, description="Number of random sequences.")] = 8,
-    seed: Annotated[int, Field(description="Seed of the random tokens (CPU generator).")] = 0,
+    seq_len: Annotated[int, Field(ge=2, le=512, description="Random tokens, repeated once.")] = 50,
+    n_seqs: Annotated[int, Field(ge=1, le=64)] = 8,
+    seed: int = 0,
 ) -> Annotated[CallToolResult, InductionResult]:
-    """Induction score of every head: on random tokens repeated twice, the mean attention from each
-    token of the second copy to the token after its earlier occurrence. Heatmap; heads sorted."""
+    """Induction score of every head on random tokens repeated twice (attention to the token after the earlier
+    copy)."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
@@ -144,40 +138,22 @@ async def induction(
 
 @family.tool()
 async def steer(
-    prompt: Annotated[str, Field(description="Prompt to continue.")],
+    prompt: str,
     coefficient: Annotated[
-        float,
-        Field(
-            description="Multiplier of the steering vector. With `direction`: in units of the spread (std) of its "
-            "probe texts' projections — the direction's `projection_gap` is how far apart its two classes sit."
-        ),
+        float, Field(description="× the vector; with `direction`, in units of its probe texts' projection std.")
     ],
     ctx: ToolContext,
-    positive: Annotated[str | None, Field(description="ActAdd: text whose direction to add, e.g. 'Love'.")] = None,
-    negative: Annotated[str | None, Field(description="ActAdd: text whose direction to subtract, e.g. 'Hate'.")] = None,
-    layer: Annotated[
-        int | None,
-        Field(description="ActAdd: block whose input residual is steered. With `direction`: default its own layer."),
-    ] = None,
-    direction: Annotated[
-        str | None,
-        Field(description="A stored direction 'direction://…' from `probe`, added to resid_post of its layer."),
-    ] = None,
-    sae: Annotated[
-        str | None, Field(description="With `feature`: a local SAELens-format folder whose feature to steer along.")
-    ] = None,
-    feature: Annotated[
-        int | None,
-        Field(description="An SAE feature id: coefficient × its decoder row is added at the SAE's hook."),
-    ] = None,
-    max_new_tokens: Annotated[int, Field(ge=1, description="Tokens to generate (server limit applies).")] = 20,
-    seed: Annotated[int, Field(description="Seed of the random-direction comparison; decoding is greedy.")] = 0,
+    positive: Annotated[str | None, Field(description="ActAdd: text added, e.g. 'Love'.")] = None,
+    negative: Annotated[str | None, Field(description="ActAdd: text subtracted, e.g. 'Hate'.")] = None,
+    layer: Annotated[int | None, Field(description="ActAdd: the block whose input is steered.")] = None,
+    direction: Annotated[str | None, Field(description="'direction://…' from `probe` (at its resid_post).")] = None,
+    sae: Annotated[str | None, Field(description="With `feature`: an SAELens-format folder.")] = None,
+    feature: Annotated[int | None, Field(description="An SAE feature: its decoder row is added.")] = None,
+    max_new_tokens: Annotated[int, Field(ge=1)] = 20,
+    seed: Annotated[int, Field(description="Seed of the random directions (decoding is greedy).")] = 0,
 ) -> SteerResult:
-    """Steer generation and compare greedy continuations with and without it: activation addition
-    (coefficient × (resid(positive) − resid(negative)) at `layer`'s input), a probe's stored `direction`, or an SAE
-    `feature`'s decoder direction.
-    Also measures how far the next-token distribution moves (KL) against 5 random directions of the same norm;
-    `notes` say when the steered text only degenerates (repetition) rather than shifting meaning."""
+    """Steer greedy generation with activation addition (resid(positive) − resid(negative) at `layer`'s input), a
+    probe's `direction`, or an SAE `feature`; the next-token KL is compared with random directions of the same norm."""
     kit = Toolkit.of(ctx)
 
     def measure(model: LoadedModel) -> SteerMeasurement:

@@ -14,7 +14,7 @@ from mcp_interp.core.localize.ablate import ablate as ablate_targets
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.mcp.arguments import (
-    AblationMethod,
+    AblationMethodArgument,
     AblationPositions,
     CleanPrompts,
     CorruptPrompts,
@@ -26,10 +26,11 @@ from mcp_interp.mcp.arguments import (
     PatchMetric,
     Prompts,
     ResampleSeed,
+    Targets,
     VerifyTop,
 )
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
-from mcp_interp.schemas.common import TARGETS_DESCRIPTION, AblationSpec, TargetSpec
+from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import (
     AblateResult,
     Component,
@@ -69,10 +70,8 @@ async def patch(
     component: Annotated[
         Component,
         Field(
-            description="resid_pre/resid_mid/resid_post (residual stream entering a block / between attention and "
-            "MLP / leaving it), attn_out, mlp_out: a [layer][position] grid; heads_by_pos: each head's output at "
-            "each position, [layer][head][position]; mlp_neurons: single MLP neurons at every position "
-            "(`neurons`, or the top neurons of each layer by attribution, then patched exactly)."
+            description="resid_*, attn_out, mlp_out: a [layer][position] grid; heads_by_pos: [layer][head][position];"
+            " mlp_neurons: neurons over every position (`neurons`, or the top ones by attribution)."
         ),
     ],
     ctx: ToolContext,
@@ -81,24 +80,15 @@ async def patch(
     direction: PatchDirection = "denoise",
     method: PatchMethod = "exact",
     metric: PatchMetric = "logit_diff",
-    layers: Annotated[list[int] | None, Field(description="Layers to patch; default every layer.")] = None,
-    positions: Annotated[
-        list[int] | None, Field(description="Token positions to patch (0-based); default every position.")
-    ] = None,
-    neurons: Annotated[
-        list[int] | None, Field(description="mlp_neurons: neuron indices to patch in each of `layers`.")
-    ] = None,
-    top_neurons: Annotated[
-        int, Field(ge=1, le=256, description="mlp_neurons without `neurons`: neurons per layer chosen by attribution.")
-    ] = 10,
+    layers: Annotated[list[int] | None, Field(description="Default: every layer.")] = None,
+    positions: Annotated[list[int] | None, Field(description="Default: every position.")] = None,
+    neurons: Annotated[list[int] | None, Field(description="mlp_neurons: the neurons of each layer.")] = None,
+    top_neurons: Annotated[int, Field(ge=1, le=256, description="mlp_neurons without `neurons`: per layer.")] = 10,
     verify_top: VerifyTop = 0,
 ) -> Annotated[CallToolResult, PatchResult]:
-    """Activation patching of one component at every layer × token position on minimal pairs — the
-    map of where the information flows. Score per cell = fraction of the clean−corrupt gap of the
-    metric it restores (denoise) or destroys (noise): 1 = carries the whole effect, 0 = none.
-    Positions before the first differing token are 0 by construction and not run. Returns the grid,
-    the top cells in words with per-example values, the tokens, and a heatmap (figure://).
-    Reports progress per layer; stops at the next layer when cancelled."""
+    """Activation patching of one component at every layer × position: where the information flows. Each cell
+    scores the fraction of the clean−corrupt gap it restores (denoise) or destroys (noise); positions before the
+    first difference are 0, not run. The grid, top cells in words, a heatmap."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
@@ -120,29 +110,26 @@ async def patch(
 @family.tool()
 async def ablate(
     prompts: Prompts,
-    targets: Annotated[list[TargetSpec], Field(description=TARGETS_DESCRIPTION)],
+    targets: Targets,
     ctx: ToolContext,
-    method: AblationMethod = "zero",
+    method: AblationMethodArgument = "zero",
     correct: OptionalCorrect = None,
     incorrect: OptionalIncorrect = None,
     positions: AblationPositions = "all",
     seed: ResampleSeed = 0,
 ) -> AblateResult:
-    """Ablate any components together — heads, MLPs ('L28MLP'), attention layers ('L12ATTN'), MLP
-    neurons, residual directions — and report, before and after: logit difference (with answers),
-    KL(clean‖ablated), answer log-prob and rank, per example and mean. `notes` flags metrics that
-    disagree; read them before concluding a component does or does not matter."""
-    spec = AblationSpec(targets=targets, method=method, positions=positions, seed=seed)
+    """Remove components together and measure every metric before and after (logit difference, KL, log-prob,
+    rank); `notes` flag metrics that disagree. A direction is judged against random directions."""
+    spec = Intervention(ablate=targets, method=method, positions=positions, seed=seed)
     return await Toolkit.of(ctx).run(ctx, AblateResult, ablate_targets, prompts, spec, correct, incorrect)
 
 
 @family.tool()
 async def loss(
-    texts: Annotated[list[str], Field(description="Texts to score; every next token of each is predicted.")],
+    texts: Annotated[list[str], Field(description="Every next token of each text is scored.")],
     ctx: ToolContext,
     intervention: OptionalIntervention = None,
 ) -> LossResult:
-    """Next-token cross-entropy (nats) and top-1 accuracy of every token of each text, per token and
-    mean, optionally under an intervention (ablate heads, ...) — with the unablated loss beside it.
-    The measure of "ablate and see what breaks" for induction heads and other general mechanisms."""
+    """Next-token loss (nats) and top-1 accuracy per token and text, under an intervention if given (the loss
+    without it beside)."""
     return await Toolkit.of(ctx).run(ctx, LossResult, text_losses, texts, intervention)

@@ -24,18 +24,16 @@ family = Family("readouts")
 
 @family.tool()
 async def model_info(ctx: ToolContext) -> ModelInfoResult:
-    """The loaded model: name, source, layer/head counts, sizes, dtype, device, weight fingerprint,
-    load time, and the tokenization rule every tool uses. Call this first."""
+    """The loaded model: sizes, dtype, device, weights fingerprint, the tokenization rule. Call this first."""
     return await Toolkit.of(ctx).run(ctx, ModelInfoResult, info.model_info, locked=False)
 
 
 @family.tool()
 async def tokenize(
-    texts: Annotated[list[str], Field(description="Texts to tokenize exactly as every tool will.")],
+    texts: list[str],
     ctx: ToolContext,
 ) -> TokenizeResult:
-    """Token strings and ids of each text, by the same rule every tool uses. Use it to check that
-    an answer is one token and that a minimal pair tokenizes to equal length before experimenting."""
+    """Token strings and ids, exactly as every tool tokenizes: check answers and minimal pairs first."""
     return await Toolkit.of(ctx).run(ctx, TokenizeResult, info.tokenize, texts, locked=False)
 
 
@@ -47,9 +45,8 @@ async def logit_diff(
     ctx: ToolContext,
     intervention: OptionalIntervention = None,
 ) -> LogitDiffResult:
-    """logit(correct) − logit(incorrect) at each prompt's answer position (its last token), per
-    example and mean, with the model's top-1 token. Positive = the model prefers `correct`.
-    With `intervention`, the numbers are read from the intervened run."""
+    """logit(correct) − logit(incorrect) at the answer (several tokens: log P difference, teacher-forced).
+    Positive = prefers `correct`."""
     return await Toolkit.of(ctx).run(
         ctx, LogitDiffResult, readouts.logit_diff, prompts, correct, incorrect, intervention
     )
@@ -60,17 +57,12 @@ async def kl(
     prompts: Prompts,
     ctx: ToolContext,
     compare_prompts: Annotated[
-        list[str] | None,
-        Field(
-            description="One prompt per entry of `prompts`, each with the same token length as its partner; "
-            "default: `prompts` themselves (then give an `intervention`)."
-        ),
+        list[str] | None, Field(description="Q's prompts, one per prompt, same token length; default `prompts`.")
     ] = None,
     intervention: OptionalIntervention = None,
 ) -> KLResult:
-    """KL(P‖Q) in nats between next-token distributions at the answer position: P = clean run on
-    `prompts`; Q = run on `compare_prompts` (default `prompts`) under `intervention` (default none).
-    `kl(prompts, intervention=...)` is KL(clean‖intervened). 0 = identical; ≥ 0."""
+    """KL(P‖Q) (nats, ≥ 0) of the next-token distributions: P = `prompts`, Q = `compare_prompts` and/or the
+    `intervention`."""
     return await Toolkit.of(ctx).run(ctx, KLResult, readouts.kl, prompts, compare_prompts, intervention)
 
 
@@ -78,6 +70,5 @@ async def kl(
 async def answer_rank(
     prompts: Prompts, correct: SequenceAnswers, ctx: ToolContext, intervention: OptionalIntervention = None
 ) -> AnswerRankResult:
-    """Rank (tokens with a strictly higher logit; 0 = top-1) and log-probability of the correct
-    answer at each prompt's answer position. Rank saturates at 0: see `notes`."""
+    """Rank (tokens strictly above; 0 = top-1) and log-probability of the correct answer."""
     return await Toolkit.of(ctx).run(ctx, AnswerRankResult, readouts.answer_rank, prompts, correct, intervention)

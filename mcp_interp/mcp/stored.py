@@ -20,10 +20,10 @@ family = Family("stored")
 
 @family.tool()
 async def get_figure(
-    uri: Annotated[str, Field(description="A figure URI from a result, e.g. figure://0123…")],
+    uri: Annotated[str, Field(description="figure://…")],
     ctx: ToolContext,
 ) -> Annotated[CallToolResult, FigureInfo]:
-    """Return a stored figure as image content, for clients that do not read resources."""
+    """A stored figure as image content (for clients that do not read resources)."""
     kind, _, figure_id = uri.partition("://")
     try:
         if kind != "figure":

@@ -23,7 +23,6 @@ from mcp_interp.schemas.swap import (
     RateSummary,
     SwapBenchmarkMeasurement,
     SwapBenchmarkResult,
-    SwapCorpus,
     SwapSettings,
     SwapTrialResult,
     VerifyArtifactResult,
@@ -34,44 +33,39 @@ family = Family("swap")
 Lens = Annotated[
     Literal["jacobian", "logit"],
     Field(
-        description="jacobian (default): a Jacobian lens for this model — the newest fitted one, the file in "
-        "lens_path, or, when none exists, the default fit made first (about 4 minutes for the embedded model, with "
-        "progress; cached). logit: J = I (atoms are unembedding columns; no fitting — on SmolLM2 its decomposition "
-        "never selects the concept atom, so no trial executes)."
+        description="jacobian: the newest fitted lens, `lens_path`, or the default fit made first (~4 min, cached); "
+        "logit: J = I (no fit)."
     ),
 ]
-LensPath = Annotated[str | None, Field(description="A .pt Jacobian-lens file to use (lens='jacobian').")]
+LensPath = Annotated[str | None, Field(description="A .pt Jacobian-lens file.")]
 Position = Annotated[
     PositionSetting,
-    Field(
-        description="Which activation to edit: 'concept' (default: the last token of the source word in the prompt), "
-        "'last' (the answer position) or a token index."
-    ),
+    Field(description="Edited token: 'concept' (the source word's last token), 'last' or an index."),
 ]
-Alpha = Annotated[float, Field(ge=-10, le=10, description="Edit strength: h += α·c_src·(v_target − v_source).")]
-K = Annotated[int, Field(ge=1, le=25, description="Most atoms in the sparse non-negative decomposition.")]
+Alpha = Annotated[float, Field(ge=-10, le=10, description="h += α·c_src·(v_target − v_source).")]
+K = Annotated[int, Field(ge=1, le=25, description="Atoms in the sparse decomposition.")]
 Seeds = Annotated[
     list[int],
-    Field(min_length=1, max_length=20, description="One displacement-matched control draw per seed (CPU generator)."),
+    Field(min_length=1, max_length=20, description="One displacement-matched control per seed."),
 ]
 Tolerance = Annotated[
     float,
-    Field(ge=0, le=10, description="Control tokens satisfy |‖v_t−v_src‖ − ‖v_tgt−v_src‖| ≤ tol·‖v_tgt−v_src‖."),
+    Field(ge=0, le=10, description="|‖v_t−v_src‖ − ‖v_tgt−v_src‖| ≤ tol·‖v_tgt−v_src‖ for controls."),
 ]
 TargetKnown = Annotated[
     bool,
-    Field(description="Exclude trials whose target fact the model does not know (target prompt not strict top-1)."),
+    Field(description="Exclude trials whose target fact the model does not know."),
 ]
 
 
 @family.tool()
 async def causal_swap_trial(
-    template: Annotated[str, Field(description="Prompt with one '{arg}' slot: 'The capital of {arg} is the'.")],
-    source: Annotated[str, Field(description="The concept in the prompt, e.g. 'France' (atom: ' France').")],
-    target: Annotated[str, Field(description="The concept to swap in, e.g. 'Canada'.")],
-    source_answer: Annotated[str, Field(description="The source prompt's answer word, e.g. 'Paris'.")],
-    target_answer: Annotated[str, Field(description="The answer a successful swap gives, e.g. 'Ottawa'.")],
-    layer: Annotated[int, Field(ge=0, description="Edit the output of this block.")],
+    template: Annotated[str, Field(description="With one '{arg}': 'The capital of {arg} is the'.")],
+    source: Annotated[str, Field(description="e.g. 'France'.")],
+    target: Annotated[str, Field(description="e.g. 'Canada'.")],
+    source_answer: Annotated[str, Field(description="e.g. 'Paris'.")],
+    target_answer: Annotated[str, Field(description="e.g. 'Ottawa'.")],
+    layer: Annotated[int, Field(ge=0, description="The block whose output is edited.")],
     ctx: ToolContext,
     lens: Lens = "jacobian",
     lens_path: LensPath = None,
@@ -82,14 +76,8 @@ async def causal_swap_trial(
     control_tolerance: Tolerance = 0.1,
     require_target_known: TargetKnown = True,
 ) -> SwapTrialResult:
-    """One controlled causal-swap trial: does editing the source concept's lens coordinate toward the
-    target (at one layer and position) make the model give the target's answer? Runs the baseline filter
-    (the source answer must be the strict top-1), the real edit (skipped if the source atom is not in the
-    activation's active sparse support) and one displacement-matched control edit per seed, all scored on the
-    target answer (success = strict top-1; rank 0 = top-1; margin = its logit − best other). Words are
-    resolved as the tokens of ' ' + word: a concept must be one token; an answer of several tokens succeeds when
-    greedy decoding produces all of it (strict top-1 at every teacher-forced step; margin = the smallest).
-    One trial is an anecdote: use causal_swap_benchmark for rates."""
+    """One controlled causal-swap trial: edit the source concept's lens coordinate toward the target at `layer`;
+    the real edit and one displacement-matched control per seed, scored on the target answer (strict top-1)."""
     settings = SwapSettings(
         lens=lens,
         position=position,
@@ -157,17 +145,12 @@ async def store_artifact(
 async def causal_swap_benchmark(
     ctx: ToolContext,
     corpus: Annotated[
-        Literal["capitals_languages", "countries"] | SwapCorpus,
-        Field(
-            description="'capitals_languages' (shipped default: capital and official language × 8 countries, 13 of "
-            "16 prompts answerable by the embedded model), 'countries' (the reference protocol's capital, language, "
-            "continent, currency × France, Canada, China, Egypt; 7 of 16 answerable) or your own corpus object of the "
-            "same shape."
-        ),
+        Literal["capitals_languages", "countries"] | dict[str, Any],
+        Field(description="A shipped corpus, or your own: {name, concepts, functions: [{name, template, answers}]}."),
     ] = "capitals_languages",
     layers: Annotated[
         list[int] | None,
-        Field(description="Layers to edit, one trial per layer (default: every layer the lens covers)."),
+        Field(description="Default: every layer the lens covers."),
     ] = None,
     lens: Lens = "jacobian",
     lens_path: LensPath = None,
@@ -178,15 +161,9 @@ async def causal_swap_benchmark(
     control_tolerance: Tolerance = 0.1,
     require_target_known: TargetKnown = True,
 ) -> Annotated[CallToolResult, SwapBenchmarkResult]:
-    """Run the causal-swap protocol over a corpus: every (function, source, target) at every layer. Returns
-    trial-status counts, the layers where trials executed, the exclusion ledger (prompts the model cannot answer,
-    words that are not one token), real and control success rates with exact Clopper–Pearson 95% intervals and
-    n_independent_prompts, the control rate's spread across seeds, an exact conditional test of real edits against
-    their matched controls (trial- and prompt-level; McNemar per seed), a
-    figure (rate by layer) and a versioned JSON artifact (artifact://…) with every trial, SHA-256-fingerprinted.
-    Progress per trial; cancellable. On the embedded model with the defaults (Jacobian lens, concept position,
-    capitals_languages, all 29 layers): about 6 minutes on 2 CPU cores (335 s measured), plus about 4 for the lens fit
-    the first time."""
+    """The causal-swap protocol over a corpus at every layer: real and control success rates with exact
+    intervals, the exclusion ledger, the paired test of real edits against their controls, a figure and a
+    fingerprinted artifact://. ~6 min on the embedded model (plus ~4 for the first lens fit)."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
@@ -214,12 +191,10 @@ async def causal_swap_benchmark(
 async def verify_artifact(
     artifact_json: Annotated[
         str | dict[str, Any],
-        Field(description="A causal-swap artifact: its JSON text (as read from artifact://…) or the object."),
+        Field(description="An artifact's JSON text or object."),
     ],
 ) -> VerifyArtifactResult:
-    """Check a causal-swap artifact: schema name and version, the definitions of success, baseline and rank, and the
-    SHA-256 fingerprint of the protocol, the results and each result block (summary, exclusions, trials), all of
-    which are required. Names exactly which block was altered or is missing."""
+    """Check a causal-swap artifact's schema, definitions and SHA-256 fingerprints; names an altered block."""
     return artifact.verify(artifact_json)
 
 
@@ -228,24 +203,19 @@ async def fit_lens(
     ctx: ToolContext,
     texts: Annotated[
         list[str] | None,
-        Field(description="Texts to fit on (default: the shipped paragraphs, data/corpora/lens_corpus.json)."),
+        Field(description="Default: the shipped paragraphs."),
     ] = None,
-    corpus_name: Annotated[str | None, Field(description="A name for your texts, recorded in provenance.")] = None,
-    max_prompts: Annotated[int, Field(ge=1, le=1000, description="Use at most this many texts.")] = 8,
+    corpus_name: Annotated[str | None, Field(description="Recorded in provenance.")] = None,
+    max_prompts: Annotated[int, Field(ge=1, le=1000)] = 8,
     max_seq_len: Annotated[int, Field(ge=3, le=512, description="Tokens per text.")] = 32,
     skip_first_positions: Annotated[
         int,
-        Field(ge=0, le=256, description="Leading positions left out of the average (attention-sink statistics)."),
+        Field(ge=0, le=256, description="Leading positions left out (attention sinks)."),
     ] = 4,
     dim_batch: Annotated[int, Field(ge=1, le=1024, description="Output dimensions per backward pass.")] = 32,
-    force: Annotated[bool, Field(description="Refit even when an identical fit is cached.")] = False,
+    force: Annotated[bool, Field(description="Refit even when cached.")] = False,
 ) -> FitLensResult:
-    """Fit a Jacobian lens (TransformerLens JacobianLens.fit: the average Jacobian of the final block's output
-    with respect to each earlier block's output) for the loaded model and cache it on disk, keyed by the weight
-    fingerprint, the texts' hash and these settings; an identical fit is reused. Needed for lens='jacobian'.
-    Costs one forward and ⌈d_model/dim_batch⌉ backward passes per text: the defaults (8 texts × 32 tokens) take about
-    4 minutes for the embedded model on a 2-core CPU (224 s measured), the reference fit (48 × 64 from position 16)
-    about 40. Progress per text; cancellable (nothing is saved until the end)."""
+    """Fit (or reuse) a Jacobian lens for `lens="jacobian"`, cached by weights, texts and settings."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()

@@ -212,7 +212,12 @@ class Family:
 
         def declare(fn: F) -> F:
             self.tools.append(fn)
-            self._registrations.append(lambda server: server.add_tool(fn, annotations=annotations, meta=meta))
+
+            def add(server: MCPServer[Any]) -> None:
+                server.add_tool(fn, annotations=annotations, meta=meta)
+                compact_tool_schemas(server, fn.__name__)
+
+            self._registrations.append(add)
             return fn
 
         return declare
@@ -234,3 +239,55 @@ class Family:
     def register(self, server: MCPServer[Any]) -> None:
         for add in self._registrations:
             add(server)
+
+
+def compact_schema(schema: Any, shared: frozenset[str] = frozenset()) -> Any:
+    """A JSON schema without pydantic's ``title`` keywords (they restate the property names) and, inside the
+    definitions named in ``shared``, without descriptions (shared output types are described once, in the server's
+    instructions and the README). Property *names* are kept whatever they are called, "title" included."""
+    if isinstance(schema, list):
+        return [compact_schema(item, shared) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and not isinstance(value, dict):
+            continue
+        if key == "properties":
+            out[key] = {name: compact_schema(sub, shared) for name, sub in value.items()}
+        elif key == "$defs":
+            out[key] = {name: compact_schema(_undescribed(sub) if name in shared else sub, shared)
+                        for name, sub in value.items()}  # fmt: skip
+        else:
+            out[key] = compact_schema(value, shared)
+    return out
+
+
+def _undescribed(schema: Any) -> Any:
+    """``schema`` without its ``description`` keywords (property names are kept, whatever they are called)."""
+    if isinstance(schema, list):
+        return [_undescribed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: {name: _undescribed(sub) for name, sub in value.items()}
+        if key in ("properties", "$defs")
+        else _undescribed(value)
+        for key, value in schema.items()
+        if key != "description"
+    }
+
+
+SHARED_OUTPUT_TYPES = frozenset({"ModelRef", "Score"})
+
+
+def compact_tool_schemas(server: MCPServer[Any], name: str) -> None:
+    """Publish ``name``'s input and output schemas compacted (``compact_schema``). The SDK keeps both on its tool
+    record and reads them live; there is no public setter, hence the one reach into ``_tool_manager`` —
+    ``tests/server/test_surface.py`` fails if it stops taking effect."""
+    tool = server._tool_manager.get_tool(name)
+    assert tool is not None, name
+    tool.parameters = compact_schema(tool.parameters)
+    if tool.fn_metadata.output_schema is not None:
+        tool.fn_metadata.output_schema = compact_schema(tool.fn_metadata.output_schema, SHARED_OUTPUT_TYPES)
+        tool.__dict__.pop("output_schema", None)  # the record caches the schema it first read

@@ -49,74 +49,42 @@ class Provenance(BaseModel):
     elapsed_s: float = Field(description="Wall time of the computation, seconds.")
 
 
-class HeadRef(BaseModel):
-    layer: int = Field(description="Layer index, 0-based.")
-    head: int = Field(description="Query-head index within the layer, 0-based.")
-
-
-HeadSpec = str | HeadRef
 PositionsSpec = Literal["all", "last"] | list[int]
 PatchMetricName = Literal["logit_diff", "log_prob", "kl"]
+AblationMethod = Literal["zero", "mean", "resample"]
 
 
 class AnyOf(BaseModel):
-    any_of: list[str] = Field(
-        description="A set of alternative answers for one prompt, scored by the log of their summed probability."
-    )
+    any_of: list[str] = Field(description="Alternatives, scored by their summed probability.")
 
 
 AnswerSpec = str | AnyOf
 
 
-class NeuronsRef(BaseModel):
-    layer: int = Field(description="Layer index, 0-based.")
-    neurons: list[int] = Field(description="MLP neuron indices (inputs of the down projection), 0-based.")
-
-
 class DirectionRef(BaseModel):
-    layer: int = Field(description="Layer whose output residual stream (resid_post) the direction lives in.")
-    direction: list[float] | str = Field(
-        description="A d_model vector (normalised to unit length before use), or a stored direction's URI "
-        "'direction://…' from `probe`."
-    )
+    layer: int = Field(description="Its resid_post.")
+    direction: list[float] | str = Field(description="d_model floats, or 'direction://…'.")
 
 
 class SaeFeaturesRef(BaseModel):
-    sae: str = Field(description="A local SAELens-format folder (cfg.json + sae_weights.safetensors).")
-    features: list[int] = Field(description="Feature ids (0..d_sae-1) whose decoder contributions are removed.")
+    sae: str = Field(description="An SAELens-format folder.")
+    features: list[int]
 
 
-TargetSpec = str | HeadRef | NeuronsRef | DirectionRef | SaeFeaturesRef
+TargetSpec = str | DirectionRef | SaeFeaturesRef
 TARGETS_DESCRIPTION = (
-    "Components ablated together: a head 'L9H3' (or {layer, head}), an MLP 'L28MLP', an attention layer's output "
-    "'L12ATTN', MLP neurons {layer, neurons: [17, 403]}, or a residual direction {layer, direction: [d_model "
-    "floats] or 'direction://…' from `probe`} projected out of that layer's output residual stream (resid_post), "
-    "or SAE features {sae: '<SAELens folder>', features: [12, 873]} (each feature's decoder contribution "
-    "activation × W_dec[f] removed at the SAE's hook; mean/resample replace the activations instead)."
+    "Removed together: 'L9H3', 'L28MLP', 'L12ATTN', 'L28N17[,403]', {layer, direction}, {sae, features}."
 )
-
-
-class AblationSpec(BaseModel):
-    heads: HeadSpec | list[HeadSpec] | None = Field(
-        default=None, description="Heads to ablate together, e.g. ['L9H3', 'L10H0']."
-    )
-    targets: list[TargetSpec] | None = Field(default=None, description=TARGETS_DESCRIPTION)
-    method: Literal["zero", "mean", "resample"] = Field(
-        default="zero",
-        description="zero: the part = 0 (a direction: projected out); mean: its batch mean at the same position "
-        "(by index when prompts share a length, else by distance from the last token); "
-        "resample: another prompt's (seeded permutation without fixed points; equal-length prompts).",
-    )
-    positions: PositionsSpec = Field(
-        default="all", description="'all' real tokens, 'last' (the answer position), or token indices."
-    )
-    seed: int = Field(default=0, description="Seed of the resample permutation.")
+METHOD_DESCRIPTION = "zero; mean: batch mean at the same position; resample: another prompt's (equal lengths)."
 
 
 class Intervention(BaseModel):
-    """An intervention applied to the run being measured (Q for `kl`)."""
+    """Components removed from the measured run."""
 
-    ablate: AblationSpec
+    ablate: list[TargetSpec] = Field(description=TARGETS_DESCRIPTION)
+    method: AblationMethod = Field(default="zero", description=METHOD_DESCRIPTION)
+    positions: PositionsSpec = "all"
+    seed: int = 0
 
 
 class FigureInfo(BaseModel):

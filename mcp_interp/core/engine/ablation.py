@@ -19,15 +19,15 @@ from mcp_interp.core.engine.interventions import Ablation, ablation_from_spec, l
 from mcp_interp.core.engine.tokens import encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import AblationOutcome, MetricSet
-from mcp_interp.schemas.common import AblationSpec, Score
+from mcp_interp.schemas.common import Intervention, Score
 
 # Thresholds for disagreement notes, in the metrics' own units.
 LOGIT_DIFF_MOVED = 0.5  # nats of log-odds: a change worth reporting
 KL_SMALL = 0.1  # nats
 
 
-def parsed_ablation(model: LoadedModel, ablation: Ablation | AblationSpec) -> Ablation:
-    """The core ``Ablation`` of a tool's arguments (an ``AblationSpec``), or the ``Ablation`` itself."""
+def parsed_ablation(model: LoadedModel, ablation: Ablation | Intervention) -> Ablation:
+    """The core ``Ablation`` of a tool's arguments (an ``Intervention``), or the ``Ablation`` itself."""
     if isinstance(ablation, Ablation):
         return ablation
     parsed = ablation_from_spec(ablation, model.bridge.cfg, model)  # a tool's arguments, names as strings or objects

@@ -34,10 +34,10 @@ from mcp_interp.core.engine.forward import capture_forward
 from mcp_interp.core.engine.metrics import at_answer_positions
 from mcp_interp.core.engine.saelens import load_sae
 from mcp_interp.core.engine.sites import Hook
-from mcp_interp.core.engine.specs import Head, PositionSpec, parse_block_part, parse_head, position_mask
+from mcp_interp.core.engine.specs import Head, PositionSpec, parse_block_part, parse_head, parse_neurons, position_mask
 from mcp_interp.core.engine.tokens import Batch
 from mcp_interp.errors import InputError
-from mcp_interp.schemas.common import AblationSpec, DirectionRef, HeadRef, Intervention, NeuronsRef, SaeFeaturesRef
+from mcp_interp.schemas.common import DirectionRef, Intervention, SaeFeaturesRef
 
 AblationMethod = Literal["zero", "mean", "resample"]
 MeanOver = Literal["per_position", "per_position_from_end"]
@@ -306,16 +306,19 @@ def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedA
 def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
     """One target from its tool spelling (see ``schemas.common.TARGETS_DESCRIPTION``), checked against
     the model's config (layers, heads, MLP width, d_model); SAE features need the loaded ``model``."""
-    if isinstance(spec, HeadRef | NeuronsRef | DirectionRef | SaeFeaturesRef):
+    if isinstance(spec, DirectionRef | SaeFeaturesRef):
         spec = spec.model_dump()
     if isinstance(spec, Mapping) and set(spec) == {"sae", "features"}:
         return sae_target(spec, model)
     if isinstance(spec, str):
         block_part = parse_block_part(spec, cfg.n_layers)
-        if block_part is None:
-            head = parse_head(spec, cfg.n_layers, cfg.n_heads)
-            return HeadTarget(head.layer, head.head)
-        return BlockOutputTarget(*block_part)
+        if block_part is not None:
+            return BlockOutputTarget(*block_part)
+        neurons = parse_neurons(spec, cfg.n_layers, int(cfg.d_mlp or 0))
+        if neurons is not None:
+            return NeuronsTarget(*neurons)
+        head = parse_head(spec, cfg.n_layers, cfg.n_heads)
+        return HeadTarget(head.layer, head.head)
     if isinstance(spec, Mapping) and set(spec) == {"layer", "head"}:
         head = parse_head(dict(spec), cfg.n_layers, cfg.n_heads)
         return HeadTarget(head.layer, head.head)
@@ -348,7 +351,7 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
             raise InputError(f"Target at layer {layer}: the direction must be a finite non-zero vector.")
         return DirectionTarget(layer, vector / norm)
     raise InputError(
-        f"Target {spec!r} is not one of: 'L9H3' (a head), 'L28MLP', 'L12ATTN', {{'layer': 28, 'neurons': [17]}}, "
+        f"Target {spec!r} is not one of: 'L9H3' (a head), 'L28MLP', 'L12ATTN', 'L28N17' or 'L28N17,403' (neurons), "
         "{'layer': 12, 'direction': [...]}, {'sae': '<folder>', 'features': [12]}."
     )
 
@@ -380,20 +383,16 @@ def _layer(layer: Any, cfg: Any, spec: Any) -> int:
     return layer
 
 
-def ablation_from_spec(spec: AblationSpec | Intervention | None, cfg: Any, model: Any = None) -> Ablation | None:
-    """The core ``Ablation`` for a tool's ``intervention`` / ablation arguments (None passes through);
-    ``model`` (the ``LoadedModel``) is needed only for SAE feature targets."""
+def ablation_from_spec(spec: Intervention | None, cfg: Any, model: Any = None) -> Ablation | None:
+    """The core ``Ablation`` for a tool's ``intervention`` (or the ablation an ``ablate`` tool describes with the same
+    fields); None passes through. ``model`` (the ``LoadedModel``) is needed only for SAE feature targets."""
     if spec is None:
         return None
-    if isinstance(spec, Intervention):
-        spec = spec.ablate
-    heads = [] if spec.heads is None else spec.heads if isinstance(spec.heads, list) else [spec.heads]
-    specs = [*heads, *(spec.targets or [])]
-    if not specs:
-        raise InputError("An ablation needs `heads` or `targets`, e.g. {'targets': ['L9H3', 'L28MLP']}.")
-    limits.check("max_heads", len(specs), "Number of ablation targets")
+    if not spec.ablate:
+        raise InputError("An ablation needs components in `ablate`, e.g. {'ablate': ['L9H3', 'L28MLP']}.")
+    limits.check("max_heads", len(spec.ablate), "Number of ablation targets")
     targets: dict[tuple[Any, ...], Target] = {}
-    for item in specs:
+    for item in spec.ablate:
         target = parse_target(item, cfg, model)
         targets.setdefault(target.key(), target)  # equal targets (a direction's vector counts) are ablated once
     return Ablation(orthonormal_directions(list(targets.values())), spec.method, spec.positions, spec.seed)

@@ -1,7 +1,8 @@
 """Naming components and token positions the way every tool accepts them.
 
-Heads are written ``"L9H9"`` or ``{"layer": 9, "head": 9}``; both parse to ``Head(9, 9)``. What a
-block's MLP or attention adds to the stream is ``"L28MLP"`` / ``"L12ATTN"``. Positions are ``"all"``,
+Heads are written ``"L9H9"`` (core callers may pass ``{"layer": 9, "head": 9}``); both parse to
+``Head(9, 9)``. What a block's MLP or attention adds to the stream is ``"L28MLP"`` / ``"L12ATTN"``; MLP
+neurons are ``"L28N17"`` or ``"L28N17,403"``. Positions are ``"all"``,
 ``"last"`` (each prompt's answer position) or a list of indices; they resolve to a ``[batch, seq]``
 boolean mask over real tokens.
 """
@@ -19,6 +20,7 @@ from mcp_interp.errors import InputError
 
 _HEAD_NAME = re.compile(r"^\s*L(\d+)\s*H(\d+)\s*$", re.IGNORECASE)
 _BLOCK_PART_NAME = re.compile(r"^\s*L(\d+)\s*(MLP|ATTN)\s*$", re.IGNORECASE)
+_NEURONS_NAME = re.compile(r"^\s*L(\d+)\s*N\s*(\d+(?:\s*,\s*\d+)*)\s*$", re.IGNORECASE)
 
 
 class Head(NamedTuple):
@@ -73,6 +75,22 @@ def parse_block_part(spec: str, n_layers: int) -> tuple[int, Literal["MLP", "ATT
     if not 0 <= layer < n_layers:
         raise InputError(f"{spec!r}: layer {layer} does not exist; this model has layers 0..{n_layers - 1}.")
     return layer, "MLP" if match.group(2).upper() == "MLP" else "ATTN"
+
+
+def parse_neurons(spec: str, n_layers: int, d_mlp: int) -> tuple[int, tuple[int, ...]] | None:
+    """(layer, neurons) from ``"L28N17"`` or ``"L28N17,403"`` (MLP neurons: inputs of the down projection), checked
+    against the model; None for any other name."""
+    match = _NEURONS_NAME.match(spec)
+    if match is None:
+        return None
+    layer = int(match.group(1))
+    if not 0 <= layer < n_layers:
+        raise InputError(f"{spec!r}: layer {layer} does not exist; this model has layers 0..{n_layers - 1}.")
+    neurons = tuple(sorted({int(n) for n in match.group(2).split(",")}))
+    bad = [n for n in neurons if not n < d_mlp]
+    if bad:
+        raise InputError(f"{spec!r}: neuron {bad[0]} is out of range; each MLP has neurons 0..{d_mlp - 1}.")
+    return layer, neurons
 
 
 PositionSpec = str | Sequence[int] | None

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import AblationSpec, DirectionRef, Intervention
+from mcp_interp.schemas.common import DirectionRef, Intervention
 from mcp_interp.schemas.features import StoredDirection
 
 DIRECTION_SCHEME = "direction://"
@@ -53,19 +53,17 @@ def load_direction(uri: str, lookup: Lookup, model: LoadedModel) -> StoredDirect
 
 
 def resolve_direction_refs(spec: Any, lookup: Lookup, model: LoadedModel) -> Any:
-    """``spec`` (an ``Intervention``, ``AblationSpec`` or None) with every ``direction://`` URI in its
-    targets replaced by the stored vector; anything else is returned unchanged."""
-    if isinstance(spec, Intervention):
-        return spec.model_copy(update={"ablate": resolve_direction_refs(spec.ablate, lookup, model)})
-    if not isinstance(spec, AblationSpec) or not spec.targets:
+    """``spec`` (an ``Intervention`` or anything else) with every ``direction://`` URI in its targets replaced by
+    the stored vector; anything else is returned unchanged."""
+    if not isinstance(spec, Intervention):
         return spec
     targets = [
         DirectionRef(layer=t.layer, direction=_vector_at(t.layer, t.direction, lookup, model))
         if isinstance(t, DirectionRef) and isinstance(t.direction, str)
         else t
-        for t in spec.targets
+        for t in spec.ablate
     ]
-    return spec.model_copy(update={"targets": targets})
+    return spec.model_copy(update={"ablate": targets})
 
 
 def _vector_at(layer: int, uri: str, lookup: Lookup, model: LoadedModel) -> list[float]:

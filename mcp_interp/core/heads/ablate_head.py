@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from mcp_interp.core.engine.ablation import ablation_outcome, parsed_ablation
 from mcp_interp.core.engine.interventions import Ablation
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import AblationSpec
+from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.heads import AblateHeadMeasurement
 
 
 def ablate_heads(
     model: LoadedModel,
     prompts: Sequence[str],
-    ablation: Ablation | AblationSpec,
+    ablation: Ablation | Intervention,
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
 ) -> AblateHeadMeasurement:

@@ -10,14 +10,14 @@ from mcp_interp.core.engine.baselines import random_direction_baseline
 from mcp_interp.core.engine.interventions import Ablation
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import RandomDirections
-from mcp_interp.schemas.common import AblationSpec
+from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import AblateMeasurement
 
 
 def ablate(
     model: LoadedModel,
     prompts: Sequence[str],
-    ablation: Ablation | AblationSpec,
+    ablation: Ablation | Intervention,
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
 ) -> AblateMeasurement:

@@ -17,7 +17,16 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.swap.corpus import Resolved, TrialKey, load_corpus, prompt_text, resolve, token_reason, trial_keys
+from mcp_interp.core.swap.corpus import (
+    Resolved,
+    TrialKey,
+    corpus_of,
+    load_corpus,
+    prompt_text,
+    resolve,
+    token_reason,
+    trial_keys,
+)
 from mcp_interp.core.swap.lenses import FitLensJob, default_fit, load_lens_file, resolve_lens
 from mcp_interp.core.swap.summary import benchmark_notes, summarize
 from mcp_interp.core.swap.trial import (
@@ -309,7 +318,7 @@ def _fitted_info(source_layers: Sequence[int]) -> LensInfo:
 
 def prepare_benchmark(
     model: LoadedModel,
-    corpus: str | SwapCorpus,
+    corpus: str | SwapCorpus | dict[str, Any],
     layers: Sequence[int] | None,
     lens_kind: str,
     lens_path: str | None,
@@ -317,7 +326,7 @@ def prepare_benchmark(
 ) -> BenchmarkRun:
     """A benchmark from a tool's arguments: a shipped corpus by name or a corpus object, the lens by kind (and
     file), by default every layer the lens can edit. Runs no forward pass (a lens it must fit is fitted in steps)."""
-    corpus_object = load_corpus(corpus) if isinstance(corpus, str) else corpus
+    corpus_object = load_corpus(corpus) if isinstance(corpus, str) else corpus_of(corpus)
     return BenchmarkRun(
         model=model, corpus=corpus_object, layers=layers, lens_kind=lens_kind, lens_path=lens_path, settings=settings
     )

@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from mcp_interp.core.engine.answers import known_answer_tokens
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
@@ -35,6 +37,23 @@ def load_corpus(name: str) -> SwapCorpus:
         raise InputError(f"No shipped causal-swap corpus named {name!r}; shipped: {shipped} (or pass a corpus).")
     path = corpora_dir() / f"{name}.json"
     return SwapCorpus.model_validate(json.loads(path.read_text(encoding="utf-8")))
+
+
+def corpus_of(value: SwapCorpus | dict[str, Any]) -> SwapCorpus:
+    """A corpus object given inline, validated into the shipped corpora's shape, or an InputError naming the field."""
+    if isinstance(value, SwapCorpus):
+        return value
+    try:
+        return SwapCorpus.model_validate(value)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'corpus'}: {e['msg']}" for e in error.errors()[:5]
+        )
+        raise InputError(
+            f"The corpus object is not in the shipped corpora's shape ({problems}). It needs name, concepts "
+            "(≥ 2 words) and functions: [{name, template with one '{arg}', answers: {concept: answer}}] — see "
+            "mcp_interp/data/corpora/countries.json."
+        ) from None
 
 
 def prompt_text(function: SwapFunction, concept: str) -> str:
