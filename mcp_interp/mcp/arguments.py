@@ -43,4 +43,6 @@ PatchMethod = Annotated[
     Literal["exact", "attribution"], Field(description="attribution: a first-order estimate (fast).")
 ]
 PatchMetric = Annotated[PatchMetricName, Field(description="kl needs no answers; log_prob needs `correct`.")]
-VerifyTop = Annotated[int, Field(ge=0, le=64, description="With attribution: re-run this many top items exactly.")]
+VerifyTop = Annotated[int, Field(ge=0, le=64, description="With attribution: rerun the top items exactly.")]
+Top = Annotated[int, Field(ge=1, le=1000, description="Ranked items returned (all in result://).")]
+Background = Annotated[bool, Field(description="Return a job:// handle at once (job_status).")]

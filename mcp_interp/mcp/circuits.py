@@ -16,8 +16,10 @@ from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
 from mcp_interp.core.circuits.path import PathPatchJob
 from mcp_interp.mcp.arguments import (
     Answers,
+    Background,
     CleanPrompts,
     CorruptPrompts,
+    Top,
 )
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.circuits import (
@@ -37,7 +39,7 @@ async def graph_figure(kit: Toolkit, scores: EdgeScores, k: int, title: str) -> 
     return await kit.figure(title, circuits_figures.layered_graph, nodes, edges, title, columns)
 
 
-@family.tool(view="circuit-graph")
+@family.tool(view="circuit-graph", background=True)
 async def edge_attribution(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
@@ -51,6 +53,7 @@ async def edge_attribution(
     ig_steps: Annotated[int, Field(description="1 to 64.")] = 5,
     top_k: Annotated[int, Field(description="Edges listed and drawn, by |score|.")] = 50,
     granularity: Annotated[Literal["edge", "node"], Field(description="node: writers' totals only.")] = "edge",
+    background: Background = False,
 ) -> Annotated[CallToolResult, EdgeAttributionResult]:
     """Edge attribution patching over the residual-stream graph (embeddings, heads, MLPs → each head's q, each
     key/value group's k and v, each MLP, the logits): the top edges, writers' totals, a graph. An estimate."""
@@ -69,7 +72,7 @@ async def edge_attribution(
         f"edge_attribution ({method}): {result.n_edges} edges; clean logit diff {result.clean_logit_diff.value:+.3f}, "
         f"corrupt {result.corrupt_logit_diff.value:+.3f}. Top edges: {top or 'see nodes'}. Graph: {result.figure_uri}"
     )
-    return kit.finish(result, summary, [link])
+    return kit.finish(result, summary, [link], top=top_k)
 
 
 @family.tool()
@@ -108,7 +111,7 @@ async def path_patch(
     return kit.finish(result, summary, [link])
 
 
-@family.tool()
+@family.tool(background=True)
 async def circuit_faithfulness(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
@@ -129,6 +132,7 @@ async def circuit_faithfulness(
     ] = "corrupt",
     random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20).")] = 5,
     seed: int = 0,
+    background: Background = False,
 ) -> Annotated[CallToolResult, CircuitFaithfulnessResult]:
     """A circuit's exact faithfulness: every edge outside it ablated, as the fraction of the clean−corrupt gap
     recovered (1 = clean behaviour), next to random circuits of the same size."""
@@ -161,7 +165,7 @@ async def circuit_faithfulness(
     return kit.finish(result, summary, links)
 
 
-@family.tool(view="circuit-graph")
+@family.tool(view="circuit-graph", background=True)
 async def find_circuit(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
@@ -175,6 +179,8 @@ async def find_circuit(
     ] = "corrupt",
     random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20).")] = 5,
     seed: int = 0,
+    top: Top = 20,
+    background: Background = False,
 ) -> Annotated[CallToolResult, FindCircuitResult]:
     """Attribution, then the smallest top-k circuit whose exact faithfulness reaches `target` (bisection, every
     step exact), its random baseline, every k measured, a graph."""
@@ -194,4 +200,4 @@ async def find_circuit(
         f"{result.faithfulness.value:+.3f} (target {target}; random circuits of that size: {random_mean}). "
         f"Graph: {result.figure_uri}"
     )
-    return kit.finish(result, summary, [link])
+    return kit.finish(result, summary, [link], top=top)

@@ -15,6 +15,7 @@ from mcp_interp.core.features import figures as features_figures
 from mcp_interp.core.features.directions import encode_direction
 from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
+from mcp_interp.mcp.arguments import Background
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.features import ProbeResult
@@ -23,7 +24,7 @@ from mcp_interp.schemas.sae import SaeFeaturesMeasurement, SaeFeaturesResult, Sa
 family = Family("features")
 
 
-@family.tool()
+@family.tool(background=True)
 async def probe(
     texts: list[str],
     labels: Annotated[list[str | int | bool], Field(description="One per text, 2 distinct values.")],
@@ -37,6 +38,7 @@ async def probe(
     test_fraction: Annotated[float, Field(description="Held out, stratified.")] = 0.25,
     seed: Annotated[int, Field(description="Seed of the split and the controls.")] = 0,
     control: Annotated[bool, Field(description="Fit a control task and report selectivity.")] = True,
+    background: Background = False,
 ) -> Annotated[CallToolResult, ProbeResult]:
     """Linear probes of resid_post per layer (one forward pass): held-out accuracy with an exact interval, a
     control task and selectivity; each direction stored as direction:// for `ablate`, interventions and `steer`."""
@@ -119,13 +121,17 @@ async def sae_features(
     sae: SaeFolder,
     features: Annotated[list[int], Field(description="At most 256.")],
     ctx: ToolContext,
-) -> SaeFeaturesResult:
+) -> Annotated[CallToolResult, SaeFeaturesResult]:
     """Chosen SAE features on every token of every text: activations, the maximum per text, how often each fires."""
 
     def measure(model: LoadedModel) -> SaeFeaturesMeasurement:
         return sae_feature_activations(model, texts, sae, features)
 
-    return await Toolkit.of(ctx).run(ctx, SaeFeaturesResult, measure)
+    def summary(r: SaeFeaturesResult) -> str:
+        fires = ", ".join(f"{f.feature}: {f.active_fraction:.2f}" for f in r.features[:10])
+        return f"sae_features on {len(r.texts)} texts; fraction of tokens where each fires: {fires}."
+
+    return await Toolkit.of(ctx).run(ctx, SaeFeaturesResult, measure, summary=summary)
 
 
 @family.resource(

@@ -14,6 +14,7 @@ from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.mcp.arguments import (
     AblationMethodArgument,
     AblationPositions,
+    Background,
     CleanPrompts,
     CorruptPrompts,
     OptionalCorrect,
@@ -23,9 +24,11 @@ from mcp_interp.mcp.arguments import (
     PatchMetric,
     Prompts,
     ResampleSeed,
+    Top,
     VerifyTop,
 )
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
+from mcp_interp.schemas.ablation import AblationOutcome
 from mcp_interp.schemas.common import Intervention, PositionsSpec, TargetSpec
 from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsMeasurement, PatchHeadsResult
 
@@ -42,11 +45,25 @@ async def ablate_head(
     incorrect: OptionalIncorrect = None,
     positions: AblationPositions = "all",
     seed: ResampleSeed = 0,
-) -> AblateHeadResult:
+) -> Annotated[CallToolResult, AblateHeadResult]:
     """`ablate` for heads (hook_z): every metric before and after; `notes` flag metrics that disagree."""
     names: list[TargetSpec] = [heads] if isinstance(heads, str) else list(heads)
     spec = Intervention(ablate=names, method=method, positions=positions, seed=seed)
-    return await Toolkit.of(ctx).run(ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect)
+    return await Toolkit.of(ctx).run(
+        ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect, summary=ablation_summary
+    )
+
+
+def ablation_summary(result: AblationOutcome) -> str:
+    """One paragraph for an ablation's before/after (``ablate_head`` and ``ablate``)."""
+    diff = ""
+    if result.before.logit_diff is not None and result.after.logit_diff is not None:
+        diff = f"logit difference {result.before.logit_diff.value:+.3f} → {result.after.logit_diff.value:+.3f}; "
+    return (
+        f"{result.method}-ablation: {diff}log-prob {result.before.log_prob.value:+.3f} → "
+        f"{result.after.log_prob.value:+.3f}; KL(clean‖ablated) {result.kl.value:.4f} nats."
+        + (f" Notes: {len(result.notes)} (read them)." if result.notes else "")
+    )
 
 
 async def heads_heatmap(
@@ -58,7 +75,7 @@ async def heads_heatmap(
     return await kit.figure(name or title, figures.layer_head_heatmap, patching.scores, title, label)
 
 
-@family.tool(view="heads-heatmap")
+@family.tool(view="heads-heatmap", background=True)
 async def patch_heads(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
@@ -71,6 +88,8 @@ async def patch_heads(
     positions: Annotated[PositionsSpec, Field(description="Where heads are patched.")] = "all",
     heads: Annotated[list[str] | None, Field(description="Default: every head.")] = None,
     verify_top: VerifyTop = 0,
+    top: Top = 20,
+    background: Background = False,
 ) -> Annotated[CallToolResult, PatchHeadsResult]:
     """Activation patching of every head's output (hook_z): the fraction of the clean−corrupt gap each restores
     (denoise) or destroys (noise); 1 = all of it. A [layer][head] grid, top heads, a heatmap."""
@@ -83,9 +102,9 @@ async def patch_heads(
     assert job.result is not None
     job.result.figure_uri, link = await heads_heatmap(kit, job.result, job.model.name)
     result = kit.with_provenance(PatchHeadsResult, job.result, started)
-    top = ", ".join(f"{h.head} {h.score:+.3f}" for h in result.heads[:5] if h.score is not None)
+    best = ", ".join(f"{h.head} {h.score:+.3f}" for h in result.heads[:5] if h.score is not None)
     summary = (
-        f"patch_heads ({method}, {direction}): clean logit diff {result.clean_logit_diff.value:+.3f}, corrupt "
-        f"{result.corrupt_logit_diff.value:+.3f}; top heads by |score|: {top}. Heatmap: {result.figure_uri}"
+        f"patch_heads ({method}, {direction}, {metric}): clean {result.clean_logit_diff.value:+.3f}, corrupt "
+        f"{result.corrupt_logit_diff.value:+.3f}; top heads by |score|: {best}. Heatmap: {result.figure_uri}"
     )
-    return kit.finish(result, summary, [link])
+    return kit.finish(result, summary, [link], top=top)

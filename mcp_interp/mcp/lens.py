@@ -151,7 +151,7 @@ async def steer(
     feature: Annotated[int | None, Field(description="An SAE feature: its decoder row is added.")] = None,
     max_new_tokens: Annotated[int, Field(ge=1)] = 20,
     seed: Annotated[int, Field(description="Seed of the random directions (decoding is greedy).")] = 0,
-) -> SteerResult:
+) -> Annotated[CallToolResult, SteerResult]:
     """Steer greedy generation with activation addition (resid(positive) − resid(negative) at `layer`'s input), a
     probe's `direction`, or an SAE `feature`; the next-token KL is compared with random directions of the same norm."""
     kit = Toolkit.of(ctx)
@@ -165,4 +165,10 @@ async def steer(
             model, prompt, positive, negative, layer, coefficient, max_new_tokens, seed, stored, direction, chosen
         )
 
-    return await kit.run(ctx, SteerResult, measure)
+    def summary(r: SteerResult) -> str:
+        return (
+            f"steer at L{r.layer} {r.site} × {r.coefficient:g}: next-token KL {r.next_token_kl:.4f} nats. Steered: "
+            f"{r.steered_text[:300]!r}; unsteered: {r.baseline_text[:300]!r}."
+        )
+
+    return await kit.run(ctx, SteerResult, measure, summary=summary)

@@ -16,6 +16,7 @@ from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.mcp.arguments import (
     AblationMethodArgument,
     AblationPositions,
+    Background,
     CleanPrompts,
     CorruptPrompts,
     OptionalCorrect,
@@ -27,8 +28,10 @@ from mcp_interp.mcp.arguments import (
     Prompts,
     ResampleSeed,
     Targets,
+    Top,
     VerifyTop,
 )
+from mcp_interp.mcp.heads import ablation_summary
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import (
@@ -63,7 +66,7 @@ async def patch_figure(kit: Toolkit, result: PatchMeasurement, model_name: str) 
     return await kit.figure(title, localize_figures.cell_bars, labels, [c.score for c in result.cells], title, label)
 
 
-@family.tool(view="layer-position")
+@family.tool(view="layer-position", background=True)
 async def patch(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
@@ -85,6 +88,8 @@ async def patch(
     neurons: Annotated[list[int] | None, Field(description="mlp_neurons: the neurons of each layer.")] = None,
     top_neurons: Annotated[int, Field(ge=1, le=256, description="mlp_neurons without `neurons`: per layer.")] = 10,
     verify_top: VerifyTop = 0,
+    top: Top = 20,
+    background: Background = False,
 ) -> Annotated[CallToolResult, PatchResult]:
     """Activation patching of one component at every layer × position: where the information flows. Each cell
     scores the fraction of the clean−corrupt gap it restores (denoise) or destroys (noise); positions before the
@@ -98,13 +103,13 @@ async def patch(
     assert job.result is not None
     job.result.figure_uri, link = await patch_figure(kit, job.result, job.model.name)
     result = kit.with_provenance(PatchResult, job.result, started)
-    top = "; ".join(f"{c.label}: {c.score:+.2f}" for c in result.cells[:5] if c.score is not None)
+    best = "; ".join(f"{c.label}: {c.score:+.2f}" for c in result.cells[:5] if c.score is not None)
     summary = (
         f"patch {component} ({method}, {direction}, {metric}): clean {result.clean.value:+.3f}, corrupt "
-        f"{result.corrupt.value:+.3f}. Top cells: {top or 'none (every score undefined)'}. "
+        f"{result.corrupt.value:+.3f}. Top cells: {best or 'none (every score undefined)'}. "
         f"Heatmap: {result.figure_uri}"
     )
-    return kit.finish(result, summary, [link])
+    return kit.finish(result, summary, [link], top=top)
 
 
 @family.tool()
@@ -117,11 +122,13 @@ async def ablate(
     incorrect: OptionalIncorrect = None,
     positions: AblationPositions = "all",
     seed: ResampleSeed = 0,
-) -> AblateResult:
+) -> Annotated[CallToolResult, AblateResult]:
     """Remove components together and measure every metric before and after (logit difference, KL, log-prob,
     rank); `notes` flag metrics that disagree. A direction is judged against random directions."""
     spec = Intervention(ablate=targets, method=method, positions=positions, seed=seed)
-    return await Toolkit.of(ctx).run(ctx, AblateResult, ablate_targets, prompts, spec, correct, incorrect)
+    return await Toolkit.of(ctx).run(
+        ctx, AblateResult, ablate_targets, prompts, spec, correct, incorrect, summary=ablation_summary
+    )
 
 
 @family.tool()
@@ -129,7 +136,12 @@ async def loss(
     texts: Annotated[list[str], Field(description="Every next token of each text is scored.")],
     ctx: ToolContext,
     intervention: OptionalIntervention = None,
-) -> LossResult:
+) -> Annotated[CallToolResult, LossResult]:
     """Next-token loss (nats) and top-1 accuracy per token and text, under an intervention if given (the loss
     without it beside)."""
-    return await Toolkit.of(ctx).run(ctx, LossResult, text_losses, texts, intervention)
+
+    def summary(r: LossResult) -> str:
+        clean = "" if r.clean_mean_loss is None else f" (without the intervention {r.clean_mean_loss:.4f})"
+        return f"loss over {len(r.texts)} texts: {r.mean_loss:.4f} nats{clean}, top-1 accuracy {r.accuracy:.3f}."
+
+    return await Toolkit.of(ctx).run(ctx, LossResult, text_losses, texts, intervention, summary=summary)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from mcp.types import CallToolResult
 from pydantic import Field
 
 from mcp_interp.core.readouts import info
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.mcp.arguments import OptionalIntervention, Prompts, SequenceAnswers
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
+from mcp_interp.schemas.common import Measurement, Score
 from mcp_interp.schemas.readouts import (
     AnswerRankResult,
     KLResult,
@@ -22,19 +24,38 @@ from mcp_interp.schemas.readouts import (
 family = Family("readouts")
 
 
+def _notes(result: Measurement) -> str:
+    return f" Notes: {len(result.notes)} (read them)." if result.notes else ""
+
+
+def _score(name: str, score: Score) -> str:
+    values = ", ".join(f"{v:+.3f}" for v in score.per_example[:8])
+    more = ", …" if len(score.per_example) > 8 else ""
+    return f"{name} mean {score.value:+.4f} over {len(score.per_example)} prompts ({values}{more})"
+
+
 @family.tool()
-async def model_info(ctx: ToolContext) -> ModelInfoResult:
+async def model_info(ctx: ToolContext) -> Annotated[CallToolResult, ModelInfoResult]:
     """The loaded model: sizes, dtype, device, weights fingerprint, the tokenization rule. Call this first."""
-    return await Toolkit.of(ctx).run(ctx, ModelInfoResult, info.model_info, locked=False)
+
+    def summary(r: ModelInfoResult) -> str:
+        return (
+            f"{r.name} ({r.architecture}, {r.source}): {r.n_layers} layers, {r.n_heads} heads ({r.n_kv_heads} KV), "
+            f"d_model {r.d_model}, {r.dtype} on {r.device}, fingerprint {r.fingerprint}. {r.tokenization_rule}"
+        )
+
+    return await Toolkit.of(ctx).run(ctx, ModelInfoResult, info.model_info, summary=summary, locked=False)
 
 
 @family.tool()
-async def tokenize(
-    texts: list[str],
-    ctx: ToolContext,
-) -> TokenizeResult:
+async def tokenize(texts: list[str], ctx: ToolContext) -> Annotated[CallToolResult, TokenizeResult]:
     """Token strings and ids, exactly as every tool tokenizes: check answers and minimal pairs first."""
-    return await Toolkit.of(ctx).run(ctx, TokenizeResult, info.tokenize, texts, locked=False)
+
+    def summary(r: TokenizeResult) -> str:
+        shown = "; ".join(f"{t.n_tokens} tokens {t.tokens[:12]}" for t in r.texts[:4])
+        return f"tokenize {len(r.texts)} texts: {shown}{' …' if len(r.texts) > 4 else ''}"
+
+    return await Toolkit.of(ctx).run(ctx, TokenizeResult, info.tokenize, texts, summary=summary, locked=False)
 
 
 @family.tool()
@@ -44,11 +65,15 @@ async def logit_diff(
     incorrect: SequenceAnswers,
     ctx: ToolContext,
     intervention: OptionalIntervention = None,
-) -> LogitDiffResult:
+) -> Annotated[CallToolResult, LogitDiffResult]:
     """logit(correct) − logit(incorrect) at the answer (several tokens: log P difference, teacher-forced).
     Positive = prefers `correct`."""
+
+    def summary(r: LogitDiffResult) -> str:
+        return f"logit_diff ({r.answer_kind}): {_score('logit difference', r.logit_diff)}.{_notes(r)}"
+
     return await Toolkit.of(ctx).run(
-        ctx, LogitDiffResult, readouts.logit_diff, prompts, correct, incorrect, intervention
+        ctx, LogitDiffResult, readouts.logit_diff, prompts, correct, incorrect, intervention, summary=summary
     )
 
 
@@ -60,15 +85,27 @@ async def kl(
         list[str] | None, Field(description="Q's prompts, one per prompt, same token length; default `prompts`.")
     ] = None,
     intervention: OptionalIntervention = None,
-) -> KLResult:
+) -> Annotated[CallToolResult, KLResult]:
     """KL(P‖Q) (nats, ≥ 0) of the next-token distributions: P = `prompts`, Q = `compare_prompts` and/or the
     `intervention`."""
-    return await Toolkit.of(ctx).run(ctx, KLResult, readouts.kl, prompts, compare_prompts, intervention)
+
+    def summary(r: KLResult) -> str:
+        return f"kl: {_score('KL (nats)', r.kl)}.{_notes(r)}"
+
+    return await Toolkit.of(ctx).run(
+        ctx, KLResult, readouts.kl, prompts, compare_prompts, intervention, summary=summary
+    )
 
 
 @family.tool()
 async def answer_rank(
     prompts: Prompts, correct: SequenceAnswers, ctx: ToolContext, intervention: OptionalIntervention = None
-) -> AnswerRankResult:
+) -> Annotated[CallToolResult, AnswerRankResult]:
     """Rank (tokens strictly above; 0 = top-1) and log-probability of the correct answer."""
-    return await Toolkit.of(ctx).run(ctx, AnswerRankResult, readouts.answer_rank, prompts, correct, intervention)
+
+    def summary(r: AnswerRankResult) -> str:
+        return f"answer_rank: {_score('rank', r.rank)}; {_score('log-prob', r.log_prob)}.{_notes(r)}"
+
+    return await Toolkit.of(ctx).run(
+        ctx, AnswerRankResult, readouts.answer_rank, prompts, correct, intervention, summary=summary
+    )

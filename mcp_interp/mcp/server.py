@@ -17,6 +17,7 @@ from mcp_interp.mcp import (
     explain,
     features,
     heads,
+    jobs,
     lens,
     localize,
     prompts,
@@ -46,6 +47,7 @@ FAMILIES: tuple[Family, ...] = (
     explain.family,
     swap.family,
     stored.family,
+    jobs.family,
     views.family,
     prompts.family,
 )

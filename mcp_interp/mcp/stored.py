@@ -57,3 +57,13 @@ def figure(figure_id: str, ctx: ToolContext) -> bytes:
 )
 def report(report_id: str, ctx: ToolContext) -> str:
     return Toolkit.of(ctx).read("report", report_id).decode("utf-8")
+
+
+@family.resource(
+    "result://{result_id}",
+    name="result",
+    description="The complete structured result of a tool call whose returned result was cut to fit (JSON).",
+    mime_type="application/json",
+)
+def result(result_id: str, ctx: ToolContext) -> str:
+    return Toolkit.of(ctx).read("result", result_id).decode("utf-8")

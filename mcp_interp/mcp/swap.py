@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
@@ -15,7 +16,8 @@ from mcp_interp.core.swap import figures as swap_figures
 from mcp_interp.core.swap.benchmark import SwapBenchmarkJob, prepare_benchmark
 from mcp_interp.core.swap.lenses import FitLensJob, default_fit
 from mcp_interp.core.swap.trial import trial_with_lens
-from mcp_interp.mcp.toolkit import WRITES_CACHE, Family, ToolContext, Toolkit
+from mcp_interp.mcp.arguments import Background
+from mcp_interp.mcp.toolkit import WRITES_CACHE, Family, ToolContext, Toolkit, error_boundary
 from mcp_interp.schemas.swap import (
     FitLensResult,
     FitSettings,
@@ -27,6 +29,7 @@ from mcp_interp.schemas.swap import (
     SwapTrialResult,
     VerifyArtifactResult,
 )
+from mcp_interp.store import parse_uri
 
 family = Family("swap")
 
@@ -58,7 +61,7 @@ TargetKnown = Annotated[
 ]
 
 
-@family.tool()
+@family.tool(annotations=WRITES_CACHE)
 async def causal_swap_trial(
     template: Annotated[str, Field(description="With one '{arg}': 'The capital of {arg} is the'.")],
     source: Annotated[str, Field(description="e.g. 'France'.")],
@@ -75,7 +78,10 @@ async def causal_swap_trial(
     control_seeds: Seeds = [0, 1, 2, 3, 4],  # noqa: B006 - pydantic copies defaults
     control_tolerance: Tolerance = 0.1,
     require_target_known: TargetKnown = True,
-) -> SwapTrialResult:
+    fit_if_missing: Annotated[
+        bool, Field(description="Fit the default Jacobian lens first when none is cached (minutes).")
+    ] = False,
+) -> Annotated[CallToolResult, SwapTrialResult]:
     """One controlled causal-swap trial: edit the source concept's lens coordinate toward the target at `layer`;
     the real edit and one displacement-matched control per seed, scored on the target answer (strict top-1)."""
     settings = SwapSettings(
@@ -89,13 +95,21 @@ async def causal_swap_trial(
     )
     kit = Toolkit.of(ctx)
     fit = await kit.call(default_fit, await kit.model(ctx), lens, lens_path, locked=False)
-    if fit is not None:  # the first Jacobian-lens run on these weights fits the default lens (cached after)
+    if fit is not None and not fit_if_missing:
+        raise ToolError(
+            f"No Jacobian lens is cached for these weights, and fitting the default one costs {fit.cost()}. Fit it "
+            "first with fit_lens (background: true lets you follow it with job_status), pass fit_if_missing: true to "
+            "fit it here with progress, or use lens='logit' (no fit)."
+        )
+    if fit is not None:  # asked for: the first Jacobian-lens run on these weights fits the default lens (cached after)
         await kit.run_job(ctx, fit)
     trial = (template, source, target, source_answer, target_answer, layer, settings)
-    result = await kit.run(ctx, SwapTrialResult, trial_with_lens, lens, lens_path, *trial)
+    result = await kit.measure(ctx, SwapTrialResult, trial_with_lens, lens, lens_path, *trial)
     if fit is not None:
         result.notes.append(f"Fitted the default Jacobian lens first ({fit.fit_seconds:.0f} s); cached at {fit.path}.")
-    return result
+    record = result.trial
+    summary = f"causal_swap_trial {source} → {target} at layer {layer}: status {record.status}."
+    return kit.finish(result, summary, [])
 
 
 async def rates_figure(kit: Toolkit, measurement: SwapBenchmarkMeasurement, title: str) -> tuple[str, ResourceLink]:
@@ -141,7 +155,7 @@ async def store_artifact(
     return link
 
 
-@family.tool()
+@family.tool(annotations=WRITES_CACHE, background=True)
 async def causal_swap_benchmark(
     ctx: ToolContext,
     corpus: Annotated[
@@ -160,6 +174,7 @@ async def causal_swap_benchmark(
     control_seeds: Seeds = [0, 1, 2, 3, 4],  # noqa: B006 - pydantic copies defaults
     control_tolerance: Tolerance = 0.1,
     require_target_known: TargetKnown = True,
+    background: Background = False,
 ) -> Annotated[CallToolResult, SwapBenchmarkResult]:
     """The causal-swap protocol over a corpus at every layer: real and control success rates with exact
     intervals, the exclusion ledger, the paired test of real edits against their controls, a figure and a
@@ -189,16 +204,25 @@ async def causal_swap_benchmark(
 
 @family.tool()
 async def verify_artifact(
-    artifact_json: Annotated[
-        str | dict[str, Any],
-        Field(description="An artifact's JSON text or object."),
-    ],
-) -> VerifyArtifactResult:
+    ctx: ToolContext,
+    artifact_uri: Annotated[str | None, Field(description="artifact://… from causal_swap_benchmark.")] = None,
+    artifact_json: Annotated[str | dict[str, Any] | None, Field(description="Or the artifact itself.")] = None,
+) -> Annotated[CallToolResult, VerifyArtifactResult]:
     """Check a causal-swap artifact's schema, definitions and SHA-256 fingerprints; names an altered block."""
-    return artifact.verify(artifact_json)
+    kit = Toolkit.of(ctx)
+    if (artifact_uri is None) == (artifact_json is None):
+        raise ToolError("Pass one of `artifact_uri` (artifact://… as a benchmark returned it) or `artifact_json`.")
+    if artifact_uri is not None:
+        with error_boundary():
+            entry = parse_uri(artifact_uri, "artifact")
+            artifact_json = kit.read_entry("artifact", entry.id).decode("utf-8")
+    assert artifact_json is not None
+    result = artifact.verify(artifact_json)
+    verdict = "valid" if result.valid else f"NOT valid: {result.message}"
+    return kit.finish(result, f"verify_artifact: {verdict}", [])
 
 
-@family.tool(annotations=WRITES_CACHE)
+@family.tool(annotations=WRITES_CACHE, background=True)
 async def fit_lens(
     ctx: ToolContext,
     texts: Annotated[
@@ -214,7 +238,8 @@ async def fit_lens(
     ] = 4,
     dim_batch: Annotated[int, Field(ge=1, le=1024, description="Output dimensions per backward pass.")] = 32,
     force: Annotated[bool, Field(description="Refit even when cached.")] = False,
-) -> FitLensResult:
+    background: Background = False,
+) -> Annotated[CallToolResult, FitLensResult]:
     """Fit (or reuse) a Jacobian lens for `lens="jacobian"`, cached by weights, texts and settings."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
@@ -227,7 +252,8 @@ async def fit_lens(
     )
     await kit.run_job(ctx, job)
     assert job.result is not None
-    return kit.with_provenance(FitLensResult, job.result, started)
+    result = kit.with_provenance(FitLensResult, job.result, started)
+    return kit.finish(result, f"fit_lens: {'reused' if result.from_cache else 'fitted'} {result.lens.path}", [])
 
 
 @family.resource(

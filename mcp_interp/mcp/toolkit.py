@@ -18,10 +18,12 @@ with a short message while its traceback goes to the server log (stderr).
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -29,15 +31,17 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, create_model
 
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.features.directions import resolve_direction_refs
-from mcp_interp.errors import InterpError
+from mcp_interp.errors import InputError, InterpError, NumericalError
+from mcp_interp.mcp.queue import JobQueue, current_job
+from mcp_interp.mcp.results import DEFAULT_TOP, compact, cut_note, summary_text
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Measurement, Provenance
 from mcp_interp.session import Session
-from mcp_interp.store import MIME_TYPES, NotFound
+from mcp_interp.store import MIME_TYPES, URI_PATTERN, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,7 @@ def error_boundary() -> Iterator[None]:
 class Toolkit:
     def __init__(self, session: Session) -> None:
         self.session = session
+        self.jobs = JobQueue(session.store)
 
     @staticmethod
     def of(ctx: ToolContext) -> Toolkit:
@@ -84,9 +89,8 @@ class Toolkit:
         """The loaded model; while it loads, report progress about once a second instead of failing."""
 
         async def report_wait(seconds: float) -> None:
-            await ctx.report_progress(
-                0, None, f"waiting for model {self.session.model_name} to finish loading ({seconds:.0f} s so far)"
-            )
+            message = f"waiting for model {self.session.model_name} to finish loading ({seconds:.0f} s so far)"
+            await self.report(ctx, 0, None, message)
 
         with error_boundary():
             return await self.session.model(on_wait=report_wait)
@@ -98,10 +102,18 @@ class Toolkit:
         with error_boundary():
             return await runner(fn, *args)
 
-    async def run(
+    async def report(self, ctx: ToolContext, done: float, total: float | None, message: str | None) -> None:
+        """Progress: to the request as notifications/progress, or — inside a background job — to the job's record."""
+        record = current_job.get()
+        if record is not None:
+            self.jobs.report(record, done, total, message)
+        else:
+            await ctx.report_progress(done, total, message)
+
+    async def measure(
         self, ctx: ToolContext, result_type: type[R], fn: Callable[..., Measurement], *args: Any, locked: bool = True
     ) -> R:
-        """The common tool body: ``fn(model, *args)`` → a measurement, returned with provenance.
+        """``fn(model, *args)`` → a measurement, with provenance.
 
         Interventions naming a stored direction (``direction://…``) get its vector here, on the model thread,
         so every tool that takes an ``intervention`` accepts one."""
@@ -113,6 +125,20 @@ class Toolkit:
 
         measurement = await self.call(measure, model, *args, locked=locked)
         return self.with_provenance(result_type, measurement, started)
+
+    async def run(
+        self,
+        ctx: ToolContext,
+        result_type: type[R],
+        fn: Callable[..., Measurement],
+        *args: Any,
+        summary: Callable[[R], str],
+        locked: bool = True,
+        top: int = DEFAULT_TOP,
+    ) -> CallToolResult:
+        """The common tool body: ``measure``, then ``finish`` with the tool's one-line ``summary`` of the result."""
+        result = await self.measure(ctx, result_type, fn, *args, locked=locked)
+        return self.finish(result, summary(result), [], top=top)
 
     def direction_lookup(self, direction_id: str) -> bytes:
         """A stored direction's JSON by id (``NotFound``, a ``LookupError``, for an unknown one)."""
@@ -127,7 +153,7 @@ class Toolkit:
             total = job.total_steps()
 
             async def progress(done: int, message: str) -> None:
-                await ctx.report_progress(done, total, message)
+                await self.report(ctx, done, total, message)
 
             await self.session.run_steps(job.steps(), progress)
 
@@ -155,26 +181,74 @@ class Toolkit:
             png = await self.session.render(render, *args)
         return self.store("figure", png, title)
 
-    def store(self, kind: str, data: bytes, name: str) -> tuple[str, ResourceLink]:
-        """Store ``data`` as a new entry of ``kind`` (figure, report, artifact); its URI and a resource link."""
-        stored = self.session.store.put(kind, data)
+    def store(self, kind: str, data: bytes, name: str, references: list[str] | None = None) -> tuple[str, ResourceLink]:
+        """Store ``data`` as a new entry of ``kind`` (figure, report, artifact, …) that keeps the stored entries it
+        ``references`` alive; its URI and a resource link."""
+        stored = self.session.store.put(kind, data, references or ())
         link = ResourceLink(type="resource_link", uri=stored.uri, name=name, mime_type=MIME_TYPES[kind], size=len(data))
         return stored.uri, link
 
     def read(self, kind: str, entry_id: str) -> bytes:
-        """A stored entry's bytes for a resource read; an unknown or malformed id is a resource error."""
+        """A stored entry's bytes for a resource read; an unknown, evicted or malformed id is a resource error."""
         try:
             return self.session.store.get(kind, entry_id)
         except NotFound as exc:
             raise ResourceError(str(exc)) from exc
 
-    @staticmethod
-    def finish(result: BaseModel, summary: str, links: list[ResourceLink]) -> CallToolResult:
-        """A result with a one-paragraph summary and resource links as content, the result as structured content."""
+    def read_entry(self, kind: str, entry_id: str) -> bytes:
+        """A stored entry's bytes for a tool (a handle passed back in); unknown or evicted ids are input errors."""
+        try:
+            return self.session.store.get(kind, entry_id)
+        except NotFound as exc:
+            raise InputError(str(exc)) from None
+
+    def finish(
+        self, result: BaseModel, summary: str, links: list[ResourceLink], top: int = DEFAULT_TOP
+    ) -> CallToolResult:
+        """A result sized for a context window (``results.compact``: when anything is cut, the complete result is
+        stored as ``result://`` and named), with a short summary and resource links as content. A result holding a
+        non-finite number would violate its own schema: that is a tool error naming where, never a result."""
+        with error_boundary():
+            require_finite(result.model_dump(mode="python"), "")
+        data, cut = compact(result, top)
+        if cut:
+            full = result.model_copy(update={"notes": [*getattr(result, "notes", [])]})
+            uri, link = self.store("result", full.model_dump_json().encode(), "complete result",
+                                   [u for u in iter_uris(data) if u != data.get("result_uri")])  # fmt: skip
+            data["result_uri"] = uri
+            data.setdefault("notes", []).append(cut_note(cut, uri))
+            links = [*links, link]
         return CallToolResult(
-            content=[TextContent(type="text", text=summary), *links],
-            structured_content=result.model_dump(mode="json"),
+            content=[TextContent(type="text", text=summary_text(summary)), *links], structured_content=data
         )
+
+
+def require_finite(value: Any, path: str) -> None:
+    """Raise ``NumericalError`` at the first NaN or infinity in a result (a JSON number cannot be either, and null
+    would break the result's own schema)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise NumericalError(
+            f"The measurement produced a non-finite number ({value}) at `{path or 'result'}`: the inputs are "
+            "degenerate for it (e.g. identical clean and corrupt prompts, a zero gap, or a constant label). Change the "
+            "inputs; the message of the measurement's own check, where it has one, says which."
+        )
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            require_finite(sub, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list | tuple):
+        for index, sub in enumerate(value):
+            require_finite(sub, f"{path}[{index}]")
+
+
+def iter_uris(value: Any) -> list[str]:
+    """Every stored-entry URI a result names (its figures, directions, artifacts), so its stored copy keeps them."""
+    if isinstance(value, str):
+        return [value] if URI_PATTERN.fullmatch(value) else []
+    if isinstance(value, dict):
+        return [uri for sub in value.values() for uri in iter_uris(sub)]
+    if isinstance(value, list):
+        return [uri for sub in value for uri in iter_uris(sub)]
+    return []
 
 
 ToolContext = Context[Toolkit, Any]
@@ -182,9 +256,10 @@ ToolContext = Context[Toolkit, Any]
 
 
 def tool_arguments(values: dict[str, Any]) -> dict[str, Any]:
-    """A tool's own arguments from its ``locals()`` at its first line (everything but the context): the tools whose
-    parameters are exactly their job's fields pass them on as ``Job(model=model, **arguments)``."""
-    return {name: value for name, value in values.items() if name != "ctx"}
+    """A tool's own arguments from its ``locals()`` at its first line (all but the context and the result-shaping
+    ``top`` and ``background``): the tools whose parameters are their job's fields pass them on as
+    ``Job(model=model, **arguments)``."""
+    return {name: value for name, value in values.items() if name not in ("ctx", "top", "background")}
 
 
 def view_uri(view: str) -> str:
@@ -205,16 +280,23 @@ class Family:
         self.tools: list[Callable[..., Any]] = []
         self._registrations: list[Callable[[MCPServer[Any]], object]] = []
 
-    def tool(self, annotations: ToolAnnotations = READ_ONLY, view: str | None = None) -> Callable[[F], F]:
+    def tool(
+        self, annotations: ToolAnnotations = READ_ONLY, view: str | None = None, background: bool = False
+    ) -> Callable[[F], F]:
         """Declare a tool; ``view`` names the MCP Apps view (``ui://mcp-interp/<view>``) hosts may render its
-        result in (``_meta.ui.resourceUri``, and the older flat key ``ui/resourceUri`` for hosts that read it)."""
+        result in (``_meta.ui.resourceUri``, and the older flat key ``ui/resourceUri`` for hosts that read it).
+        ``background``: the tool takes ``background: true`` to run as a job (``queue``) and return its handle at
+        once; its published output schema then admits that handle (``background_output``)."""
         meta = None if view is None else {"ui": {"resourceUri": view_uri(view)}, "ui/resourceUri": view_uri(view)}
 
         def declare(fn: F) -> F:
             self.tools.append(fn)
+            target = in_background(fn) if background else fn
 
             def add(server: MCPServer[Any]) -> None:
-                server.add_tool(fn, annotations=annotations, meta=meta)
+                server.add_tool(target, annotations=annotations, meta=meta)
+                if background:
+                    admit_job_handles(server, fn.__name__)
                 compact_tool_schemas(server, fn.__name__)
 
             self._registrations.append(add)
@@ -241,26 +323,50 @@ class Family:
             add(server)
 
 
-def compact_schema(schema: Any, shared: frozenset[str] = frozenset()) -> Any:
-    """A JSON schema without pydantic's ``title`` keywords (they restate the property names) and, inside the
-    definitions named in ``shared``, without descriptions (shared output types are described once, in the server's
-    instructions and the README). Property *names* are kept whatever they are called, "title" included."""
+def compact_schema(schema: Any, shared: frozenset[str] = frozenset(), output: bool = False) -> Any:
+    """A JSON schema, equivalent for validation, in fewer bytes: without pydantic's ``title`` keywords (they restate
+    the property names); ``anyOf`` of plain types as one ``type`` list (``{"type": ["number", "null"]}``); in an
+    output schema without ``default`` (a result states every value) and, inside the definitions named in ``shared``,
+    without descriptions (shared output types are described once, in the server's instructions and the README).
+    Property *names* are kept whatever they are called, "title" included."""
     if isinstance(schema, list):
-        return [compact_schema(item, shared) for item in schema]
+        return [compact_schema(item, shared, output) for item in schema]
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key == "title" and not isinstance(value, dict):
+        if (key == "title" and not isinstance(value, dict)) or (output and key == "default"):
             continue
         if key == "properties":
-            out[key] = {name: compact_schema(sub, shared) for name, sub in value.items()}
+            out[key] = {name: compact_schema(sub, shared, output) for name, sub in value.items()}
         elif key == "$defs":
-            out[key] = {name: compact_schema(_undescribed(sub) if name in shared else sub, shared)
-                        for name, sub in value.items()}  # fmt: skip
+            out[key] = {
+                name: compact_schema(_undescribed(sub) if name in shared else sub, shared, output)
+                for name, sub in value.items()
+            }
         else:
-            out[key] = compact_schema(value, shared)
+            out[key] = compact_schema(value, shared, output)
+    branches = out.get("anyOf")
+    if isinstance(branches, list) and branches and all(isinstance(b, dict) and set(b) == {"type"} for b in branches):
+        types: list[Any] = []
+        for branch in branches:
+            types += branch["type"] if isinstance(branch["type"], list) else [branch["type"]]
+        out.pop("anyOf")
+        out["type"] = types
     return out
+
+
+def optional_by_absence(schema: dict[str, Any]) -> dict[str, Any]:
+    """An input schema whose optional arguments (``default: null``) are optional by being absent: the ``null``
+    branch and the default go (an argument left out is None; the server still accepts an explicit null)."""
+    properties = {}
+    for name, sub in schema.get("properties", {}).items():
+        if isinstance(sub, dict) and "default" in sub and sub["default"] is None and "anyOf" in sub:
+            branches = [b for b in sub["anyOf"] if b != {"type": "null"}]
+            sub = {k: v for k, v in sub.items() if k not in ("anyOf", "default")}
+            sub = {**branches[0], **sub} if len(branches) == 1 else {"anyOf": branches, **sub}
+        properties[name] = sub
+    return {**schema, "properties": properties}
 
 
 def _undescribed(schema: Any) -> Any:
@@ -278,7 +384,11 @@ def _undescribed(schema: Any) -> Any:
     }
 
 
-SHARED_OUTPUT_TYPES = frozenset({"ModelRef", "Score"})
+SHARED_OUTPUT_TYPES = frozenset({"Score"})
+# Every result carries the ModelRef of the weights that produced it; its shape is published once, in model_info's
+# schema (and in the README), and elsewhere as an object.
+MODEL_REF = {"type": "object", "description": "Which weights produced this (name, source, fingerprint, dtype, "
+             "device, versions), as in model_info."}  # fmt: skip
 
 
 def compact_tool_schemas(server: MCPServer[Any], name: str) -> None:
@@ -287,7 +397,51 @@ def compact_tool_schemas(server: MCPServer[Any], name: str) -> None:
     ``tests/server/test_surface.py`` fails if it stops taking effect."""
     tool = server._tool_manager.get_tool(name)
     assert tool is not None, name
-    tool.parameters = compact_schema(tool.parameters)
+    tool.parameters = compact_schema(optional_by_absence(tool.parameters))
     if tool.fn_metadata.output_schema is not None:
-        tool.fn_metadata.output_schema = compact_schema(tool.fn_metadata.output_schema, SHARED_OUTPUT_TYPES)
+        schema = compact_schema(tool.fn_metadata.output_schema, SHARED_OUTPUT_TYPES, output=True)
+        if name != "model_info" and "ModelRef" in schema.get("$defs", {}):
+            schema["$defs"]["ModelRef"] = MODEL_REF
+        tool.fn_metadata.output_schema = schema
         tool.__dict__.pop("output_schema", None)  # the record caches the schema it first read
+
+
+def in_background(fn: Callable[..., Awaitable[CallToolResult]]) -> Callable[..., Awaitable[CallToolResult]]:
+    """``fn`` that, called with ``background=True``, queues its own foreground run as a job and returns the job's
+    status at once (the same arguments, the same code path, the result kept for ``job_status``)."""
+
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> CallToolResult:
+        if not kwargs.get("background"):
+            return await fn(*args, **kwargs)
+        kit = Toolkit.of(kwargs["ctx"])
+        status = kit.jobs.start(fn.__name__, lambda: fn(*args, **{**kwargs, "background": False}))
+        estimate = f" The last run of {fn.__name__} here took {status.estimate_s:.0f} s." if status.estimate_s else ""
+        text = f"{fn.__name__} queued as {status.job_uri} (position {status.queue_position}).{estimate}"
+        data = {"job": status.model_dump(mode="json"), "notes": [f"Follow it with job_status('{status.job_uri}')."]}
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+    return run
+
+
+def admit_job_handles(server: MCPServer[Any], name: str) -> None:
+    """Let the tool's result be a job handle too: a background call returns only ``job`` and ``notes``, a foreground
+    one the full result. The published schema is the result's own with nothing required at its root and a ``job``
+    object; results are validated against the result's model with every field optional (the fields' own types are
+    unchanged, so a foreground result is still checked field by field)."""
+    tool = server._tool_manager.get_tool(name)
+    assert tool is not None and tool.fn_metadata.output_model is not None, name
+    model = tool.fn_metadata.output_model
+    schema = dict(tool.fn_metadata.output_schema or {})
+    schema.pop("required", None)
+    schema["properties"] = {**schema.get("properties", {}), "job": {"type": "object", "description": JOB_DESCRIPTION}}
+    fields: dict[str, Any] = {
+        field_name: (info.annotation | None, Field(default=None)) for field_name, info in model.model_fields.items()
+    }
+    fields["job"] = (dict[str, Any] | None, Field(default=None))
+    tool.fn_metadata.output_model = create_model(f"{model.__name__}OrJob", **fields)
+    tool.fn_metadata.output_schema = schema
+    tool.__dict__.pop("output_schema", None)
+
+
+JOB_DESCRIPTION = "Only with background: true — the job's status (job_status); the result's fields are then absent."

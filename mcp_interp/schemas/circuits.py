@@ -31,6 +31,8 @@ class NodeScore(BaseModel):
 
 
 class EdgeAttributionMeasurement(Measurement):
+    RANKED = ("edges", "nodes")
+
     method: Literal["eap", "eap-ig"]
     ig_steps: int = Field(description="Gradient runs averaged (1 for eap).")
     granularity: Literal["edge", "node"]
@@ -122,13 +124,15 @@ class SearchStep(BaseModel):
 
 
 class FindCircuitMeasurement(Measurement):
+    RANKED = ("edges",)
+
     target: float
     ablation: Literal["corrupt", "mean"]
     n_edges: int = Field(description="Edges in the circuit found (the smallest top-k reaching the target).")
     total_edges: int
     clean_logit_diff: Score
     corrupt_logit_diff: Score
-    edges: list[EdgeScore] = Field(description="The circuit's edges with their attribution scores (at most 2000).")
+    edges: list[EdgeScore] = Field(description="The circuit's edges by |attribution score|.")
     faithfulness: Score = Field(description="The circuit's exact faithfulness (recovered fraction), per example.")
     random_baseline: list[float | None] = Field(description="Random circuits of the same size, seeded.")
     random_mean: float | None

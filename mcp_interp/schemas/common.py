@@ -9,7 +9,7 @@ nothing from the rest of the project, so ``core/`` and the adapters can both dep
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -36,11 +36,15 @@ class ModelRef(BaseModel):
 
 
 class Measurement(BaseModel):
-    notes: list[str] = Field(
-        default_factory=list,
-        description="Warnings a careful reader needs before citing the numbers (e.g. the "
-        "correct answer was not the model's top-1, ranks are saturated at 0).",
-    )
+    """The measured part of a result. ``RANKED`` names its list fields ordered best first (a returned result keeps
+    their top N); ``BULKY`` its optional fields a result over the size budget returns as null (the complete result
+    is then stored, ``result_uri``)."""
+
+    RANKED: ClassVar[tuple[str, ...]] = ()
+    BULKY: ClassVar[tuple[str, ...]] = ()
+
+    notes: list[str] = Field(default_factory=list, description="Read before citing a number.")
+    result_uri: str | None = Field(default=None, description="result://…: the complete result, when this one is cut.")
 
 
 class Provenance(BaseModel):
@@ -79,10 +83,10 @@ METHOD_DESCRIPTION = "zero; mean: batch mean at the same position; resample: ano
 
 
 class Intervention(BaseModel):
-    """Components removed from the measured run."""
+    """Components removed from the measured run (the fields of ``ablate``; described in the server's instructions)."""
 
-    ablate: list[TargetSpec] = Field(description=TARGETS_DESCRIPTION)
-    method: AblationMethod = Field(default="zero", description=METHOD_DESCRIPTION)
+    ablate: list[TargetSpec]
+    method: AblationMethod = "zero"
     positions: PositionsSpec = "all"
     seed: int = 0
 

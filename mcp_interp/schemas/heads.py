@@ -43,6 +43,9 @@ class VerifiedHead(BaseModel):
 
 
 class PatchHeadsMeasurement(Measurement):
+    RANKED = ("heads",)
+    BULKY = ("patched_logit_diff",)
+
     method: Literal["exact", "attribution"]
     approximate: bool = Field(description="True for attribution patching (a first-order estimate).")
     direction: Literal["denoise", "noise"] = Field(
@@ -63,7 +66,7 @@ class PatchHeadsMeasurement(Measurement):
     scores: list[list[float | None]] = Field(
         description="[n_layers][n_heads] score (see HeadScore.score); null for heads not evaluated."
     )
-    patched_logit_diff: list[list[float | None]] = Field(
+    patched_logit_diff: list[list[float | None]] | None = Field(
         description="[n_layers][n_heads] mean patched logit difference."
     )
     heads: list[HeadScore] = Field(description="Evaluated heads sorted by |score|, largest first.")

@@ -81,11 +81,13 @@ class AttendedToken(BaseModel):
 
 
 class AttentionMeasurement(Measurement):
+    BULKY = ("pattern",)
+
     prompt: str
     layer: int
     head: int
     tokens: list[str]
-    pattern: list[list[float]] = Field(description="[query][key] attention weights (causal: key ≤ query).")
+    pattern: list[list[float]] | None = Field(description="[query][key] attention weights (causal: key ≤ query).")
     answer_position: int
     top_attended: list[AttendedToken] = Field(description="Keys the answer position attends to most.")
     figure_uri: str | None = None
@@ -99,6 +101,8 @@ class AttentionResult(Provenance, AttentionMeasurement):
 
 
 class InductionMeasurement(Measurement):
+    RANKED = ("heads",)
+
     seq_len: int
     n_seqs: int
     seed: int

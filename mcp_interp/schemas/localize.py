@@ -42,6 +42,9 @@ class VerifiedCell(BaseModel):
 
 
 class PatchMeasurement(Measurement):
+    RANKED = ("cells",)
+    BULKY = ("head_patched", "head_scores", "patched")
+
     component: Component
     method: Literal["exact", "attribution"]
     approximate: bool = Field(description="True for attribution (a first-order gradient estimate).")
@@ -73,9 +76,7 @@ class PatchMeasurement(Measurement):
     head_patched: list[list[list[float | None]]] | None = Field(
         default=None, description="[layer][head][position] mean patched metric, same layout as `head_scores`."
     )
-    cells: list[PatchCell] = Field(
-        description="The top cells by |score| (all cells for mlp_neurons), per-example values for the top 10."
-    )
+    cells: list[PatchCell] = Field(description="Cells by |score|, per-example values for the top 10.")
     verified: list[VerifiedCell] | None = Field(
         default=None, description="With attribution and verify_top: exact scores of the top cells."
     )

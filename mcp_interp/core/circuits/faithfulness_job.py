@@ -28,7 +28,6 @@ from mcp_interp.schemas.circuits import (
 
 CURVE = (10, 25, 50, 100, 200)
 MAX_RANDOM = 20
-MAX_RETURNED_EDGES = 2000
 
 
 def circuit_from_names(graph: Graph, edges: Sequence[Any]) -> set[tuple[int, int]]:
@@ -208,8 +207,6 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
             f"The smallest top-k circuit reaching faithfulness {self.target} has {high} of {len(ranked)} edges "
             "(bisection over k, each step exact). Bisection assumes faithfulness grows with k: check `search`.",
         ]
-        if len(circuit) > MAX_RETURNED_EDGES:
-            notes.append(f"Only the top {MAX_RETURNED_EDGES} of the circuit's {len(circuit)} edges are listed.")
         self.result = FindCircuitMeasurement(
             target=self.target,
             ablation=self.ablation,  # type: ignore[arg-type]
@@ -217,10 +214,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
             total_edges=len(ranked),
             clean_logit_diff=metrics.score_of(ablator.clean_m),
             corrupt_logit_diff=metrics.score_of(ablator.corrupt_m),
-            edges=[
-                edge_score(self.scores, w, r, rank < TOP_WITH_EXAMPLES)
-                for rank, (w, r) in enumerate(circuit[:MAX_RETURNED_EDGES])
-            ],
+            edges=[edge_score(self.scores, w, r, rank < TOP_WITH_EXAMPLES) for rank, (w, r) in enumerate(circuit)],
             faithfulness=best,
             random_baseline=baseline,
             random_mean=_mean(baseline),

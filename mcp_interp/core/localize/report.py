@@ -15,8 +15,6 @@ from mcp_interp.core.engine.tokens import Batch, PairDiff, token_strings
 from mcp_interp.schemas.common import Score
 from mcp_interp.schemas.localize import PatchCell, PatchMeasurement, PositionToken, VerifiedCell
 
-TOP_CELLS = 20
-
 
 @dataclass(kw_only=True)
 class PatchReport:
@@ -80,8 +78,6 @@ class PatchReport:
                 grid[cell.layer][cell.position] = value
                 patched_grid[cell.layer][cell.position] = float(row.mean())
         order = ranked_scores(patched, clean_m, corrupt_m, self.direction)
-        if self.component != "mlp_neurons":
-            order = order[:TOP_CELLS]
         rows = []
         for rank, i in enumerate(order):
             cell = cells[i]

@@ -1,0 +1,72 @@
+"""Job tools: ``job_status`` and ``job_cancel`` follow the ``job://`` handle a long tool returns when called with
+``background: true`` (the queue is ``mcp.queue``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from mcp_interp.errors import InputError
+from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, error_boundary
+from mcp_interp.schemas.jobs import JobStatus
+from mcp_interp.store import NotFound
+
+family = Family("jobs")
+
+JobUri = Annotated[str, Field(description="job://… from a call with background: true.")]
+
+
+def status_summary(status: JobStatus) -> str:
+    progress = ""
+    if status.progress is not None and status.progress.total:
+        progress = f", step {status.progress.done:g} of {status.progress.total:g}: {status.progress.message}"
+    where = f", {status.queue_position} ahead" if status.queue_position else ""
+    done = f"; result in `result`{f' and {status.result_uri}' if status.result_uri else ''}" if status.result else ""
+    error = f": {status.error}" if status.error else ""
+    return f"{status.tool} {status.job_uri}: {status.state}{where}{progress}{done}{error}"
+
+
+@family.tool()
+async def job_status(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult, JobStatus]:
+    """A job's state, progress, elapsed time and, once done, its result."""
+    kit = Toolkit.of(ctx)
+    with error_boundary():
+        try:
+            status = kit.jobs.status(job)
+        except NotFound as exc:
+            raise_input(exc)
+    return kit.finish(status, status_summary(status), [])
+
+
+@family.tool()
+async def job_cancel(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult, JobStatus]:
+    """Cancel a job: a queued one never runs; a running one stops at its next step and frees the model."""
+    kit = Toolkit.of(ctx)
+    with error_boundary():
+        try:
+            status = await kit.jobs.cancel(job)
+        except NotFound as exc:
+            raise_input(exc)
+    return kit.finish(status, status_summary(status), [])
+
+
+def raise_input(exc: NotFound) -> NoReturn:
+    raise InputError(str(exc)) from None
+
+
+@family.resource(
+    "job://{job_id}",
+    name="job",
+    description="A job's record (JSON: the same as job_status).",
+    mime_type="application/json",
+)
+def job_record(job_id: str, ctx: ToolContext) -> str:
+    kit = Toolkit.of(ctx)
+    with error_boundary():
+        try:
+            return kit.jobs.status(f"job://{job_id}").model_dump_json()
+        except NotFound as exc:
+            raise ResourceError(str(exc)) from exc

@@ -1,0 +1,90 @@
+"""Results sized for a context window: what a tool returns, and where the rest is.
+
+An assistant reads a tool's structured content into a finite context (Claude Code warns above 10k tokens and
+truncates above 25k), so every result is cut to fit while nothing is lost:
+
+1. ranked lists a result declares (``Measurement.RANKED``: heads, edges, cells — ordered best first) keep their
+   top ``top`` items (20 unless the call says otherwise);
+2. if the structured content is still over ``BUDGET`` bytes, the bulky fields a result declares
+   (``Measurement.BULKY``: grids a figure already shows, per-token arrays) become null;
+3. if it is *still* over, the longest remaining list of rows anywhere in it is halved until it fits.
+
+Whenever anything was cut, the complete result is stored as ``result://{id}`` (JSON, one ``resources/read``
+away), the returned one names it in ``result_uri``, and a note says what was cut and where the rest is. The text
+block beside it is always a short summary, never a JSON dump (``summary_text``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+BUDGET = 16_000  # bytes of structured content, as JSON
+SUMMARY_LIMIT = 2_000  # characters of the text block
+DEFAULT_TOP = 20
+
+
+def size(data: Any) -> int:
+    return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], list[str]]:
+    """The result as JSON cut to fit (see the module docstring), and what was cut, in words."""
+    data = result.model_dump(mode="json")
+    cut: list[str] = []
+    for name in getattr(type(result), "RANKED", ()):
+        rows = data.get(name)
+        if isinstance(rows, list) and len(rows) > top:
+            data[name] = rows[:top]
+            cut.append(f"`{name}`: the top {top} of {len(rows)}")
+    if size(data) > BUDGET:
+        for name in getattr(type(result), "BULKY", ()):
+            if data.get(name) is not None:
+                data[name] = None
+                cut.append(f"`{name}` (null here)")
+                if size(data) <= BUDGET:
+                    break
+    while size(data) > BUDGET:
+        found = _longest_rows(data, "")
+        if found is None:
+            break
+        path, rows = found
+        keep = max(1, len(rows) // 2)
+        del rows[keep:]
+        cut.append(f"`{path}`: its first {keep}")
+    return data, cut
+
+
+def _longest_rows(node: Any, path: str) -> tuple[str, list[Any]] | None:
+    """The list of two or more objects (or lists) with the most JSON bytes in ``node``, and its path."""
+    best: tuple[int, str, list[Any]] | None = None
+
+    def visit(value: Any, where: str) -> None:
+        nonlocal best
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                if key not in ("model", "notes"):
+                    visit(sub, f"{where}.{key}" if where else key)
+        elif isinstance(value, list):
+            if len(value) > 1 and all(isinstance(v, dict | list) for v in value):
+                weight = size(value)
+                if best is None or weight > best[0]:
+                    best = (weight, where, value)
+            for index, sub in enumerate(value[:1]):
+                visit(sub, f"{where}[{index}]")
+
+    visit(node, path)
+    return None if best is None else (best[1], best[2])
+
+
+def cut_note(cut: list[str], uri: str) -> str:
+    return f"Cut to fit a context window ({'; '.join(cut)}); the complete result is {uri} (resources/read)."
+
+
+def summary_text(summary: str) -> str:
+    """The text block: the tool's one-paragraph summary, never longer than ``SUMMARY_LIMIT`` characters."""
+    if len(summary) <= SUMMARY_LIMIT:
+        return summary
+    return summary[: SUMMARY_LIMIT - 40].rstrip() + " … (see the structured result)"
