@@ -41,8 +41,12 @@ EXPECTED_TOOLS = {
     "causal_swap_benchmark",
     "verify_artifact",
     "fit_lens",
+    "job_status",
+    "job_cancel",
 }
-WRITING_TOOLS = {"fit_lens"}  # writes its lens to the cache folder; every other tool is read-only
+# fit_lens and the causal-swap tools write a lens to the cache folder (and the benchmark its artifact); job_cancel
+# stops a job. Every other tool is read-only.
+WRITING_TOOLS = {"fit_lens", "causal_swap_trial", "causal_swap_benchmark", "job_cancel"}
 
 # Three IOI-style minimal pairs in `tiny`'s word-level vocabulary, all of equal length (14 tokens).
 IOI_CLEAN = [

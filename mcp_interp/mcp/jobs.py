@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, NoReturn
 
 from mcp.server.mcpserver.exceptions import ResourceError
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from mcp_interp.errors import InputError
@@ -15,6 +15,9 @@ from mcp_interp.schemas.jobs import JobStatus
 from mcp_interp.store import NotFound
 
 family = Family("jobs")
+CONTROLS_JOBS = ToolAnnotations(
+    read_only_hint=False, idempotent_hint=True, open_world_hint=False, destructive_hint=False
+)
 
 JobUri = Annotated[str, Field(description="job://… from a call with background: true.")]
 
@@ -41,7 +44,7 @@ async def job_status(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult,
     return kit.finish(status, status_summary(status), [])
 
 
-@family.tool()
+@family.tool(annotations=CONTROLS_JOBS)
 async def job_cancel(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult, JobStatus]:
     """Cancel a job: a queued one never runs; a running one stops at its next step and frees the model."""
     kit = Toolkit.of(ctx)

@@ -13,7 +13,7 @@ from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import AblationSpec, AnyOf, Intervention
+from mcp_interp.schemas.common import AnyOf, Intervention
 
 PROMPTS = ["when mary and john went to the store , john gave a drink", "when tom went to the park"]
 LONG = " to mary"  # two tokens under the tiny tokenizer: ' to' + ' mary' (checked below)
@@ -84,13 +84,13 @@ def test_sequences_under_an_intervention_and_in_ablate(tiny: LoadedModel) -> Non
         return z
 
     hooks = [("blocks.1.attn.hook_z", zero_head)]
-    spec = Intervention(ablate=AblationSpec(heads="L1H1"))
+    spec = Intervention(ablate=["L1H1"])
     measured = readouts.logit_diff(tiny, PROMPTS, LONG, " to john", spec)
     for prompt, example in zip(PROMPTS, measured.examples, strict=True):
         good = hand_sequence_log_prob(tiny, prompt, LONG, hooks)
         bad = hand_sequence_log_prob(tiny, prompt, " to john", hooks)
         assert example.logit_diff == pytest.approx(good - bad, abs=1e-5)
-    outcome = ablate(tiny, PROMPTS, AblationSpec(targets=["L1H1"]), LONG, " to john")
+    outcome = ablate(tiny, PROMPTS, Intervention(ablate=["L1H1"]), LONG, " to john")
     assert outcome.after.logit_diff is not None and outcome.before.logit_diff is not None
     assert outcome.after.logit_diff.per_example == pytest.approx(measured.logit_diff.per_example, abs=1e-6)
     plain = readouts.logit_diff(tiny, PROMPTS, LONG, " to john")

@@ -242,12 +242,12 @@ def test_probe_job_directions_are_unit_vectors_with_their_statistics(tiny: Loade
 
 def test_direction_ablation_equals_a_hand_projection_hook(tiny: LoadedModel) -> None:
     from mcp_interp.core.localize.ablate import ablate
-    from mcp_interp.schemas.common import AblationSpec
+    from mcp_interp.schemas.common import Intervention
 
     prompts = ["when mary and john went to the store , john gave a drink to"] * 2
     vector = torch.randn(64, generator=torch.Generator().manual_seed(5))
     unit = vector / vector.norm()
-    spec = AblationSpec(targets=[{"layer": 1, "direction": vector.tolist()}])  # type: ignore[list-item]
+    spec = Intervention(ablate=[{"layer": 1, "direction": vector.tolist()}])  # type: ignore[list-item]
     result = ablate(tiny, prompts, spec, "mary", "john")
 
     def project_out(resid: torch.Tensor, hook: Any) -> torch.Tensor:
@@ -297,20 +297,20 @@ def test_direction_ablation_equals_a_hand_projection_hook(tiny: LoadedModel) -> 
 
 def test_directions_sharing_a_layer_are_kept_apart_and_orthonormalised(tiny: LoadedModel) -> None:
     from mcp_interp.core.engine.interventions import ablation_from_spec
-    from mcp_interp.schemas.common import AblationSpec
+    from mcp_interp.schemas.common import Intervention
 
     first, second = [1.0] + [0.0] * 63, [1.0, 1.0] + [0.0] * 62
-    spec = AblationSpec(targets=[{"layer": 2, "direction": first}, {"layer": 2, "direction": second}])  # type: ignore[list-item]
+    spec = Intervention(ablate=[{"layer": 2, "direction": first}, {"layer": 2, "direction": second}])  # type: ignore[list-item]
     ablation = ablation_from_spec(spec, tiny.bridge.cfg, tiny)
     assert ablation is not None and len(ablation.targets) == 2
     vectors = [t.direction for t in ablation.targets]
     assert vectors[0] is not None and vectors[1] is not None
     assert vectors[0].tolist() == first and vectors[1].tolist() == [0.0, 1.0] + [0.0] * 62
-    duplicate = AblationSpec(targets=[{"layer": 2, "direction": first}, {"layer": 2, "direction": [2.0] + [0.0] * 63}])  # type: ignore[list-item]
+    duplicate = Intervention(ablate=[{"layer": 2, "direction": first}, {"layer": 2, "direction": [2.0] + [0.0] * 63}])  # type: ignore[list-item]
     deduplicated = ablation_from_spec(duplicate, tiny.bridge.cfg, tiny)
     assert deduplicated is not None and len(deduplicated.targets) == 1  # the same unit vector twice
     third = [0.0, 3.0] + [0.0] * 62
-    same = AblationSpec(targets=[{"layer": 2, "direction": v} for v in (first, second, third)])  # type: ignore[misc]
+    same = Intervention(ablate=[{"layer": 2, "direction": v} for v in (first, second, third)])  # type: ignore[misc]
     with pytest.raises(InputError, match="linearly dependent"):
         ablation_from_spec(same, tiny.bridge.cfg, tiny)
 
@@ -366,9 +366,9 @@ def test_stored_directions_are_checked_against_the_loaded_weights(tiny: LoadedMo
         load_direction("figure://" + "a" * 32, missing, tiny)
 
     from mcp_interp.core.features.directions import resolve_direction_refs
-    from mcp_interp.schemas.common import AblationSpec
+    from mcp_interp.schemas.common import Intervention
 
-    elsewhere = AblationSpec(targets=[{"layer": 1, "direction": "direction://" + "a" * 32}])  # type: ignore[list-item]
+    elsewhere = Intervention(ablate=[{"layer": 1, "direction": "direction://" + "a" * 32}])  # type: ignore[list-item]
     with pytest.raises(InputError, match="fitted on layer 2's resid_post, but the target names layer 1"):
         resolve_direction_refs(elsewhere, lambda _id: data, tiny)
 

@@ -15,7 +15,7 @@ from mcp import Client
 from mcp_interp.core.engine.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import AblationSpec
+from mcp_interp.schemas.common import Intervention
 from tests.features.test_sae import TEXT, mean_ce, random_weights, write_sae
 from tests.helpers import assert_valid_structured, error_text, tools_by_name
 
@@ -50,7 +50,7 @@ def test_feature_ablation_equals_a_hand_hook(
     weights = random_weights(32, seed=4)
     folder = write_sae(tmp_path / "sae", weights, hook=hook)
     features = [3, 17, 29]
-    spec = AblationSpec(targets=[{"sae": folder, "features": features}])  # type: ignore[list-item]
+    spec = Intervention(ablate=[{"sae": folder, "features": features}])  # type: ignore[list-item]
     result = ablate(tiny, PROMPTS, spec, "mary", "john")
     ids = encode(tiny.tokenizer, PROMPTS).input_ids
     good, bad = (tiny.tokenizer.convert_tokens_to_ids(w) for w in ("mary", "john"))
@@ -69,16 +69,16 @@ def test_feature_ablation_under_loss_and_resid_mid_refused(tiny: LoadedModel, tm
 
     weights = random_weights(16, seed=2)
     folder = write_sae(tmp_path / "post", weights, hook="blocks.2.hook_resid_post")
-    spec = AblationSpec(targets=[{"sae": folder, "features": [0, 5]}])  # type: ignore[list-item]
-    measured = text_losses(tiny, [TEXT], Intervention(ablate=spec))
+    spec = Intervention(ablate=[{"sae": folder, "features": [0, 5]}])  # type: ignore[list-item]
+    measured = text_losses(tiny, [TEXT], spec)
     by_hand = mean_ce(tiny, TEXT, [("blocks.2.hook_out", hand_ablation_hook(weights, [0, 5]))])
     assert measured.mean_loss == pytest.approx(by_hand, abs=1e-5)
 
     mid = write_sae(tmp_path / "mid", weights, hook="blocks.1.hook_resid_mid")
     with pytest.raises(InputError, match="resid_mid are not supported"):
-        text_losses(tiny, [TEXT], Intervention(ablate=AblationSpec(targets=[{"sae": mid, "features": [0]}])))  # type: ignore[list-item]
+        text_losses(tiny, [TEXT], Intervention(ablate=[{"sae": mid, "features": [0]}]))  # type: ignore[list-item]
     with pytest.raises(InputError, match=r"feature ids 0\.\.15"):
-        text_losses(tiny, [TEXT], Intervention(ablate=AblationSpec(targets=[{"sae": folder, "features": [16]}])))  # type: ignore[list-item]
+        text_losses(tiny, [TEXT], Intervention(ablate=[{"sae": folder, "features": [16]}]))  # type: ignore[list-item]
 
 
 def test_steering_along_a_feature_adds_its_decoder_row(tiny: LoadedModel, tmp_path: Path) -> None:

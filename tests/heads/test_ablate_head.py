@@ -10,7 +10,7 @@ from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import AblationSpec, Intervention
+from mcp_interp.schemas.common import Intervention
 from tests.conftest import CARRIER
 from tests.helpers import IOI_CLEAN as CLEAN
 from tests.helpers import IOI_CORRECT as CORRECT
@@ -33,11 +33,11 @@ def test_known_answer_ablation_removes_exactly_the_carriers_information(one_head
 
 
 def test_intervention_in_metric_tools_equals_ablate_head(tiny: LoadedModel) -> None:
-    spec = AblationSpec(heads=["L1H2", "L2H0"], method="mean")
+    spec = Intervention(ablate=["L1H2", "L2H0"], method="mean")
     ablated = ablate_heads(tiny, CLEAN, Ablation([Head(1, 2), Head(2, 0)], "mean"), CORRECT, INCORRECT)
-    via_ld = readouts.logit_diff(tiny, CLEAN, CORRECT, INCORRECT, Intervention(ablate=spec))
-    via_kl = readouts.kl(tiny, CLEAN, intervention=Intervention(ablate=spec))
-    via_rank = readouts.answer_rank(tiny, CLEAN, CORRECT, Intervention(ablate=spec))
+    via_ld = readouts.logit_diff(tiny, CLEAN, CORRECT, INCORRECT, spec)
+    via_kl = readouts.kl(tiny, CLEAN, intervention=spec)
+    via_rank = readouts.answer_rank(tiny, CLEAN, CORRECT, spec)
     assert ablated.after.logit_diff is not None
     assert via_ld.logit_diff.per_example == pytest.approx(ablated.after.logit_diff.per_example, abs=1e-9)
     assert via_kl.kl.per_example == pytest.approx(ablated.kl.per_example, abs=1e-9)

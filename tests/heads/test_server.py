@@ -57,7 +57,7 @@ async def test_ablate_head_and_metric_intervention_over_mcp(tiny_client: Client)
             "ablate_head",
             {
                 "prompts": CLEAN + CORRUPT,
-                "heads": ["L1H2", {"layer": 0, "head": 1}],
+                "heads": ["L1H2", "L0H1"],
                 "method": "mean",
                 "correct": "mary",
                 "incorrect": "john",
@@ -72,7 +72,7 @@ async def test_ablate_head_and_metric_intervention_over_mcp(tiny_client: Client)
                 "prompts": CLEAN + CORRUPT,
                 "correct": "mary",
                 "incorrect": "john",
-                "intervention": {"ablate": {"heads": ["L1H2", "L0H1"], "method": "mean"}},
+                "intervention": {"ablate": ["L1H2", "L0H1"], "method": "mean"},
             },
         ),
     )

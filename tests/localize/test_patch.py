@@ -18,7 +18,7 @@ from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, boot, build_tiny
-from mcp_interp.schemas.common import AblationSpec, Intervention
+from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import PatchMeasurement
 from tests.helpers import teacher_forced_reference
 
@@ -486,7 +486,7 @@ def test_loss_equals_torch_cross_entropy_per_text(tiny: LoadedModel) -> None:
 
 
 def test_loss_under_an_intervention_reports_both(tiny: LoadedModel) -> None:
-    spec = Intervention(ablate=AblationSpec(heads=["L1H2", "L2H0"], method="zero"))
+    spec = Intervention(ablate=["L1H2", "L2H0"], method="zero")
     ablated = text_losses(tiny, TEXTS, spec)
     plain = text_losses(tiny, TEXTS)
     assert ablated.clean_mean_loss == pytest.approx(plain.mean_loss, abs=1e-9)
@@ -524,7 +524,7 @@ def hand_logit_diff(model: LoadedModel, hooks: list) -> list[float]:  # type: ig
 
 
 def ablated(model: LoadedModel, targets: list, method: str = "zero", **kwargs: object) -> list[float]:  # type: ignore[type-arg]
-    spec = AblationSpec(targets=targets, method=method, **kwargs)  # type: ignore[arg-type]
+    spec = Intervention(ablate=targets, method=method, **kwargs)  # type: ignore[arg-type]
     result = ablate(model, PROMPTS, spec, CORRECT, INCORRECT)
     assert result.after.logit_diff is not None
     return result.after.logit_diff.per_example
@@ -555,7 +555,7 @@ def test_ablating_neurons_by_resampling_equals_a_hand_hook(tiny: LoadedModel) ->
         return values
 
     expected = hand_logit_diff(tiny, [("blocks.1.mlp.hook_post", resample)])
-    assert ablated(tiny, [{"layer": 1, "neurons": [77, 3]}], "resample") == pytest.approx(expected, abs=1e-5)
+    assert ablated(tiny, ["L1N77,3"], "resample") == pytest.approx(expected, abs=1e-5)
 
 
 def test_ablating_a_basis_direction_zeroes_that_coordinate(tiny: LoadedModel) -> None:
@@ -575,7 +575,7 @@ def test_ablating_a_basis_direction_zeroes_that_coordinate(tiny: LoadedModel) ->
 
 
 def test_metric_tools_accept_the_same_targets(tiny: LoadedModel) -> None:
-    spec = Intervention(ablate=AblationSpec(targets=["L1MLP", "L0H2"]))
+    spec = Intervention(ablate=["L1MLP", "L0H2"])
     measured = readouts.logit_diff(tiny, PROMPTS, CORRECT, INCORRECT, spec)
     assert measured.logit_diff.per_example == pytest.approx(ablated(tiny, ["L1MLP", "L0H2"]), abs=1e-9)
 
@@ -583,7 +583,7 @@ def test_metric_tools_accept_the_same_targets(tiny: LoadedModel) -> None:
 def test_bad_targets_say_how_to_fix_them(tiny: LoadedModel) -> None:
     cases = [
         ([{"layer": 1, "direction": [1.0, 2.0]}], "d_model = 64"),
-        ([{"layer": 1, "neurons": [128]}], "neurons 0..127"),
+        (["L1N128"], "neurons 0..127"),
         (["L7MLP"], "layers 0..2"),
         (["L1MLPX"], "form 'L<layer>H<head>'"),
         ([{"layer": 0, "direction": [0.0] * 64}], "non-zero"),
@@ -591,8 +591,8 @@ def test_bad_targets_say_how_to_fix_them(tiny: LoadedModel) -> None:
     for targets, message in cases:
         with pytest.raises(InputError, match=message):
             ablated(tiny, targets)
-    with pytest.raises(InputError, match="needs `heads` or `targets`"):
-        ablate(tiny, PROMPTS, AblationSpec(), CORRECT, INCORRECT)
+    with pytest.raises(InputError, match="needs components in `ablate`"):
+        ablate(tiny, PROMPTS, Intervention(ablate=[]), CORRECT, INCORRECT)
 
 
 def test_kl_attribution_from_the_clean_run_is_zero_and_says_why(tiny: LoadedModel) -> None:

@@ -15,7 +15,7 @@ from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import AblationSpec
+from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import PatchMeasurement
 from tests import smollm2_references as refs
 from tests.smollm2_references import CLEAN, CORRECT, INCORRECT
@@ -107,7 +107,7 @@ def test_sequence_answers_on_the_real_tokenizer(embedded: LoadedModel) -> None:
 
 
 def test_ablate_an_mlp_and_loss_on_smollm2(embedded: LoadedModel) -> None:
-    outcome = ablate(embedded, CLEAN, AblationSpec(targets=["L28MLP"]), CORRECT, INCORRECT)
+    outcome = ablate(embedded, CLEAN, Intervention(ablate=["L28MLP"]), CORRECT, INCORRECT)
 
     def zero(values: torch.Tensor, hook: object) -> torch.Tensor:
         return torch.zeros_like(values)

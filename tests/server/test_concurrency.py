@@ -30,7 +30,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("logit_diff", {"prompts": P, "correct": "mary", "incorrect": "john"}),
     ("logit_diff", {"prompts": P[:1], "correct": "john", "incorrect": "mary"}),
     ("kl", {"prompts": P[:1], "compare_prompts": [P[0].replace(", john", ", mary")]}),
-    ("kl", {"prompts": P, "intervention": {"ablate": {"heads": ["L1H1"], "method": "mean"}}}),
+    ("kl", {"prompts": P, "intervention": {"ablate": ["L1H1"], "method": "mean"}}),
     ("answer_rank", {"prompts": P, "correct": "mary"}),
     ("ablate_head", {"prompts": P, "heads": ["L0H1", "L2H2"], "correct": "mary", "incorrect": "john"}),
     ("ablate_head", {"prompts": P, "heads": "L1H0", "method": "resample", "seed": 3}),

@@ -97,7 +97,9 @@ async def test_unknown_figure_ids_are_not_found(tiny_client: Client) -> None:
         "artifact://{artifact_id}",
         "direction://{direction_id}",
         "figure://{figure_id}",
+        "job://{job_id}",
         "report://{report_id}",
+        "result://{result_id}",
     ]
     for kind in ("figure", "report", "artifact", "direction"):
         for bad in ["0" * 32, "../../etc/passwd", "x" * 5000]:

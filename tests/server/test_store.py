@@ -42,7 +42,7 @@ def test_malformed_ids_are_not_found_without_touching_files(
 
 
 def test_unknown_but_wellformed_id_is_not_found(tmp_path: Path) -> None:
-    with pytest.raises(NotFound, match="evicted"):
+    with pytest.raises(NotFound, match="was ever stored here"):
         Store(tmp_path).get("figure", "0" * 32)
 
 
