@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Bearer token required on every HTTP request (env MCP_INTERP_AUTH_TOKEN); required off loopback.",
     )
     serve.add_argument(
+        "--allow-root",
+        action="append",
+        default=None,
+        help="A folder whose files tools may read when a client names a path (SAE folders, lens files; repeatable). "
+        "Default over stdio: the working directory, the cache, the HF cache and home; over HTTP: none.",
+    )
+    serve.add_argument(
         "--allowed-host",
         action="append",
         default=[],
@@ -129,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
 
         limits.configure(limits.Limits(**{f.name: getattr(args, f.name) for f in fields(limits.Limits)}))
     if args.command == "serve":
+        from mcp_interp import paths
+
+        roots = args.allow_root if args.allow_root is not None else ([] if args.transport == "http" else None)
+        paths.configure(roots)
         return _serve(args)
     if args.command == "call":
         return _call(args)

@@ -87,6 +87,7 @@ class Store:
     def __init__(self, root: Path, max_entries: int | dict[str, int] | None = None) -> None:
         self.root = Path(root)
         self.max_entries = {kind: self._bound(kind, max_entries) for kind in KINDS}
+        self.version = 0  # entries this process has stored (a tool that moves it changed the resources list)
         for kind in KINDS:
             (self.root / kind / TOMBSTONES).mkdir(parents=True, exist_ok=True)
             self._remove_stale_temporaries(self.root / kind)
@@ -125,6 +126,7 @@ class Store:
         if refs:
             self._write(folder, f"{entry_id}{REFS_SUFFIX}", json.dumps(refs).encode())
         self._write(folder, f"{entry_id}{suffix}", data)
+        self.version += 1
         self._evict(kind)
         return Stored(kind, entry_id)
 

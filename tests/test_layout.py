@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "mcp_interp.store",
         "mcp_interp.figures",
     ),
-    ("mcp_interp.models",),
+    ("mcp_interp.models", "mcp_interp.paths"),
     ("mcp_interp.core",),
     ("mcp_interp.session",),
     ("mcp_interp.mcp",),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, NoReturn
 
-from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
@@ -72,4 +72,4 @@ def job_record(job_id: str, ctx: ToolContext) -> str:
         try:
             return kit.jobs.status(f"job://{job_id}").model_dump_json()
         except NotFound as exc:
-            raise ResourceError(str(exc)) from exc
+            raise ResourceNotFoundError(str(exc)) from exc

@@ -21,6 +21,7 @@ from mcp_interp.mcp import (
     lens,
     localize,
     prompts,
+    protocol,
     readouts,
     stored,
     swap,
@@ -68,4 +69,5 @@ def build_server(session: Session) -> MCPServer[Toolkit]:
     )
     for family in FAMILIES:
         family.register(server)
+    protocol.install(server, toolkit)
     return server

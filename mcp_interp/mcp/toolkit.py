@@ -18,6 +18,7 @@ with a short message while its traceback goes to the server log (stderr).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, create_model
 
@@ -193,7 +194,7 @@ class Toolkit:
         try:
             return self.session.store.get(kind, entry_id)
         except NotFound as exc:
-            raise ResourceError(str(exc)) from exc
+            raise ResourceNotFoundError(str(exc)) from exc
 
     def read_entry(self, kind: str, entry_id: str) -> bytes:
         """A stored entry's bytes for a tool (a handle passed back in); unknown or evicted ids are input errors."""
@@ -291,7 +292,7 @@ class Family:
 
         def declare(fn: F) -> F:
             self.tools.append(fn)
-            target = in_background(fn) if background else fn
+            target = announcing(in_background(fn) if background else fn)
 
             def add(server: MCPServer[Any]) -> None:
                 server.add_tool(target, annotations=annotations, meta=meta)
@@ -404,6 +405,26 @@ def compact_tool_schemas(server: MCPServer[Any], name: str) -> None:
             schema["$defs"]["ModelRef"] = MODEL_REF
         tool.fn_metadata.output_schema = schema
         tool.__dict__.pop("output_schema", None)  # the record caches the schema it first read
+
+
+def announcing(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``fn`` that, when its call stored something (a figure, a result, …), tells the client the resources list
+    changed — on 2025-era connections as ``notifications/resources/list_changed``, on 2026-07-28 ones on the
+    subscription bus; each is a no-op where it does not apply, and a client that cannot take it costs nothing."""
+
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        ctx = kwargs.get("ctx")
+        store = Toolkit.of(ctx).session.store if ctx is not None else None
+        before = store.version if store is not None else 0
+        result = await fn(*args, **kwargs)
+        if ctx is not None and store is not None and store.version != before:
+            for notify in (ctx.session.send_resource_list_changed, ctx.notify_resources_changed):
+                with contextlib.suppress(Exception):
+                    await notify()
+        return result
+
+    return run
 
 
 def in_background(fn: Callable[..., Awaitable[CallToolResult]]) -> Callable[..., Awaitable[CallToolResult]]:

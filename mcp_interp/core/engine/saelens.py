@@ -56,6 +56,7 @@ from mcp_interp.core.engine.sites import Site
 from mcp_interp.core.engine.tokens import adds_bos
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
+from mcp_interp.paths import client_path
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"
@@ -121,7 +122,7 @@ def resolve_folder(folder: str) -> Path:
 def _resolve_folder(folder: str) -> Path:
     if not isinstance(folder, str) or not folder.strip():
         raise InputError(f"`sae` must be the path of a local SAE folder (SAELens format), got {folder!r}.")
-    path = Path(folder).expanduser()
+    path = client_path(folder, "sae")  # outside the allowed roots: one refusal, whatever is there
     if path.is_file():
         known = path.name in (CFG_FILE, WEIGHTS_FILE)
         hint = f" Pass the folder that contains it: {str(path.resolve().parent)!r}." if known else ""

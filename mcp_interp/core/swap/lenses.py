@@ -24,7 +24,6 @@ import os
 import tempfile
 import time
 from collections.abc import Generator, Iterator, Sequence
-from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from mcp_interp.core.engine.tokens import adds_bos
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, cache_dir
+from mcp_interp.paths import client_path
 from mcp_interp.schemas.swap import FitLensMeasurement, FitSettings, LensInfo
 
 LENS_CORPUS = "lens_corpus"
@@ -227,9 +227,7 @@ def save_lens_atomically(lens: Any, path: Path) -> None:
 # --- loading ----------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=2)
-def _read_lens(path: str, size: int, mtime_ns: int) -> tuple[Any, str]:
-    """Load a lens file once per (path, size, mtime): a benchmark reuses it for every trial."""
+def _read_lens(path: str) -> tuple[Any, str]:
     from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
 
     digest = sha256_hex(Path(path).read_bytes())
@@ -242,8 +240,15 @@ def load_lens_file(path: Path, model: LoadedModel) -> tuple[Any, LensInfo]:
     if path.suffix != LENS_FILE_SUFFIX or not path.is_file():
         raise InputError(f"No lens file at {str(path)!r}: pass the path of a .pt Jacobian-lens file (from fit_lens).")
     stat = path.stat()
+    key = ("lens", str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    try:  # read once per (file, size, mtime) and kept with the model: a benchmark reuses it for every trial
+        lens, digest = model.cache.get_or_load(key, lambda: _read_lens(str(path.resolve())), 2)
+    except Exception as exc:  # a file that is no lens (pickle, zip or tensor errors): the client's input
+        raise InputError(
+            f"{str(path)!r} is not a readable Jacobian-lens file ({type(exc).__name__}: {str(exc)[:120]}); pass a .pt "
+            "file written by fit_lens or TransformerLens' JacobianLens.save."
+        ) from None
     try:
-        lens, digest = _read_lens(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
         lens.validate_model(model.bridge)
     except (ValueError, TypeError, RuntimeError, KeyError) as exc:
         raise InputError(f"The lens file {str(path)!r} cannot be used with {model.name}: {exc}") from None
@@ -294,7 +299,7 @@ def resolve_lens(model: LoadedModel, kind: str, path: str | None = None) -> tupl
     if kind != "jacobian":
         raise InputError(f"Unknown lens {kind!r}: use 'logit' (no fitting) or 'jacobian'.")
     if path is not None:
-        return load_lens_file(Path(path), model)
+        return load_lens_file(client_path(path, "lens_path"), model)
     found = newest_fitted_lens(model)
     if found is None:
         raise InputError(
