@@ -6,10 +6,14 @@ its size under its null and its power without a model (``tests/engine/test_stats
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats
+
+from mcp_interp.errors import InputError
 
 CONFIDENCE = 0.95
 
@@ -66,3 +70,175 @@ def mcnemar(real: Sequence[bool], control: Sequence[bool]) -> SignTest:
     informative = better + worse
     p_value = 1.0 if informative == 0 else float(stats.binomtest(better, informative, 0.5).pvalue)
     return SignTest(real_better=better, control_better=worse, ties=len(real) - informative, p_value=p_value)
+
+
+# --- Random baselines: the real effect ranked among effects of random stand-ins ---------------------------------
+
+DEFAULT_DRAWS = 20  # random stand-ins a real effect is ranked among: the smallest p is 1/21 < 0.05
+MAX_DRAWS = 100
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class RankTest:
+    """Where a real effect ranks among the effects of ``n`` random stand-ins (directions, features, circuits).
+
+    H0: the real thing is one more random draw, so the n + 1 effects are exchangeable and the real one's rank is
+    uniform; ``p_value = (1 + #{draws at least as extreme}) / (n + 1)`` is then exact (P(p ≤ α) ≤ α for every α),
+    ties counted against the real effect. It can never be below 1/(n + 1): with 5 draws "larger than every random
+    one" is p = 1/6 — a coin flip's worth of evidence.
+    """
+
+    real: float
+    draws: tuple[float, ...]
+    at_least_as_extreme: int  # draws whose effect is at least as extreme as the real one
+    p_value: float  # in [1/(n + 1), 1]
+    alternative: str  # "magnitude": |draw| ≥ |real|; "greater": draw ≥ real; "less": draw ≤ real
+
+    @property
+    def n(self) -> int:
+        return len(self.draws)
+
+
+def rank_test(real: float, draws: Sequence[float], alternative: str = "magnitude") -> RankTest:
+    """The exact Monte Carlo rank test (see ``RankTest``); ``alternative`` says what "more extreme" means."""
+    values = tuple(float(d) for d in draws)
+    if not values:
+        raise ValueError("a rank test needs at least one random draw")
+    if alternative == "magnitude":
+        extreme = sum(abs(d) >= abs(real) for d in values)
+    elif alternative == "greater":
+        extreme = sum(d >= real for d in values)
+    elif alternative == "less":
+        extreme = sum(d <= real for d in values)
+    else:
+        raise ValueError(f"unknown alternative {alternative!r}")
+    return RankTest(
+        real=float(real),
+        draws=values,
+        at_least_as_extreme=extreme,
+        p_value=(1 + extreme) / (len(values) + 1),
+        alternative=alternative,
+    )
+
+
+def check_draws(n: int, what: str = "random_draws") -> None:
+    """Refuse a number of random draws that cannot support a verdict at α = 0.05, or costs too much."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 19 <= n <= MAX_DRAWS:
+        raise InputError(
+            f"`{what}` must be from 19 to {MAX_DRAWS}: with n draws the smallest possible p-value is 1/(n + 1), so "
+            f"fewer than 19 can never reach p < 0.05 (got {n!r})."
+        )
+
+
+def versus_random(test: RankTest, what: str = "random draws", alpha: float = ALPHA) -> str:
+    """The verdict in words, from the p-value alone: "beats …" or "indistinguishable from …"."""
+    word = "beats" if test.p_value <= alpha else "is indistinguishable from"
+    return f"{word} {test.n} {what} (p = {test.p_value:.3g}; {test.at_least_as_extreme} at least as extreme)"
+
+
+# --- Arm relabelling within clusters: a permutation test valid under dependence ----------------------------------
+
+EXACT_ENUMERATION_LIMIT = 200_000
+RELABEL_DRAWS = 100_000
+RELABEL_CHUNK = 2_000
+
+
+@dataclass(frozen=True)
+class RelabelTest:
+    """Real arm against its controls, with the label relabelled per *cluster* (one prompt, one token, …).
+
+    Each cluster c has m_c + 1 arms — the real one (column 0) and its controls — each summarised by one number
+    a_c[j] over all of the cluster's trials (a mean margin gain, a success rate, …). H0: in every cluster the real
+    arm is one more control, so which column carries the real label is uniform over the m_c + 1 columns,
+    independently across clusters. The statistic is the mean over clusters of a_c[real] − mean_j a_c[j]; its null
+    distribution is exact (enumeration) when ∏(m_c + 1) is small, else a seeded Monte Carlo whose p-value
+    (count + 1)/(draws + 1) is itself valid. Valid however trials *within* a cluster depend on each other (a token
+    effect shared by every trial of a prompt), because the whole cluster moves together; it needs the arms'
+    columns to be exchangeable under H0 (each control column drawn like the real one: one token per column).
+    """
+
+    statistic: float  # mean over clusters of a_c[0] − mean_j a_c[j]; 0 = the real arm is an average arm
+    real_mean: float  # mean over clusters of a_c[0]
+    control_mean: float  # mean over clusters of the controls' mean
+    clusters: int
+    real_above: int  # clusters where the real arm exceeds every control arm
+    p_greater: float  # one-sided: the real arm is larger than its controls
+    p_less: float
+    p_value: float  # two-sided: 2 · min(one-sided), capped at 1
+    method: str  # "exact" or "monte_carlo"
+    draws: int  # Monte Carlo draws (0 when exact)
+
+
+def relabel_test(arms: Sequence[Sequence[float]], seed: int = 0, draws: int = RELABEL_DRAWS) -> RelabelTest:
+    """``arms[c]``: cluster c's per-arm values, the real arm first (at least one control each); ``draws``: Monte
+    Carlo relabellings when the exact enumeration is too large."""
+    rows = [np.asarray(row, dtype=np.float64) for row in arms]
+    if any(row.size < 2 for row in rows):
+        raise ValueError("every cluster needs the real arm and at least one control")
+    if not rows:
+        return RelabelTest(0.0, 0.0, 0.0, 0, 0, 1.0, 1.0, 1.0, "exact", 0)
+    n = len(rows)
+    # Centre each cluster on its arms' mean: under H0 the contribution of cluster c is (a_c[J] − mean a_c) / n with J
+    # uniform, and the statistic a_c[0] − mean of the *other* arms is a fixed multiple (m + 1)/m of this, per cluster.
+    scale = [row.size / (row.size - 1) for row in rows]
+    centred = [(row - row.mean()) * s / n for row, s in zip(rows, scale, strict=True)]
+    observed = float(sum(c[0] for c in centred))
+    tolerance = 1e-12 * max(1.0, max(float(np.abs(c).max()) for c in centred))
+    sizes = [row.size for row in rows]
+    if math.prod(sizes) <= EXACT_ENUMERATION_LIMIT:
+        totals = np.zeros(1)
+        for c in centred:
+            totals = (totals[:, None] + c[None, :]).ravel()
+        greater = float(np.mean(totals >= observed - tolerance))
+        less = float(np.mean(totals <= observed + tolerance))
+        method, draws = "exact", 0
+    else:
+        generator = np.random.default_rng(seed)
+        at_least = at_most = 0
+        for start in range(0, draws, RELABEL_CHUNK):
+            size = min(RELABEL_CHUNK, draws - start)
+            total = np.zeros(size)
+            for c in centred:
+                total += c[generator.integers(0, c.size, size)]
+            at_least += int(np.sum(total >= observed - tolerance))
+            at_most += int(np.sum(total <= observed + tolerance))
+        greater = (at_least + 1) / (draws + 1)
+        less = (at_most + 1) / (draws + 1)
+        method = "monte_carlo"
+    controls = [float(row[1:].mean()) for row in rows]
+    return RelabelTest(
+        statistic=observed,
+        real_mean=float(np.mean([row[0] for row in rows])),
+        control_mean=float(np.mean(controls)),
+        clusters=n,
+        real_above=sum(bool(row[0] > row[1:].max()) for row in rows),
+        p_greater=min(1.0, greater),
+        p_less=min(1.0, less),
+        p_value=min(1.0, 2 * min(greater, less)),
+        method=method,
+        draws=draws,
+    )
+
+
+# --- Intervals of a mean ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeanInterval:
+    mean: float
+    low: float
+    high: float
+    n: int
+
+
+def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> MeanInterval:
+    """Student-t interval of a mean (one value: the interval is the point; the spread is unknown, said by n = 1)."""
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0:
+        raise ValueError("no values")
+    mean = float(data.mean())
+    if data.size == 1:
+        return MeanInterval(mean, mean, mean, 1)
+    half = float(stats.t.ppf((1 + confidence) / 2, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size))
+    return MeanInterval(mean, mean - half, mean + half, int(data.size))
