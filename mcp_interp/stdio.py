@@ -36,7 +36,6 @@ from typing import Any, BinaryIO
 import anyio
 import anyio.to_thread
 import mcp_types as types
-from mcp.server import NotificationOptions
 from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCResponse
 from pydantic import ValidationError
@@ -70,7 +69,7 @@ async def serve_stdio(server: Any, protocol: BinaryIO, stdin: BinaryIO | None = 
     """Run ``server`` (an MCPServer) over stdin and the claimed protocol stream; resources and tools advertise
     ``listChanged`` (stored entries appear as tools run)."""
     lowlevel = server._lowlevel_server  # MCPServer exposes no public handle; mcp.Client uses the same attribute
-    options = lowlevel.create_initialization_options(NotificationOptions(resources_changed=True, tools_changed=True))
+    options = lowlevel.create_initialization_options()  # listChanged set where the server is built (mcp.protocol)
     async with answering_stdio(stdin if stdin is not None else claim_stdin(), protocol) as (read, write):
         await lowlevel.run(read, write, options)
 
