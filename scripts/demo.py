@@ -178,15 +178,16 @@ async def demo(model: str) -> None:
             "incorrect": " is",
         }
         removed = structured(await client.call_tool("ablate", ablate_args))
-        baseline = removed["random_directions"]
-        random_changes = ", ".join(f"{v:+.2f}" for v in baseline["logit_diff_change"])
+        baseline = removed["random_baseline"]
+        draws = sorted(baseline["draws"])
         before, after = removed["before"]["logit_diff"]["value"], removed["after"]["logit_diff"]["value"]
         print(
             f"ablate that direction ({direction_uri[:20]}…, layer {layer}) on plural subjects, ' are' vs ' is': "
-            f"logit diff {before:+.2f} -> {after:+.2f}; 5 random directions removing the same energy "
-            f"({baseline['direction_energy']:.3g}): {random_changes}"
+            f"logit diff {before:+.2f} -> {after:+.2f}; {len(draws)} random directions removing the same energy "
+            f"({baseline['energy']:.3g}) change it by {draws[0]:+.2f} to {draws[-1]:+.2f}: "
+            f"p = {baseline['p_value']:.3f}"
         )
-        print(f"  note: {removed['notes'][-1]}\n")
+        print(f"  verdict: the direction {baseline['verdict']}\n")
 
         bad = await client.call_tool(
             "patch", {**patch_args, "component": "mlp_neurons", "layers": [28], "neurons": [5000]}

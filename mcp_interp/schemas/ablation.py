@@ -39,19 +39,26 @@ class AblationOutcome(Measurement):
     kl: Score = Field(description="KL(clean‖ablated) at the answer position, nats, ≥ 0.")
 
 
-class RandomDirections(BaseModel):
-    """The same ablation with each residual direction replaced by a random unit direction at its layer that
-    removes the same energy (mean squared projection over the prompts' tokens), so effects compare like with like."""
+class RandomBaseline(BaseModel):
+    """The same ablation with its directions (SAE features) replaced by seeded random ones removing the same energy at
+    the ablated positions; the real effect ranked among theirs."""
 
-    n: int = Field(description="How many random directions (seeded, energy-matched to the real one).")
-    seed: int = Field(description="Seed of the draws (the ablation's `seed`).")
-    logit_diff_change: list[float] | None = Field(
-        default=None, description="Per random direction: mean logit difference after − before (None without answers)."
-    )
-    log_prob_change: list[float] = Field(description="Per random direction: mean log-prob after − before.")
-    kl: list[float] = Field(description="Per random direction: mean KL(clean‖ablated), nats.")
-    direction_energy: float = Field(
-        description="Mean squared projection of the prompts' residuals on the ablated direction(s), over every "
-        "token: the energy projecting it out removes (residual units²)."
-    )
-    energy: list[float] = Field(description="The same for each random direction: compare before comparing effects.")
+    replaced: str = Field(description="'directions', 'features' or both.")
+    statistic: str = Field(description="What is ranked: the mean change (after − before) of this metric.")
+    real: float
+    draws: list[float] = Field(description="The statistic for each random draw.")
+    p_value: float = Field(description="(1 + #{|draw| ≥ |real|}) / (n + 1): exact under H0 'the real one is random'.")
+    verdict: str
+    seed: int = Field(description="The ablation's `seed`.")
+    energy: float = Field(description="Mean squared norm of what the real targets remove at the matched positions.")
+    draw_energy: list[float] = Field(description="The same per draw (matched to `energy`).")
+    matched_positions: int = Field(description="Token positions matched over: the ablated ones except token 0.")
+    notes: list[str] = Field(default_factory=list)
+
+
+class DirectionProjection(BaseModel):
+    """Where the evaluated prompts sit along an ablated direction, at the ablated positions (residual units)."""
+
+    target: str
+    mean: float
+    sd: float

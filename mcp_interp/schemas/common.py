@@ -83,12 +83,14 @@ METHOD_DESCRIPTION = "zero; mean: batch mean at the same position; resample: ano
 
 
 class Intervention(BaseModel):
-    """Components removed from the measured run (the fields of ``ablate``; described in the server's instructions)."""
+    # Components removed from the measured run: the fields of ``ablate``, described once in the server's instructions
+    # (no docstring: it would be repeated in every tool's schema).
 
     ablate: list[TargetSpec]
     method: AblationMethod = "zero"
     positions: PositionsSpec = "all"
     seed: int = 0
+    reference_prompts: list[str] = Field(default_factory=list)
 
 
 class FigureInfo(BaseModel):

@@ -53,7 +53,7 @@ def test_mean_ablation_at_the_last_position_with_unequal_lengths_uses_the_answer
             _, cache = tiny.bridge.run_with_cache(ids, names_filter=lambda n: n == "blocks.1.attn.hook_z")
             clean_z[i] = cache["blocks.1.attn.hook_z"][0, -1, head.head].clone()
     mean_answer_z = (clean_z[0] + clean_z[1]) / 2
-    prepared = prepare_ablation(tiny.bridge, batch, Ablation([head], "mean", "last"))
+    prepared = prepare_ablation(tiny, batch, Ablation([head], "mean", "last"))
     assert prepared.mean_over == "per_position_from_end"
     seen = {}
 
@@ -90,7 +90,7 @@ def test_mean_and_resample_ablation_match_a_hand_written_hook(tiny: LoadedModel,
 
     with torch.no_grad():
         expected = tiny.bridge.run_with_hooks(batch.input_ids, fwd_hooks=[(name, reference)])
-    prepared = prepare_ablation(tiny.bridge, batch, Ablation([head], method, seed=4))  # type: ignore[arg-type]
+    prepared = prepare_ablation(tiny, batch, Ablation([head], method, seed=4))  # type: ignore[arg-type]
     with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=prepared.hooks):
         ours = tiny.bridge(batch.input_ids)
     assert (ours - expected).abs().max().item() < 1e-5

@@ -15,7 +15,13 @@ import torch
 
 from mcp_interp.core.engine import metrics
 from mcp_interp.core.engine.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
-from mcp_interp.core.engine.interventions import Ablation, ablation_from_spec, logits_at_answers, prepare_ablation
+from mcp_interp.core.engine.interventions import (
+    Ablation,
+    PreparedAblation,
+    ablation_from_spec,
+    logits_at_answers,
+    prepare_ablation,
+)
 from mcp_interp.core.engine.tokens import encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import AblationOutcome, MetricSet
@@ -49,12 +55,9 @@ def ablation_outcome(
     n = len(batch.texts)
     good = resolve_answer_specs(model.tokenizer, correct, n, "correct") if correct is not None else None
     bad = resolve_answer_specs(model.tokenizer, incorrect, n, "incorrect") if incorrect is not None else None
-    prepared = prepare_ablation(model.bridge, batch, ablation)
+    prepared = prepare_ablation(model, batch, ablation)
     clean = logits_at_answers(model, batch)
-    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=prepared.hooks):
-        ablated = metrics.at_answer_positions(
-            model.bridge(batch.input_ids, return_type="logits"), batch.answer_positions
-        )
+    ablated = logits_at_answers(model, batch, prepared)
 
     notes: list[str] = []
     if good is None:
@@ -71,12 +74,13 @@ def ablation_outcome(
     if sequences:
         notes.append(
             "Some answer is several tokens or a set: log_prob and logit_diff are teacher-forced sequence "
-            "log-probabilities (logit_diff = log P(correct) − log P(incorrect)), with the ablation applied to the "
-            "teacher-forced run; rank is that of the first token."
+            "log-probabilities (logit_diff = log P(correct) − log P(incorrect)); the ablation's replacements come from "
+            "the prompts alone, and with positions 'all' the answer's tokens are ablated too (with the answer "
+            "position's replacement); rank is that of the first token."
         )
         notes.extend(spacing_notes(model.tokenizer, tracked + (bad or [])))
 
-    def metric_set(logits: torch.Tensor, with_ablation: Ablation | None) -> MetricSet:
+    def metric_set(logits: torch.Tensor, with_ablation: PreparedAblation | None) -> MetricSet:
         first = [a.first_token for a in tracked]
         if not sequences:
             diff = None
@@ -93,7 +97,7 @@ def ablation_outcome(
             diff = metrics.score_of(log_prob - answer_log_probs(model.bridge, batch, bad, with_ablation))
         return MetricSet(logit_diff=diff, log_prob=metrics.score_of(log_prob), rank=metrics.answer_ranks(logits, first))
 
-    before, after = metric_set(clean, None), metric_set(ablated, ablation)
+    before, after = metric_set(clean, None), metric_set(ablated, prepared)
     kl = metrics.kl_divergence(clean, ablated)
     if (good is None) != (bad is None):
         notes.append("Give both `correct` and `incorrect` to get the logit difference.")

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.interventions import Ablation, prepare_ablation
+from mcp_interp.core.engine.interventions import PreparedAblation
 from mcp_interp.core.engine.tokens import Batch, token_strings
 from mcp_interp.errors import InputError
 
@@ -55,9 +55,24 @@ def parse_answer(tokenizer: Any, spec: Any, argument: str) -> Answer:
                 f"`{argument}`: a set of answers is written {{'any_of': [' Paris', ' paris']}} with a non-empty list."
             )
         alternatives = tuple(dict.fromkeys(_tokens(tokenizer, m, argument) for m in members))
+        refuse_prefixes(tokenizer, alternatives, argument)
         return Answer(" | ".join(repr(m) for m in members), alternatives, "set")
     tokens = _tokens(tokenizer, spec, argument)
     return Answer(spec, (tokens,), "token" if len(tokens) == 1 else "sequence")
+
+
+def refuse_prefixes(tokenizer: Any, alternatives: Sequence[tuple[int, ...]], argument: str) -> None:
+    """A set is scored by log Σ_a P(a): when one member's tokens begin another's (' North' and ' North America'),
+    P(' North America') is already part of P(' North'), so the sum would count it twice."""
+    for short in alternatives:
+        for long in alternatives:
+            if len(short) < len(long) and long[: len(short)] == short:
+                shorter, longer = tokenizer.decode(list(short)), tokenizer.decode(list(long))
+                raise InputError(
+                    f"`{argument}`: {shorter!r} is a token prefix of {longer!r}, so P({longer!r}) is already part of "
+                    f"P({shorter!r}) and log Σ P would count it twice. Keep {shorter!r} alone (it includes every "
+                    "continuation), or give alternatives none of which begins another."
+                )
 
 
 def answer_token_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
@@ -169,13 +184,13 @@ def describe(tokenizer: Any, answer: Answer) -> str:
 
 
 def answer_log_probs(
-    bridge: Any, batch: Batch, answers: Sequence[Answer], ablation: Ablation | None = None
+    bridge: Any, batch: Batch, answers: Sequence[Answer], ablation: PreparedAblation | None = None
 ) -> torch.Tensor:
     """log P(answer_i | prompt_i) per prompt, float64, teacher-forced (see the module docstring).
 
     One forward over every (prompt, alternative) row: the prompt's real tokens followed by all but
-    the alternative's last token, right-padded. Under ``ablation`` the hooks are prepared on that
-    batch, with "last" meaning each prompt's own last token (its answer position).
+    the alternative's last token, right-padded. An ``ablation`` is one prepared on the prompt batch (its mean and
+    resample replacements come from the prompts' own clean run), applied to each row as ``hooks_for`` says.
     """
     rows: list[tuple[int, tuple[int, ...]]] = [(i, alt) for i, a in enumerate(answers) for alt in a.alternatives]
     lengths = batch.lengths
@@ -189,7 +204,7 @@ def answer_log_probs(
             "shorten the prompt or the answer, or raise --max-tokens."
         )
     extended = batch_of_ids(sequences, [lengths[i] - 1 for i, _ in rows], batch.input_ids.device)
-    hooks = prepare_ablation(bridge, extended, ablation).hooks if ablation is not None else []
+    hooks = ablation.hooks_for([i for i, _ in rows]) if ablation is not None else []
     with torch.inference_mode(), bridge.hooks(fwd_hooks=hooks):
         logits = bridge(extended.input_ids, return_type="logits")
     per_row = []

@@ -1,27 +1,46 @@
-"""Random baselines an effect is judged against: random directions that remove the same energy as a real one.
+"""Random baselines an ablation is judged against: random stand-ins that remove the same energy as the real thing.
 
-A direction's effect means something only next to the effect of directions that are *not* special but
-otherwise comparable; ``random_direction_baseline`` re-runs an ablation with every direction replaced by such
-a random direction and reports what changes.
+A residual direction's (or a set of SAE features') effect means something only next to the effect of stand-ins that
+are *not* special but otherwise comparable. ``random_baseline`` re-runs the ablation with every direction replaced by
+a random direction at its layer, and every SAE feature by a random feature of its dictionary, each matched on the
+energy it removes at the ablated positions, and ranks the real effect among theirs with the exact rank test
+(``stats.rank_test``): p = (1 + #{|random change| ≥ |real change|}) / (n + 1).
+
+What "energy" is: for a direction u, the mean over the ablated positions of (x·u)², the squared projection
+zero-ablation removes; for features, the mean of ‖Σ_f a_f W_dec[f]‖², their decoded contribution. Token 0 is left out
+of the match when other positions are ablated: in most models its residual is an attention sink with a norm far
+above every other token's, so it alone would decide which random directions "match" (its own energies are reported
+in a note). The draws run stacked, several copies of the batch in one forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.ablation import ablation_outcome
-from mcp_interp.core.engine.bridge import hook_out
+from mcp_interp.core.engine import metrics, stats
+from mcp_interp.core.engine.answers import Answer, answer_log_probs, resolve_answer_specs
+from mcp_interp.core.engine.bridge import logits_from_residual
 from mcp_interp.core.engine.forward import capture_forward
-from mcp_interp.core.engine.interventions import Ablation, DirectionTarget
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.interventions import (
+    Ablation,
+    DirectionTarget,
+    FeaturesTarget,
+    PreparedAblation,
+    Target,
+    prepare_ablation,
+    stacked_hooks,
+)
+from mcp_interp.core.engine.specs import position_mask
+from mcp_interp.core.engine.tokens import Batch, encode
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.ablation import RandomDirections
+from mcp_interp.schemas.ablation import RandomBaseline
 
-RANDOM_DIRECTIONS = 5  # random unit directions a direction ablation is compared with
+TOKENS_PER_FORWARD = 4096  # stacked copies of the batch per forward, in tokens: bounded memory
+FEATURE_ENERGY_RATIO = 1.25  # a random feature matches when its energy is within this factor of the real one's
 
 
 def random_unit_vectors(n: int, d_model: int, seed: int) -> torch.Tensor:
@@ -32,19 +51,10 @@ def random_unit_vectors(n: int, d_model: int, seed: int) -> torch.Tensor:
     return (draws / draws.norm(dim=1, keepdim=True)).to(torch.float32)
 
 
-def residual_rows(model: LoadedModel, prompts: Sequence[str], layers: Sequence[int]) -> dict[int, torch.Tensor]:
-    """Every real token's resid_post at each of ``layers`` ([tokens, d_model], float64), from one forward."""
-    batch = encode(model.tokenizer, prompts, model.device)
-    names = {hook_out(layer): layer for layer in layers}
-    acts = capture_forward(model.bridge, batch.input_ids, sorted(names)).acts
-    real = batch.attention_mask.bool()
-    return {layer: acts[name][real].detach().to(torch.float64).cpu() for name, layer in names.items()}
-
-
 def energy_matched_directions(rows: torch.Tensor, target: float, gaussians: torch.Tensor) -> torch.Tensor:
     """Random unit directions that remove the same energy as the real one: u ∝ Σ_i g_i λ_i^(γ/2) v_i, with
-    (λ_i, v_i) the eigenpairs of the residual's second moment S = E[x xᵀ] over the prompts' tokens and g a
-    Gaussian draw. γ = 0 is a uniform direction; γ > 0 leans toward the stream's energetic directions, γ < 0
+    (λ_i, v_i) the eigenpairs of the residual's second moment S = E[x xᵀ] over ``rows`` (the matched positions) and
+    g a Gaussian draw. γ = 0 is a uniform direction; γ > 0 leans toward the stream's energetic directions, γ < 0
     away from them. uᵀSu = Σ λ^(1+γ) g² / Σ λ^γ g² rises monotonically with γ (its derivative is a variance),
     so for each draw γ ∈ [−4, 4] is found by bisection to give uᵀSu = ``target`` (clamped at the ends).
     ``rows`` [tokens, d_model] float64, ``gaussians`` [n, d_model] → [n, d_model] unit vectors."""
@@ -74,58 +84,200 @@ def energy_matched_directions(rows: torch.Tensor, target: float, gaussians: torc
     return torch.stack(out)
 
 
-def random_direction_baseline(
-    model: LoadedModel, prompts: Sequence[str], ablation: Ablation, correct: Any, incorrect: Any
-) -> RandomDirections:
-    """The ablation re-run ``RANDOM_DIRECTIONS`` times with every direction target replaced by a random unit
-    direction at the same layer that removes the same energy (``energy_matched_directions``), the other targets
-    unchanged.
+def matched_mask(mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The ablated positions energies are matched over, and whether token 0 was left out (see the module)."""
+    without_first = mask.clone()
+    without_first[:, 0] = False
+    if bool(without_first.any()) and bool(mask[:, 0].any()):
+        return without_first, True
+    return mask, False
 
-    Why energy-matched: a uniform random direction in R^d_model carries about 1/d_model of the stream's energy,
-    much less than most directions fitted to data (a difference of means often picks up the stream's largest
-    components), so "larger than random" would be nearly guaranteed; directions drawn from the residual's
-    covariance instead are dominated by its few huge components (attention sinks) and break the model. Matching
-    the energy removed (the mean squared projection over the prompts' tokens) compares like with like."""
-    directions = ablation.directions
-    rows = residual_rows(model, prompts, sorted({t.layer for t in directions}))
-    d_model = int(model.bridge.cfg.d_model)
+
+@dataclass(frozen=True)
+class Effect:
+    """What an ablation does to the prompts, as the baseline ranks it: the mean change of ``statistic``."""
+
+    statistic: str
+    tracked: list[Answer]
+    bad: list[Answer] | None
+    sequences: bool
+
+    def value(self, model: LoadedModel, batch: Batch, logits: torch.Tensor, prepared: PreparedAblation | None) -> float:
+        """The statistic's mean over prompts (logit difference or log-prob of the tracked answer)."""
+        if not self.sequences:
+            first = [a.first_token for a in self.tracked]
+            if self.bad is not None:
+                return metrics.logit_difference(logits, first, [a.first_token for a in self.bad]).value
+            return metrics.answer_logprob(logits, first).value
+        good = answer_log_probs(model.bridge, batch, self.tracked, prepared)
+        if self.bad is not None:
+            good = good - answer_log_probs(model.bridge, batch, self.bad, prepared)
+        return float(good.mean())
+
+
+def effect_of(model: LoadedModel, batch: Batch, clean: torch.Tensor, correct: Any, incorrect: Any) -> Effect:
+    """The statistic: the logit difference when both answers are given, else the log-prob of the correct answer (or
+    of each prompt's clean top-1), as ``ablation_outcome`` tracks them."""
+    n = len(batch.texts)
+    good = resolve_answer_specs(model.tokenizer, correct, n, "correct") if correct is not None else None
+    bad = resolve_answer_specs(model.tokenizer, incorrect, n, "incorrect") if incorrect is not None else None
+    if good is None:
+        good = [Answer(model.tokenizer.decode([int(i)]), ((int(i),),), "token") for i in clean.argmax(dim=-1)]
+    with_bad = bad if correct is not None and bad is not None else None
+    sequences = any(a.kind != "token" for a in good + (with_bad or []))
+    return Effect("logit_diff" if with_bad is not None else "log_prob", good, with_bad, sequences)
+
+
+def random_baseline(
+    model: LoadedModel,
+    prompts: Sequence[str],
+    ablation: Ablation,
+    correct: Any = None,
+    incorrect: Any = None,
+    draws: int = stats.DEFAULT_DRAWS,
+) -> RandomBaseline | None:
+    """The ablation re-run ``draws`` times with its directions and SAE features replaced by energy-matched random
+    ones (the other targets unchanged), the real effect ranked among theirs; None when it has neither."""
+    special = [i for i, t in enumerate(ablation.targets) if isinstance(t, DirectionTarget | FeaturesTarget)]
+    if not special:
+        return None
+    stats.check_draws(draws)
+    batch = encode(model.tokenizer, prompts, model.device)
+    mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
+    matched, first_left_out = matched_mask(mask)
+    names = sorted({t.hook() for t in ablation.targets})
+    capture = capture_forward(model.bridge, batch.input_ids, names)
+    clean = answer_logits(model, batch, capture.final)
+    effect = effect_of(model, batch, clean, correct, incorrect)
+    before = effect.value(model, batch, clean, None)
+
     generator = torch.Generator(device="cpu").manual_seed(ablation.seed)
-    gaussians = torch.randn(RANDOM_DIRECTIONS, len(directions), d_model, generator=generator, dtype=torch.float64)
-
-    def energy(layer: int, unit: torch.Tensor) -> float:
-        return float(((rows[layer] @ unit.to(torch.float64)) ** 2).mean())
-
-    matched = [
-        energy_matched_directions(rows[t.layer], energy(t.layer, t.direction), gaussians[:, j])
-        for j, t in enumerate(directions)
+    stand_ins: dict[int, list[Target]] = {}
+    for i in special:
+        target = ablation.targets[i]
+        values = capture.acts[target.hook()]
+        if isinstance(target, DirectionTarget):
+            stand_ins[i] = random_directions(target, values[matched], draws, generator)
+        else:
+            assert isinstance(target, FeaturesTarget)
+            stand_ins[i] = random_features(target, values[matched], draws, generator)
+    variants = [ablation] + [
+        replace(ablation, targets=[stand_ins[i][j] if i in stand_ins else t for i, t in enumerate(ablation.targets)])
+        for j in range(draws)
     ]
-    logit_diff: list[float] = []
-    log_prob: list[float] = []
-    kl: list[float] = []
-    energies: list[float] = []
-    for i in range(RANDOM_DIRECTIONS):
-        drawn = iter(range(len(directions)))
-        targets, removed = [], 0.0
-        for t in ablation.targets:
-            if not isinstance(t, DirectionTarget):
-                targets.append(t)
-                continue
-            unit = matched[next(drawn)][i]
-            removed += energy(t.layer, unit)
-            targets.append(DirectionTarget(t.layer, unit.to(torch.float32)))
-        outcome = ablation_outcome(model, prompts, replace(ablation, targets=targets), correct, incorrect)
-        if outcome.before.logit_diff is not None and outcome.after.logit_diff is not None:
-            logit_diff.append(outcome.after.logit_diff.value - outcome.before.logit_diff.value)
-        log_prob.append(outcome.after.log_prob.value - outcome.before.log_prob.value)
-        kl.append(outcome.kl.value)
-        energies.append(removed)
-    direction_energy = sum(energy(t.layer, t.direction) for t in directions)
-    return RandomDirections(
-        n=RANDOM_DIRECTIONS,
+    prepared = [prepare_ablation(model, batch, variant, clean=capture.acts) for variant in variants]
+    changes = [value - before for value in effect_values(model, batch, effect, prepared)]
+    test = stats.rank_test(changes[0], changes[1:])
+
+    def energy(variant: Ablation, where: torch.Tensor) -> float:
+        return sum(removed_energy(variant.targets[i], capture.acts[variant.targets[i].hook()][where]) for i in special)
+
+    notes = []
+    if first_left_out:
+        first = torch.zeros_like(mask)
+        first[:, 0] = mask[:, 0]
+        at_first = sorted(energy(v, first) for v in variants[1:])
+        notes.append(
+            f"Token 0 is ablated too but left out of the energy match (an attention sink in most models): there the "
+            f"real {kind_of(ablation, special)} carry {energy(ablation, first):.3g}, the random ones "
+            f"{at_first[0]:.3g}–{at_first[-1]:.3g} (median {at_first[len(at_first) // 2]:.3g})."
+        )
+    return RandomBaseline(
+        replaced=kind_of(ablation, special),
+        statistic=f"{effect.statistic} change",
+        real=test.real,
+        draws=list(test.draws),
+        p_value=test.p_value,
+        verdict=stats.versus_random(test, f"energy-matched random {kind_of(ablation, special)}"),
         seed=ablation.seed,
-        logit_diff_change=logit_diff or None,
-        log_prob_change=log_prob,
-        kl=kl,
-        direction_energy=direction_energy,
-        energy=energies,
+        energy=energy(ablation, matched),
+        draw_energy=[energy(v, matched) for v in variants[1:]],
+        matched_positions=int(matched.sum()),
+        notes=notes,
     )
+
+
+def kind_of(ablation: Ablation, special: Sequence[int]) -> str:
+    kinds = {"directions" if isinstance(ablation.targets[i], DirectionTarget) else "features" for i in special}
+    return " and ".join(sorted(kinds))
+
+
+def answer_logits(model: LoadedModel, batch: Batch, final: torch.Tensor) -> torch.Tensor:
+    """[rows, vocab] logits at each row's answer position, from the final residual (rows may be stacked copies)."""
+    copies = final.shape[0] // batch.input_ids.shape[0]
+    positions = batch.answer_positions.repeat(copies)
+    rows = final[torch.arange(final.shape[0], device=final.device), positions]
+    with torch.inference_mode():
+        return logits_from_residual(model.bridge, rows).to(torch.float64)
+
+
+def effect_values(
+    model: LoadedModel, batch: Batch, effect: Effect, prepared: Sequence[PreparedAblation]
+) -> list[float]:
+    """The statistic under each prepared ablation, the single-token case run as stacked copies of the batch."""
+    if effect.sequences:  # teacher-forced rows differ per answer: one run per variant
+        return [effect.value(model, batch, torch.empty(0), p) for p in prepared]
+    rows = batch.input_ids.shape[0]
+    per_forward = max(1, TOKENS_PER_FORWARD // batch.input_ids.numel())
+    values: list[float] = []
+    for start in range(0, len(prepared), per_forward):
+        chunk = prepared[start : start + per_forward]
+        hooks = stacked_hooks([p.hooks for p in chunk], rows)
+        final = capture_forward(model.bridge, batch.input_ids.repeat(len(chunk), 1), hooks=hooks).final
+        logits = answer_logits(model, batch, final)
+        values.extend(effect.value(model, batch, logits[j * rows : (j + 1) * rows], None) for j in range(len(chunk)))
+    return values
+
+
+def random_directions(
+    target: DirectionTarget, rows: torch.Tensor, draws: int, generator: torch.Generator
+) -> list[Target]:
+    """``draws`` random directions at the target's layer removing its energy at ``rows`` [tokens, d_model]."""
+    rows = rows.detach().to("cpu", torch.float64)
+    gaussians = torch.randn(draws, rows.shape[1], generator=generator, dtype=torch.float64)
+    target_energy = float(((rows @ target.direction.to(torch.float64).cpu()) ** 2).mean())
+    units = energy_matched_directions(rows, target_energy, gaussians)
+    return [DirectionTarget(target.layer, unit.to(torch.float32)) for unit in units]
+
+
+def random_features(
+    target: FeaturesTarget, values: torch.Tensor, draws: int, generator: torch.Generator
+) -> list[Target]:
+    """``draws`` random feature sets of the target's dictionary, each real feature replaced by one whose energy
+    a²‖W_dec‖² at the matched positions (``values`` [tokens, ...] of the SAE's hook) is within a factor
+    ``FEATURE_ENERGY_RATIO`` of it — or, when fewer than ``draws`` features are that close, one of the ``draws``
+    nearest in log energy. Never one of the real features; distinct within a set."""
+    sae = target.sae
+    with torch.inference_mode():
+        activations = sae.encode(sae.to_input(values)).to(torch.float64)
+        norms = sae.W_dec.detach().to(torch.float64).norm(dim=1)
+    energies = (activations**2).mean(dim=0).cpu() * norms.cpu() ** 2
+    log_energy = torch.log(energies.clamp_min(1e-30))
+    excluded = torch.zeros_like(energies, dtype=torch.bool)
+    excluded[list(target.features)] = True
+    pools = []
+    for feature in target.features:
+        distance = (log_energy - log_energy[feature]).abs().masked_fill(excluded, float("inf"))
+        close = torch.nonzero(distance <= torch.log(torch.tensor(FEATURE_ENERGY_RATIO, dtype=torch.float64)))
+        pool = close.flatten() if close.numel() >= draws else torch.argsort(distance)[:draws]
+        pools.append(pool)
+    sets = []
+    for _ in range(draws):
+        chosen: list[int] = []
+        for pool in pools:
+            free = [int(f) for f in pool if int(f) not in chosen]
+            chosen.append(free[int(torch.randint(len(free), (1,), generator=generator))])
+        sets.append(FeaturesTarget(sae=sae, features=tuple(sorted(chosen)), source=target.source))
+    return list(sets)
+
+
+def removed_energy(target: Target, values: torch.Tensor) -> float:
+    """The mean squared norm of what zero-ablating ``target`` removes at ``values`` [tokens, ...] (its hook's values
+    at the matched positions): (x·u)² for a direction, ‖Σ_f a_f W_dec[f]‖² for features."""
+    with torch.inference_mode():
+        if isinstance(target, DirectionTarget):
+            return float(((values.to(torch.float64) @ target.direction.to(values.device, torch.float64)) ** 2).mean())
+        assert isinstance(target, FeaturesTarget)
+        part = target.read(values.unsqueeze(0))[0].to(torch.float64)  # [tokens, features]
+        decoded = part @ target.sae.W_dec[list(target.features)].to(torch.float64)
+        return float((decoded**2).sum(dim=-1).mean())

@@ -52,10 +52,16 @@ def stop_after_last_block(bridge: Any, keep: list[torch.Tensor]) -> Any:
     return bridge.blocks[len(bridge.blocks) - 1].register_forward_hook(stop)
 
 
-def capture_forward(bridge: Any, input_ids: torch.Tensor, names: Sequence[str] = (), trace: bool = False) -> Capture:
-    """Run ``input_ids`` once, recording the hooks ``names`` and, with ``trace``, each block's
-    residual input and call arguments. The vocabulary projection is skipped: callers unembed
-    only the answer positions."""
+def capture_forward(
+    bridge: Any,
+    input_ids: torch.Tensor,
+    names: Sequence[str] = (),
+    trace: bool = False,
+    hooks: Sequence[tuple[str, Callable[..., Any]]] = (),
+) -> Capture:
+    """Run ``input_ids`` once (under the forward ``hooks`` if given, e.g. an ablation's), recording the hooks
+    ``names`` and, with ``trace``, each block's residual input and call arguments. The vocabulary projection is
+    skipped: callers unembed only the answer positions."""
     n_layers = len(bridge.blocks)
     inputs: list[torch.Tensor | None] = [None] * n_layers
     kwargs: list[dict[str, Any] | None] = [None] * n_layers
@@ -82,7 +88,7 @@ def capture_forward(bridge: Any, input_ids: torch.Tensor, names: Sequence[str] =
             block.register_forward_pre_hook(recorder(i), with_kwargs=True) for i, block in enumerate(bridge.blocks)
         ]
     handles.append(stop_after_last_block(bridge, final))
-    fwd_hooks = [(name, keep(name)) for name in names]
+    fwd_hooks = [*hooks, *((name, keep(name)) for name in names)]
     try:
         with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd_hooks):
             bridge(input_ids, return_type=None)

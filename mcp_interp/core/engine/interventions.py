@@ -35,7 +35,7 @@ from mcp_interp.core.engine.metrics import at_answer_positions
 from mcp_interp.core.engine.saelens import load_sae
 from mcp_interp.core.engine.sites import Hook
 from mcp_interp.core.engine.specs import Head, PositionSpec, parse_block_part, parse_head, parse_neurons, position_mask
-from mcp_interp.core.engine.tokens import Batch
+from mcp_interp.core.engine.tokens import Batch, encode
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.common import DirectionRef, Intervention, SaeFeaturesRef
 
@@ -189,15 +189,21 @@ class FeaturesTarget(Target):
 
 @dataclass(frozen=True)
 class Ablation:
+    """What is removed (``targets``), how (``method``), where (``positions``, of each prompt's own tokens), the seed
+    of every random choice it makes (the resample permutation and the random stand-ins of its baselines), and for
+    ``mean`` the prompts whose mean replaces the part (``reference_prompts``; empty = the prompts themselves)."""
+
     targets: list[Target]
     method: AblationMethod = "zero"
     positions: PositionSpec = "all"
     seed: int = 0
+    reference_prompts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Heads are accepted as they are written elsewhere (``Head(9, 3)``).
         targets = [HeadTarget(t.layer, t.head) if isinstance(t, Head) else t for t in self.targets]
         object.__setattr__(self, "targets", targets)
+        object.__setattr__(self, "reference_prompts", tuple(self.reference_prompts))
 
     @property
     def heads(self) -> list[Head]:
@@ -214,11 +220,106 @@ class Ablation:
 
 @dataclass(frozen=True)
 class PreparedAblation:
-    """Forward hooks that apply an ablation to one batch, and how the replacement was formed."""
+    """An ablation made concrete for one prompt batch: where it applies (``mask`` [batch, seq], the prompts' own
+    positions) and, for mean/resample, each target's replacement part there (``replacements[i]`` [batch, seq, width],
+    None = zero), computed once from the prompts' clean run.
 
-    hooks: list[Hook]
+    ``hooks_for`` applies it to a batch whose rows begin with a prompt's tokens followed by a teacher-forced answer.
+    The prompt's positions are ablated exactly as in the prompt batch. With ``positions='all'`` the answer's tokens
+    are ablated too (a component removed from the model is removed while it writes the answer), each with the part
+    the prompt's answer position gets — zero, the mean answer-position part, or the resampled prompt's — since every
+    answer token is, like the prompt's last, a position predicting the answer. So one prompt's number depends on the
+    prompts and its own answer, never on another prompt's answer or length."""
+
+    ablation: Ablation
+    mask: torch.Tensor
+    replacements: list[torch.Tensor | None]
+    lengths: list[int]
     mean_over: MeanOver | None = None
     permutation: list[int] | None = None
+
+    def describe(self) -> str:
+        return self.ablation.describe()
+
+    @property
+    def hooks(self) -> list[Hook]:
+        """Forward hooks for the prompt batch itself."""
+        return self.hooks_for(None)
+
+    def hooks_for(self, owners: list[int] | None) -> list[Hook]:
+        """Forward hooks for a batch whose row r starts with prompt ``owners[r]``'s tokens (None = the prompt batch)."""
+        rows = list(range(self.mask.shape[0])) if owners is None else list(owners)
+        index = torch.tensor(rows, dtype=torch.long)
+        mask = self.mask[index.to(self.mask.device)]
+        replacements = [None if r is None else r[index.to(r.device)] for r in self.replacements]
+        lengths = [self.lengths[r] for r in rows]
+        answers_too = owners is not None and self.ablation.positions in (None, "all")
+        targets = self.ablation.targets
+
+        def extend(values: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+            """The mask and replacements over ``values``' positions (the prompt batch's, then the answers')."""
+            seq = values.shape[1]
+            width = min(seq, mask.shape[1])
+            where = torch.zeros(values.shape[:2], dtype=torch.bool, device=values.device)
+            where[:, :width] = mask[:, :width].to(values.device)
+            if answers_too:
+                for r, length in enumerate(lengths):
+                    where[r, length:] = True
+            parts: list[torch.Tensor | None] = []
+            for replacement in replacements:
+                if replacement is None:
+                    parts.append(None)
+                    continue
+                part = torch.zeros((values.shape[0], seq, replacement.shape[-1]), dtype=replacement.dtype)
+                part = part.to(replacement.device)
+                part[:, :width] = replacement[:, :width]
+                if answers_too:
+                    for r, length in enumerate(lengths):
+                        part[r, length:] = replacement[r, length - 1]
+                parts.append(part)
+            return where, parts
+
+        def make_hook(members: list[int]) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+            def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+                where, parts = extend(values)
+                for i in members:
+                    part = targets[i].read(values)
+                    replacement = parts[i]
+                    new_part = (
+                        torch.zeros_like(part)
+                        if replacement is None
+                        else replacement.to(device=part.device, dtype=part.dtype)
+                    )
+                    values = targets[i].write(values, torch.where(where.unsqueeze(-1), new_part, part))
+                return values
+
+            return hook
+
+        by_hook: dict[str, list[int]] = {}
+        for i, target in enumerate(targets):
+            by_hook.setdefault(target.hook(), []).append(i)
+        return [(name, make_hook(members)) for name, members in by_hook.items()]
+
+
+def stacked_hooks(hook_lists: list[list[Hook]], rows: int) -> list[Hook]:
+    """Hooks for a batch of ``len(hook_lists)`` stacked copies of a ``rows``-row batch: copy j gets ``hook_lists[j]``.
+    Runs k variants of an ablation (random stand-ins) in one forward instead of k."""
+    names = list(dict.fromkeys(name for hooks in hook_lists for name, _ in hooks))
+
+    def make(name: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        functions = [dict(hooks).get(name) for hooks in hook_lists]
+
+        def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+            chunks: list[torch.Tensor] = []
+            for j, function in enumerate(functions):
+                chunk = values[j * rows : (j + 1) * rows]
+                out = None if function is None else function(chunk, hook)
+                chunks.append(chunk if out is None else out)
+            return torch.cat(chunks, dim=0)
+
+        return hook
+
+    return [(name, make(name)) for name in names]
 
 
 def derangement(n: int, seed: int) -> list[int]:
@@ -237,31 +338,59 @@ def derangement(n: int, seed: int) -> list[int]:
     raise RuntimeError("no derangement found")  # pragma: no cover - probability ~ (1 - 1/e)^10000
 
 
-def mean_replacement(z: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, MeanOver]:
-    """The batch mean of ``z`` ([batch, seq, heads, d_head]) at each real position's own kind of position.
+def mean_replacement(
+    part: torch.Tensor,
+    attention_mask: torch.Tensor,
+    reference: torch.Tensor | None = None,
+    reference_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, MeanOver]:
+    """The mean of a part at each real position's own kind of position: over the reference prompts (``reference``
+    [refs, seq', ...] with ``reference_mask``; default the prompts themselves), shape of ``part`` [batch, seq, ...].
 
-    ``per_position``: no prompt is padded, so position i is replaced by the mean over prompts of
-    position i. ``per_position_from_end``: prompts differ in length, so a position k tokens before
-    its prompt's last token is replaced by the mean over prompts of the token k before *their* last
-    (prompts shorter than k + 1 tokens are left out of that mean). Padding entries stay 0: they are
-    never selected for replacement.
+    A position k tokens before its prompt's last token gets the mean over reference prompts of the token k before
+    *their* last (reference prompts shorter than k + 1 tokens are left out of that mean). When every prompt and every
+    reference has the same length this is the plain per-position mean (``per_position``), else
+    ``per_position_from_end`` — so the answer position always gets the mean answer-position part, never a mean
+    dominated by other positions such as the first token. Positions no reference reaches, and padding, stay 0.
     """
-    real = attention_mask.bool()
-    if bool(real.all()):
-        return z.mean(dim=0, keepdim=True).expand_as(z), "per_position"
+    if reference is None or reference_mask is None:
+        reference, reference_mask = part, attention_mask
+    real, ref_real = attention_mask.bool(), reference_mask.bool()
     from_end = real.flip(1).cumsum(1).flip(1) - 1  # real tokens after this one, in its own prompt
-    replacement = torch.zeros_like(z)
+    ref_from_end = ref_real.flip(1).cumsum(1).flip(1) - 1
+    replacement = torch.zeros_like(part)
     for distance in range(int(real.sum(dim=1).max())):
-        same_kind = real & (from_end == distance)  # at most one position per prompt
-        replacement[same_kind] = z[same_kind].mean(dim=0)
-    return replacement, "per_position_from_end"
+        donors = ref_real & (ref_from_end == distance)
+        if bool(donors.any()):
+            replacement[real & (from_end == distance)] = reference[donors].mean(dim=0).to(part.dtype)
+    lengths = set(real.sum(dim=1).tolist()) | set(ref_real.sum(dim=1).tolist())
+    return replacement, "per_position" if len(lengths) == 1 else "per_position_from_end"
 
 
-def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedAblation:
-    """Build the hooks; mean/resample first read the targets' clean parts from one forward of the batch."""
+def prepare_ablation(
+    model: Any, batch: Batch, ablation: Ablation, clean: Mapping[str, torch.Tensor] | None = None
+) -> PreparedAblation:
+    """Make ``ablation`` concrete for ``batch`` (``model`` a ``LoadedModel``: its bridge runs, its tokenizer encodes
+    the reference prompts by the shared rule): mean/resample read the targets' clean parts from one forward of the
+    prompts (or ``clean``, those activations already captured), and mean's reference prompts from one more.
+
+    Refused: mean ablation of a single prompt with no ``reference_prompts`` (the mean of one prompt is the prompt
+    itself: a silent no-op), reference prompts with another method, resample of unequal-length prompts."""
     if ablation.method not in ("zero", "mean", "resample"):
         raise InputError(f"Unknown ablation method {ablation.method!r}; use 'zero', 'mean' or 'resample'.")
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
+    n = batch.input_ids.shape[0]
+    if ablation.reference_prompts and ablation.method != "mean":
+        raise InputError(
+            f"`reference_prompts` are the prompts whose mean replaces the ablated part: they apply to method 'mean' "
+            f"only, not {ablation.method!r}."
+        )
+    if ablation.method == "mean" and n == 1 and not ablation.reference_prompts:
+        raise InputError(
+            "Mean ablation of a single prompt replaces its activation with itself (the mean of one prompt): nothing "
+            "would be removed. Pass more prompts, or `reference_prompts` (prompts whose mean is used), or use method "
+            "'zero'."
+        )
     permutation = None
     if ablation.method == "resample":
         lengths = batch.lengths
@@ -275,32 +404,37 @@ def prepare_ablation(bridge: Any, batch: Batch, ablation: Ablation) -> PreparedA
     mean_over: MeanOver | None = None
     if ablation.method in ("mean", "resample"):
         names = sorted({t.hook() for t in ablation.targets})
-        clean = capture_forward(bridge, batch.input_ids, names).acts
+        acts = clean if clean is not None and all(name in clean for name in names) else None
+        if acts is None:
+            acts = capture_forward(model.bridge, batch.input_ids, names).acts
+        reference_acts: Mapping[str, torch.Tensor] | None = None
+        reference_mask = None
+        if ablation.reference_prompts:
+            reference = encode(model.tokenizer, list(ablation.reference_prompts), str(batch.input_ids.device))
+            reference_acts = capture_forward(model.bridge, reference.input_ids, names).acts
+            reference_mask = reference.attention_mask
+            check_reference_lengths(batch, reference, mask)
         for i, target in enumerate(ablation.targets):
-            part = target.read(clean[target.hook()])
+            part = target.read(acts[target.hook()])
             if ablation.method == "mean":
-                replacements[i], mean_over = mean_replacement(part, batch.attention_mask)
+                donors = None if reference_acts is None else target.read(reference_acts[target.hook()])
+                replacements[i], mean_over = mean_replacement(part, batch.attention_mask, donors, reference_mask)
             else:
                 replacements[i] = part[torch.tensor(permutation)]
+    return PreparedAblation(ablation, mask, replacements, batch.lengths, mean_over=mean_over, permutation=permutation)
 
-    def make_hook(members: list[int]) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
-            for i in members:
-                target = ablation.targets[i]
-                part = target.read(values)
-                replacement = replacements[i]
-                new_part = torch.zeros_like(part) if replacement is None else replacement.to(part.dtype)
-                where = mask.unsqueeze(-1)
-                values = target.write(values, torch.where(where, new_part, part))
-            return values
 
-        return hook
-
-    by_hook: dict[str, list[int]] = {}
-    for i, target in enumerate(ablation.targets):
-        by_hook.setdefault(target.hook(), []).append(i)
-    hooks: list[Hook] = [(name, make_hook(members)) for name, members in by_hook.items()]
-    return PreparedAblation(hooks=hooks, mean_over=mean_over, permutation=permutation)
+def check_reference_lengths(batch: Batch, reference: Batch, mask: torch.Tensor) -> None:
+    """Every ablated position needs a reference token at its distance from the end of its prompt."""
+    longest = max(reference.lengths)
+    for row, length in enumerate(batch.lengths):
+        ablated = torch.nonzero(mask[row, :length]).flatten().tolist()
+        if ablated and length - 1 - ablated[0] >= longest:
+            raise InputError(
+                f"Prompt {row} is ablated {length - ablated[0]} tokens from its end, but the longest reference prompt "
+                f"has {longest} tokens: the mean is taken position by position from each prompt's end, so give "
+                "reference prompts at least as long as the ablated span."
+            )
 
 
 def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
@@ -395,7 +529,13 @@ def ablation_from_spec(spec: Intervention | None, cfg: Any, model: Any = None) -
     for item in spec.ablate:
         target = parse_target(item, cfg, model)
         targets.setdefault(target.key(), target)  # equal targets (a direction's vector counts) are ablated once
-    return Ablation(orthonormal_directions(list(targets.values())), spec.method, spec.positions, spec.seed)
+    return Ablation(
+        orthonormal_directions(list(targets.values())),
+        spec.method,
+        spec.positions,
+        spec.seed,
+        tuple(spec.reference_prompts or ()),
+    )
 
 
 def orthonormal_directions(targets: list[Target]) -> list[Target]:
@@ -422,9 +562,11 @@ def orthonormal_directions(targets: list[Target]) -> list[Target]:
     return out
 
 
-def logits_at_answers(model: Any, batch: Batch, ablation: Ablation | None = None) -> torch.Tensor:
+def logits_at_answers(model: Any, batch: Batch, ablation: Ablation | PreparedAblation | None = None) -> torch.Tensor:
     """One forward pass (under ``ablation`` if given); ``[batch, vocab]`` logits at the answer positions."""
-    hooks = prepare_ablation(model.bridge, batch, ablation).hooks if ablation is not None else []
+    if isinstance(ablation, Ablation):
+        ablation = prepare_ablation(model, batch, ablation)
+    hooks = ablation.hooks if ablation is not None else []
     with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
         logits = model.bridge(batch.input_ids, return_type="logits")
     return at_answer_positions(logits, batch.answer_positions)

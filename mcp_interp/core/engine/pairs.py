@@ -40,3 +40,25 @@ def prepare_pairs(
         torch.tensor(resolve_answers(tokenizer, incorrect, n, "incorrect")),
     )
     return Pairs(clean, corrupt, readout)
+
+
+def pick(values: Any, indices: Sequence[int]) -> Any:
+    """The entries ``indices`` of a per-prompt list; a value shared by every prompt (an answer string) as it is."""
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        return values
+    return [values[i] for i in indices]
+
+
+def subset_pairs(
+    model: LoadedModel,
+    clean_prompts: Sequence[str],
+    corrupt_prompts: Sequence[str],
+    correct: Any,
+    incorrect: Any,
+    indices: Sequence[int],
+) -> Pairs:
+    """``prepare_pairs`` of the pairs ``indices`` only (answers given per prompt are picked the same way)."""
+    return prepare_pairs(
+        model, pick(clean_prompts, indices), pick(corrupt_prompts, indices), pick(correct, indices),
+        pick(incorrect, indices),
+    )  # fmt: skip

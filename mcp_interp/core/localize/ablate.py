@@ -1,17 +1,29 @@
-"""``ablate``: every metric before and after removing any components; a residual direction is judged against
-random directions that remove the same energy."""
+"""``ablate``: every metric before and after removing any components; residual directions and SAE features are
+judged against random stand-ins that remove the same energy at the same positions (``engine.baselines``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
+from mcp_interp.core.engine import stats
 from mcp_interp.core.engine.ablation import ablation_outcome, parsed_ablation
-from mcp_interp.core.engine.baselines import random_direction_baseline
+from mcp_interp.core.engine.baselines import random_baseline
+from mcp_interp.core.engine.forward import capture_forward
 from mcp_interp.core.engine.interventions import Ablation
+from mcp_interp.core.engine.specs import position_mask
+from mcp_interp.core.engine.tokens import encode
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.ablation import RandomDirections
+from mcp_interp.schemas.ablation import DirectionProjection, RandomBaseline
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import AblateMeasurement
+
+WHAT_IS_DONE = {
+    "zero": "Projecting out",
+    "mean": "Replacing the projection on",
+    "resample": "Resampling the projection on",
+}
 
 
 def ablate(
@@ -20,40 +32,69 @@ def ablate(
     ablation: Ablation | Intervention,
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
+    random_draws: int = stats.DEFAULT_DRAWS,
 ) -> AblateMeasurement:
-    """Every metric before and after ablating any targets (heads, MLPs, attention layers, neurons, directions)."""
+    """Every metric before and after ablating any targets (heads, MLPs, attention layers, neurons, directions, SAE
+    features); with directions or features, ``random_draws`` energy-matched random stand-ins and the rank p-value."""
     parsed = parsed_ablation(model, ablation)
     outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
     measurement = AblateMeasurement(targets=[str(t) for t in parsed.targets], **dict(outcome))
     if parsed.directions:
-        measurement.random_directions = random_direction_baseline(model, prompts, parsed, correct, incorrect)
-        measurement.notes.append(compare_with_random(measurement, measurement.random_directions))
+        measurement.projections = direction_projections(model, prompts, parsed)
+        measurement.notes.extend(projection_notes(measurement.projections, parsed.method))
+    baseline = random_baseline(model, prompts, parsed, correct, incorrect, random_draws)
+    if baseline is not None:
+        measurement.random_baseline = baseline
+        measurement.notes.append(compare_with_random(parsed, baseline))
+        measurement.notes.extend(baseline.notes)
     return measurement
 
 
-def compare_with_random(measurement: AblateMeasurement, baseline: RandomDirections) -> str:
-    """One sentence placing the direction's effect among the random directions' effects."""
-    if measurement.before.logit_diff is not None and measurement.after.logit_diff is not None:
-        name = "logit difference"
-        change = measurement.after.logit_diff.value - measurement.before.logit_diff.value
-        random = baseline.logit_diff_change or []
-    else:
-        name, change = "log-prob", measurement.after.log_prob.value - measurement.before.log_prob.value
-        random = baseline.log_prob_change
-    largest = max(abs(v) for v in random)
-    verdict = (
-        "larger than every random direction's" if abs(change) > largest else "NOT larger than the random directions'"
-    )
-    unmatched = [e for e in baseline.energy if abs(e - baseline.direction_energy) > 0.05 * baseline.direction_energy]
+def direction_projections(model: LoadedModel, prompts: Sequence[str], ablation: Ablation) -> list[DirectionProjection]:
+    """The clean prompts' projection x·u on each ablated direction at the ablated positions (mean and sd)."""
+    batch = encode(model.tokenizer, prompts, model.device)
+    mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
+    acts = capture_forward(model.bridge, batch.input_ids, sorted({t.hook() for t in ablation.directions})).acts
+    out = []
+    for target in ablation.directions:
+        values = acts[target.hook()][mask].to(torch.float64)
+        projection = values @ target.direction.to(values.device, torch.float64)
+        sd = float(projection.std()) if projection.numel() > 1 else 0.0
+        out.append(DirectionProjection(target=str(target), mean=float(projection.mean()), sd=sd))
+    return out
+
+
+def projection_notes(projections: Sequence[DirectionProjection], method: str) -> list[str]:
+    """Zero is not a neutral value for a direction the prompts sit far along: say so, with the numbers."""
+    notes = []
+    for p in projections:
+        if method == "zero" and abs(p.mean) > max(p.sd, 1e-9):
+            notes.append(
+                f"{p.target}: the prompts' projection is {p.mean:+.3g} on average (sd {p.sd:.3g}); zero-ablation sets "
+                f"it to 0 for every prompt, a shift of {-p.mean:+.3g} in the same direction for all, not only a "
+                "removal of what varies. Method 'mean' replaces it by the average instead."
+            )
+    return notes
+
+
+def compare_with_random(ablation: Ablation, baseline: RandomBaseline) -> str:
+    """One sentence: the real effect, the random ones' range, the p-value and the verdict it supports."""
+    ordered = sorted(baseline.draws)
+    mismatched = [e for e in baseline.draw_energy if abs(e - baseline.energy) > 0.05 * max(baseline.energy, 1e-12)]
     caveat = (
-        f" {len(unmatched)} random direction(s) could not be matched within 5 % (energies "
-        f"{', '.join(f'{e:.3g}' for e in baseline.energy)} vs {baseline.direction_energy:.3g})."
-        if unmatched
+        f" {len(mismatched)} of the {len(baseline.draws)} random draws could not be matched within 5 % of the real "
+        f"energy {baseline.energy:.3g} (theirs {min(baseline.draw_energy):.3g}–{max(baseline.draw_energy):.3g})."
+        if mismatched
         else ""
     )
+    what = (
+        WHAT_IS_DONE[ablation.method]
+        if baseline.replaced == "directions"
+        else f"{ablation.method.capitalize()}-ablating"
+    )
     return (
-        f"Projecting out the direction changes the {name} by {change:+.3f}; {baseline.n} random unit directions at the "
-        f"same layer removing the same energy (mean squared projection {baseline.direction_energy:.3g}) change it by "
-        f"{', '.join(f'{v:+.3f}' for v in random)} (largest |change| {largest:.3f}): the direction's effect is "
-        f"{verdict}.{caveat}"
+        f"{what} the {baseline.replaced} changes the {baseline.statistic.removesuffix(' change')} by "
+        f"{baseline.real:+.3f}; {len(ordered)} random {baseline.replaced} removing the same energy "
+        f"({baseline.energy:.3g}, over {baseline.matched_positions} positions) change it by {ordered[0]:+.3f} to "
+        f"{ordered[-1]:+.3f}: the real effect {baseline.verdict}.{caveat}"
     )

@@ -14,8 +14,15 @@ import torch
 
 from mcp_interp.core.engine import metrics
 from mcp_interp.core.engine.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
-from mcp_interp.core.engine.interventions import Ablation, ablation_from_spec, logits_at_answers
+from mcp_interp.core.engine.interventions import (
+    Ablation,
+    PreparedAblation,
+    ablation_from_spec,
+    logits_at_answers,
+    prepare_ablation,
+)
 from mcp_interp.core.engine.tokens import (
+    Batch,
     encode,
     validate_pairs,
 )
@@ -36,6 +43,12 @@ def _ablation(model: LoadedModel, intervention: Intervention | None) -> Ablation
     return ablation_from_spec(intervention, model.bridge.cfg, model)
 
 
+def _prepared(model: LoadedModel, batch: Batch, intervention: Intervention | None) -> PreparedAblation | None:
+    """The intervention made concrete once for the prompts (its replacements shared by every metric read from them)."""
+    ablation = _ablation(model, intervention)
+    return None if ablation is None else prepare_ablation(model, batch, ablation)
+
+
 def _top1(model: LoadedModel, logits: torch.Tensor) -> list[tuple[int, str]]:
     ids = [int(i) for i in logits.argmax(dim=-1)]
     return [(i, model.tokenizer.decode([i])) for i in ids]
@@ -52,7 +65,7 @@ def logit_diff(
     n = len(batch.texts)
     good = resolve_answer_specs(model.tokenizer, correct, n, "correct")
     bad = resolve_answer_specs(model.tokenizer, incorrect, n, "incorrect")
-    ablation = _ablation(model, intervention)
+    ablation = _prepared(model, batch, intervention)
     logits = logits_at_answers(model, batch, ablation)
     top1 = _top1(model, logits)
     sequences = any(a.kind != "token" for a in good + bad)
@@ -176,7 +189,7 @@ def answer_rank(
     batch = encode(model.tokenizer, prompts, model.device)
     n = len(batch.texts)
     answers = resolve_answer_specs(model.tokenizer, correct, n, "correct")
-    ablation = _ablation(model, intervention)
+    ablation = _prepared(model, batch, intervention)
     logits = logits_at_answers(model, batch, ablation)
     sequences = any(a.kind != "token" for a in answers)
     # A set is ranked by its best-ranked member's first token.

@@ -1,0 +1,202 @@
+"""Random baselines of `ablate` (directions, SAE features) and `steer`, rebuilt by hand on `tiny`: directions matched
+on energy at the ablated positions with an independent root-finder, features matched on decoded energy, every
+random effect recomputed with a hand hook one draw at a time, and the p-value from the rank formula."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from scipy.optimize import brentq
+
+from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.localize.ablate import ablate
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from mcp_interp.schemas.common import Intervention
+from tests.features.test_sae import random_weights, write_sae
+
+PROMPTS = [
+    "when mary and john went to the store , john gave a drink to",
+    "when tom and mary went to the park , tom gave a ball to",
+]
+HOOK = "blocks.1.hook_resid_post"
+
+
+def logit_diff(model: LoadedModel, hooks: list[Any]) -> float:
+    ids = encode(model.tokenizer, PROMPTS).input_ids
+    good, bad = (model.tokenizer.convert_tokens_to_ids(w) for w in ("mary", "john"))
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
+        logits = model.bridge(ids)[:, -1].double()
+    return float((logits[:, good] - logits[:, bad]).mean())
+
+
+def hand_rank_p(real: float, draws: list[float]) -> float:
+    return (1 + sum(abs(d) >= abs(real) for d in draws)) / (len(draws) + 1)
+
+
+@pytest.mark.parametrize("positions", ["last", "all"])
+def test_direction_baseline_is_matched_at_the_ablated_positions(tiny: LoadedModel, positions: str) -> None:
+    vector = torch.randn(64, generator=torch.Generator().manual_seed(5))
+    unit = vector / vector.norm()
+    spec = Intervention(ablate=[{"layer": 1, "direction": vector.tolist()}], positions=positions)  # type: ignore[list-item]
+    result = ablate(tiny, PROMPTS, spec, "mary", "john")
+    baseline = result.random_baseline
+    assert baseline is not None and len(baseline.draws) == 20 and baseline.replaced == "directions"
+
+    ids = encode(tiny.tokenizer, PROMPTS).input_ids
+    _, cache = tiny.bridge.run_with_cache(ids)
+    resid = cache[HOOK].double()  # equal-length prompts: every position is real
+    seq = resid.shape[1]
+    where = torch.zeros(2, seq, dtype=torch.bool)
+    if positions == "last":
+        where[:, -1] = True
+    else:
+        where[:, 1:] = True  # token 0 (the attention sink) is left out of the match
+    rows = resid[where]
+    target = float(((rows @ unit.double()) ** 2).mean())
+    assert baseline.energy == pytest.approx(target, rel=1e-5)
+    assert baseline.matched_positions == int(where.sum())
+    assert baseline.draw_energy == pytest.approx([target] * 20, rel=1e-3)
+    assert bool(baseline.notes) == (positions == "all")  # token 0's energies are reported when it was ablated
+
+    # Independent reconstruction: scipy's brentq on γ of u ∝ Σ g_i λ_i^(γ/2) v_i (eigenpairs of the matched rows'
+    # second moment), the Gaussians from the ablation's seed; each draw's effect by a hand projection hook.
+    lam, vecs = torch.linalg.eigh(rows.T @ rows / rows.shape[0])
+    lam = lam.clamp_min(float(lam.max()) * 1e-12)
+    gaussians = torch.randn(20, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    before = logit_diff(tiny, [])
+    mask = torch.ones(2, seq, 1, dtype=torch.bool) if positions == "all" else where.unsqueeze(-1)  # what is ablated
+
+    def project(u: torch.Tensor) -> Any:
+        def hook(x: torch.Tensor, hook: Any) -> torch.Tensor:
+            return torch.where(mask, x - (x @ u).unsqueeze(-1) * u, x)
+
+        return hook
+
+    real = logit_diff(tiny, [(HOOK, project(unit))]) - before
+    assert baseline.real == pytest.approx(real, abs=1e-5)
+    assert result.after.logit_diff is not None and result.before.logit_diff is not None
+    assert baseline.real == pytest.approx(result.after.logit_diff.value - result.before.logit_diff.value, abs=1e-5)
+    expected = []
+    for g in gaussians:
+        gamma = brentq(lambda t, g=g: float((g**2 * lam ** (1 + t)).sum() / (g**2 * lam**t).sum()) - target, -4, 4)
+        u = vecs @ (g * lam ** (gamma / 2))
+        expected.append(logit_diff(tiny, [(HOOK, project((u / u.norm()).float()))]) - before)
+    assert baseline.draws == pytest.approx(expected, abs=1e-3)
+    assert baseline.p_value == pytest.approx(hand_rank_p(real, expected))
+    assert ("beats" in baseline.verdict) == (baseline.p_value <= 0.05)
+    assert any(baseline.verdict in note for note in result.notes)
+
+
+def test_direction_baseline_seed_and_draws(tiny: LoadedModel) -> None:
+    vector = torch.randn(64, generator=torch.Generator().manual_seed(5)).tolist()
+    spec = Intervention(ablate=[{"layer": 1, "direction": vector}], positions="last")  # type: ignore[list-item]
+    first = ablate(tiny, PROMPTS, spec, "mary", "john", random_draws=19).random_baseline
+    again = ablate(tiny, PROMPTS, spec, "mary", "john", random_draws=19).random_baseline
+    other = ablate(tiny, PROMPTS, spec.model_copy(update={"seed": 1}), "mary", "john", random_draws=19)
+    assert first is not None and again is not None and other.random_baseline is not None
+    assert len(first.draws) == 19 and first.draws == again.draws != other.random_baseline.draws
+    with pytest.raises(InputError, match="19 to 100"):
+        ablate(tiny, PROMPTS, spec, "mary", "john", random_draws=5)
+
+
+def test_zero_ablating_a_direction_the_prompts_sit_far_along_says_so(tiny: LoadedModel) -> None:
+    """The prompts' mean projection on the ablated direction, at the ablated positions, by hand; zero-ablation of a
+    direction whose mean is far from 0 gets a note, the mean method's wording is not 'projecting out'."""
+    ids = encode(tiny.tokenizer, PROMPTS).input_ids
+    _, cache = tiny.bridge.run_with_cache(ids)
+    last = cache[HOOK][:, -1].double()
+    direction = last.mean(dim=0)  # the prompts' own mean: they sit far along it
+    unit = direction / direction.norm()
+    spec = Intervention(ablate=[{"layer": 1, "direction": direction.tolist()}], positions="last")  # type: ignore[list-item]
+    zeroed = ablate(tiny, PROMPTS, spec, "mary", "john")
+    projection = last @ unit
+    assert zeroed.projections[0].mean == pytest.approx(float(projection.mean()), rel=1e-5)
+    assert zeroed.projections[0].sd == pytest.approx(float(projection.std()), rel=1e-4)
+    assert any("zero-ablation sets it to 0" in note for note in zeroed.notes)
+    meaned = ablate(tiny, PROMPTS, spec.model_copy(update={"method": "mean"}), "mary", "john")
+    assert not any("zero-ablation sets it to 0" in note for note in meaned.notes)
+    assert not any("Projecting out" in note for note in meaned.notes)
+    assert any(note.startswith("Replacing the projection") for note in meaned.notes)
+
+
+def test_sae_feature_baseline_draws_energy_matched_features(tiny: LoadedModel, tmp_path: Path) -> None:
+    weights = random_weights(64, seed=4)
+    folder = write_sae(tmp_path / "sae", weights, hook=HOOK)
+    features = [3]
+    spec = Intervention(ablate=[{"sae": folder, "features": features}], positions="last")  # type: ignore[list-item]
+    result = ablate(tiny, PROMPTS, spec, "mary", "john")
+    baseline = result.random_baseline
+    assert baseline is not None and baseline.replaced == "features" and len(baseline.draws) == 20
+
+    ids = encode(tiny.tokenizer, PROMPTS).input_ids
+    _, cache = tiny.bridge.run_with_cache(ids)
+    x = cache[HOOK][:, -1].double()  # the ablated (last) positions
+    w = {k: v.double() for k, v in weights.items()}
+    acts = torch.relu((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"])  # [2, 64]
+
+    def decoded_energy(chosen: list[int]) -> float:
+        return float(((acts[:, chosen] @ w["W_dec"][chosen]) ** 2).sum(dim=-1).mean())
+
+    assert baseline.energy == pytest.approx(decoded_energy(features), rel=1e-5)
+    per_feature = (acts**2).mean(dim=0) * w["W_dec"].norm(dim=1) ** 2
+    before = logit_diff(tiny, [])
+
+    def remove(chosen: list[int]) -> Any:
+        def hook(v: torch.Tensor, hook: Any) -> torch.Tensor:
+            a = torch.relu((v.double() - w["b_dec"]) @ w["W_enc"] + w["b_enc"])[..., chosen]
+            new = v.double().clone()
+            new[:, -1] -= (a @ w["W_dec"][chosen])[:, -1]
+            return new.float()
+
+        return hook
+
+    real = logit_diff(tiny, [(HOOK, remove(features))]) - before
+    assert baseline.real == pytest.approx(real, abs=1e-5)
+    # Each draw's effect must be that of a non-real feature whose energy is close to the real one's (within the
+    # matching ratio, or among the 20 nearest): the candidates' effects recomputed by hand.
+    log_e = torch.log(per_feature.clamp_min(1e-30))
+    distance = (log_e - log_e[features[0]]).abs()
+    distance[features] = float("inf")
+    close = torch.nonzero(distance <= torch.log(torch.tensor(1.25, dtype=torch.float64))).flatten()
+    candidates = close.tolist() if len(close) >= 20 else torch.argsort(distance)[:20].tolist()
+    assert features[0] not in candidates
+    effects = [logit_diff(tiny, [(HOOK, remove([c]))]) - before for c in candidates]
+    for draw in baseline.draws:
+        assert min(abs(draw - e) for e in effects) < 1e-4
+    assert len({round(d, 6) for d in baseline.draws}) > 1  # several different features were drawn
+    assert baseline.p_value == pytest.approx(hand_rank_p(real, baseline.draws))
+
+
+def test_steer_ranks_its_kl_among_random_directions_of_its_norm(tiny: LoadedModel) -> None:
+    from mcp_interp.core.engine.baselines import random_unit_vectors
+    from mcp_interp.core.engine.metrics import kl_divergence
+    from mcp_interp.core.lens.steer import steer
+
+    result = steer(tiny, "when mary and john went to the store", " happy", " sad", 1, 4.0, 3, seed=2)
+    ids = torch.tensor([tiny.tokenizer("when mary and john went to the store")["input_ids"]])
+    with torch.no_grad():
+        base = tiny.bridge(ids)[:, -1]
+        pos = tiny.bridge.run_with_cache(torch.tensor([tiny.tokenizer(" happy")["input_ids"]]))[1]
+        neg = tiny.bridge.run_with_cache(torch.tensor([tiny.tokenizer(" sad")["input_ids"]]))[1]
+    vector = pos["blocks.1.hook_in"][0, -1] - neg["blocks.1.hook_in"][0, -1]
+    norm = float((4.0 * vector).norm())
+    kls = []
+    for unit in random_unit_vectors(20, 64, 2):  # the seeded uniform directions, one forward each
+        with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=[("blocks.1.hook_in", lambda r, hook, u=unit: r + norm * u)]):
+            kls.append(float(kl_divergence(base, tiny.bridge(ids)[:, -1]).value))
+    assert result.random_next_token_kl == pytest.approx(kls, rel=1e-4, abs=1e-7)
+    expected_p = (1 + sum(k >= result.next_token_kl for k in kls)) / 21
+    assert result.random_p_value == pytest.approx(expected_p)
+
+
+def test_steer_without_a_layer_uses_the_default(tiny: LoadedModel) -> None:
+    from mcp_interp.core.lens.steer import default_actadd_layer, steer
+
+    result = steer(tiny, "when mary went", " happy", " sad", None, 2.0, 2)
+    assert result.layer == default_actadd_layer(tiny.bridge.cfg.n_layers) == 1  # tiny has 4 layers: ⌊4/3⌋ = 1
+    assert any("No `layer` given" in note for note in result.notes)
+    assert default_actadd_layer(30) == 10 and default_actadd_layer(2) == 1
