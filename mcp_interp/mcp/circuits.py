@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from mcp.types import CallToolResult, ResourceLink
@@ -11,17 +12,20 @@ from pydantic import Field
 from mcp_interp import figures
 from mcp_interp.core.circuits import figures as circuits_figures
 from mcp_interp.core.circuits.attribution import EdgeScores
-from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob
+from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob, edge_names
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
 from mcp_interp.core.circuits.path import PathPatchJob
+from mcp_interp.errors import InputError
 from mcp_interp.mcp.arguments import (
     Answers,
     Background,
     CleanPrompts,
     CorruptPrompts,
+    OtherAnswers,
     Top,
 )
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
+from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import (
     CircuitFaithfulnessResult,
     EdgeAttributionResult,
@@ -44,7 +48,7 @@ async def edge_attribution(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
-    incorrect: Answers,
+    incorrect: OtherAnswers,
     ctx: ToolContext,
     method: Annotated[
         Literal["eap", "eap-ig"],
@@ -80,7 +84,7 @@ async def path_patch(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
-    incorrect: Answers,
+    incorrect: OtherAnswers,
     sender: Annotated[str, Field(description="A head 'L5H1' or an MLP 'L5MLP'.")],
     ctx: ToolContext,
     receivers: Annotated[
@@ -111,37 +115,63 @@ async def path_patch(
     return kit.finish(result, summary, [link])
 
 
+Ablation = Annotated[
+    Literal["corrupt", "mean"], Field(description="An ablated edge carries the corrupt write or the mean.")
+]
+Granularity = Annotated[Literal["edge", "node"], Field(description="node: k heads/MLPs, all their edges.")]
+RankBy = Annotated[Literal["abs", "signed"], Field(description="By |score| or signed score.")]
+HeldOut = Annotated[float, Field(ge=0, lt=1, description="Fraction of pairs held out to score on (seeded).")]
+RandomCircuits = Annotated[int, Field(ge=19, le=100, description="Random circuits from the top 4k, for the p-value.")]
+
+
+def stored_circuit_edges(kit: Toolkit, uri: str) -> list[list[str]]:
+    """The edges of a ``circuit://`` (from find_circuit) by name; other handles are input errors."""
+    kind, _, entry = uri.partition("://")
+    if kind != "circuit" or not entry:
+        raise InputError(f"`circuit` must be a circuit:// URI from find_circuit, got {uri[:80]!r}.")
+    data = json.loads(kit.read_entry("circuit", entry))
+    if data.get("model") != kit.session.model_ref().fingerprint:
+        raise InputError(
+            "This circuit was found on other weights (its model fingerprint differs): run find_circuit on this model."
+        )
+    return [list(edge) for edge in data["edges"]]
+
+
 @family.tool(background=True)
 async def circuit_faithfulness(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
-    incorrect: Answers,
+    incorrect: OtherAnswers,
     ctx: ToolContext,
     edges: Annotated[
         list[EdgeRef] | None,
         Field(description="Edges {writer, reader} as edge_attribution names them."),
     ] = None,
-    top_k: Annotated[
-        int | None,
-        Field(description="Instead of edges: the top k by attribution, with a curve over k."),
-    ] = None,
-    ablation: Annotated[
-        Literal["corrupt", "mean"],
-        Field(description="What an ablated edge carries: the corrupt write, or the clean writes' mean."),
-    ] = "corrupt",
-    random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20).")] = 5,
+    circuit: Annotated[str | None, Field(description="Or a circuit:// from find_circuit.")] = None,
+    top_k: Annotated[int | None, Field(description="Or the top k by attribution, with a curve over k.")] = None,
+    granularity: Granularity = "edge",
+    rank_by: RankBy = "abs",
+    ablation: Ablation = "corrupt",
+    held_out: HeldOut = 0.0,
+    random_circuits: RandomCircuits = 20,
     seed: int = 0,
     background: Background = False,
 ) -> Annotated[CallToolResult, CircuitFaithfulnessResult]:
     """A circuit's exact faithfulness: every edge outside it ablated, as the fraction of the clean−corrupt gap
-    recovered (1 = clean behaviour), next to random circuits of the same size."""
+    recovered (1 = clean behaviour), ranked among random circuits of its size from the top 4k (p-value)."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
-    job, started = await kit.measured_job(
-        ctx,
-        lambda model: CircuitFaithfulnessJob(model=model, **arguments),
-    )
+    del arguments["circuit"]
+
+    def make_job(model: LoadedModel) -> CircuitFaithfulnessJob:  # inside the job's error boundary
+        if circuit is not None:
+            if edges is not None:
+                raise InputError("Pass `edges` or `circuit`, not both.")
+            arguments["edges"] = stored_circuit_edges(kit, circuit)
+        return CircuitFaithfulnessJob(model=model, **arguments)
+
+    job, started = await kit.measured_job(ctx, make_job)
     assert job.result is not None
     links = []
     if job.result.curve:
@@ -157,10 +187,9 @@ async def circuit_faithfulness(
         )
         links.append(link)
     result = kit.with_provenance(CircuitFaithfulnessResult, job.result, started)
-    random_mean = "n/a" if result.random_mean is None else f"{result.random_mean:+.3f}"
     summary = (
         f"circuit_faithfulness: {result.n_edges} of {result.total_edges} edges kept, faithfulness "
-        f"{result.faithfulness.value:+.3f} (random circuits of the same size: {random_mean})."
+        f"{result.faithfulness.value:+.3f} (empty circuit {result.empty_circuit:+.3f}); {result.baseline.verdict}."
     )
     return kit.finish(result, summary, links)
 
@@ -170,34 +199,45 @@ async def find_circuit(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
-    incorrect: Answers,
+    incorrect: OtherAnswers,
     ctx: ToolContext,
     target: Annotated[float, Field(description="Faithfulness to reach, in (0, 1].")] = 0.8,
-    ablation: Annotated[
-        Literal["corrupt", "mean"],
-        Field(description="What an ablated edge carries: the corrupt write, or the clean writes' mean."),
-    ] = "corrupt",
-    random_circuits: Annotated[int, Field(description="Random circuits of the same size (5 to 20).")] = 5,
+    granularity: Granularity = "edge",
+    rank_by: RankBy = "abs",
+    ablation: Ablation = "corrupt",
+    held_out: HeldOut = 0.0,
+    random_circuits: RandomCircuits = 20,
     seed: int = 0,
     top: Top = 20,
     background: Background = False,
 ) -> Annotated[CallToolResult, FindCircuitResult]:
-    """Attribution, then the smallest top-k circuit whose exact faithfulness reaches `target` (bisection, every
-    step exact), its random baseline, every k measured, a graph."""
+    """Attribution, then the smallest top-k circuit (edges or nodes) whose exact faithfulness reaches `target`
+    (bisection, every step exact), scored on held-out pairs and against random circuits; circuit:// holds every edge."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
         ctx,
         lambda model: FindCircuitJob(model=model, **arguments),
     )
-    assert job.result is not None and job.scores is not None
+    assert job.result is not None and job.scores is not None and job.circuit is not None and job.graph is not None
+    stored = {
+        "model": kit.session.model_ref().fingerprint,
+        "granularity": granularity,
+        "nodes": [n.node for n in job.result.nodes],
+        "edges": edge_names(job.graph, job.circuit),
+        "ablation": ablation,
+        "faithfulness": job.result.faithfulness.value,
+        "selection_pairs": [i for i in range(len(clean_prompts)) if i not in set(job.result.held_out_pairs)],
+    }
+    job.result.circuit_uri, circuit_link = kit.store("circuit", json.dumps(stored).encode(), "circuit")
     title = f"find_circuit (faithfulness ≥ {target}): {job.model.name}, top edges"
     job.result.figure_uri, link = await graph_figure(kit, job.scores, min(50, job.result.n_edges), title)
     result = kit.with_provenance(FindCircuitResult, job.result, started)
-    random_mean = "n/a" if result.random_mean is None else f"{result.random_mean:+.3f}"
+    held = "" if result.held_out is None else f", held-out pairs {result.held_out.value:+.3f}"
+    unit = "edges" if granularity == "edge" else "nodes"
     summary = (
-        f"find_circuit: {result.n_edges} of {result.total_edges} edges reach faithfulness "
-        f"{result.faithfulness.value:+.3f} (target {target}; random circuits of that size: {random_mean}). "
-        f"Graph: {result.figure_uri}"
+        f"find_circuit: {result.k} {unit} ({result.n_edges} of {result.total_edges} edges) reach faithfulness "
+        f"{result.faithfulness.value:+.3f}{held} (target {target}); {result.baseline.verdict}. Circuit: "
+        f"{result.circuit_uri}; graph: {result.figure_uri}"
     )
-    return kit.finish(result, summary, [link], top=top)
+    return kit.finish(result, summary, [circuit_link, link], top=top)

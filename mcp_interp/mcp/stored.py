@@ -67,3 +67,14 @@ def report(report_id: str, ctx: ToolContext) -> str:
 )
 def result(result_id: str, ctx: ToolContext) -> str:
     return Toolkit.of(ctx).read("result", result_id).decode("utf-8")
+
+
+@family.resource(
+    "circuit://{circuit_id}",
+    name="circuit",
+    description="A circuit found by `find_circuit`: every edge [writer, reader], its nodes, the pairs it was selected "
+    "on (JSON); `circuit_faithfulness(circuit=…)` re-evaluates it.",
+    mime_type="application/json",
+)
+def circuit(circuit_id: str, ctx: ToolContext) -> str:
+    return Toolkit.of(ctx).read("circuit", circuit_id).decode("utf-8")

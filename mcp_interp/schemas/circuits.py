@@ -92,26 +92,39 @@ class EdgeRef(BaseModel):
 class CurvePoint(BaseModel):
     k: int = Field(description="Edges in the circuit (the top k by attribution).")
     faithfulness: float | None = Field(description="Recovered fraction of the clean−corrupt gap, exact.")
-    random_mean: float | None = Field(description="Mean over the random circuits of the same size.")
+    random_mean: float | None = Field(description="Mean of 5 random circuits of k from the top 4k.")
+
+
+class CircuitBaseline(BaseModel):
+    """Random circuits of the same size drawn from the top 4k edges (nodes) by the same ranking: a baseline that can
+    match the circuit (uniformly random edges are almost never connected, so they score ≈ 0 whatever)."""
+
+    draws: list[float] = Field(description="Each random circuit's faithfulness.")
+    mean: float
+    p_value: float = Field(description="(1 + #{draw ≥ circuit}) / (n + 1): exact under H0 'the ranking is noise'.")
+    pool: int = Field(description="The candidate pool's size (4k, at most everything).")
+    verdict: str
+
+
+FAITHFULNESS = (
+    "(m_circuit − m_corrupt) / (m_clean − m_corrupt), every edge outside the circuit ablated exactly: 1 = clean "
+    "behaviour, 0 = the corrupt run's. value = ratio of means; per_example = each pair's ratio."
+)
 
 
 class CircuitFaithfulnessMeasurement(Measurement):
     ablation: Literal["corrupt", "mean"]
+    granularity: Literal["edge", "node"] = Field(description="How top_k counts: edges or nodes.")
     n_edges: int = Field(description="Edges in the circuit.")
-    total_edges: int = Field(description="Edges in the whole graph.")
+    total_edges: int
     clean_logit_diff: Score
     corrupt_logit_diff: Score
-    faithfulness: Score = Field(
-        description="(m_circuit − m_corrupt) / (m_clean − m_corrupt) with every edge outside the circuit ablated "
-        "exactly: 1 = the circuit alone reproduces the clean behaviour, 0 = no better than the corrupt run. "
-        "`value` is the ratio of means; `per_example` each pair's own ratio."
-    )
-    random_baseline: list[float | None] = Field(
-        description="The same measurement for random circuits of the same number of edges (seeded)."
-    )
-    random_mean: float | None
+    faithfulness: Score = Field(description=FAITHFULNESS)
+    empty_circuit: float = Field(description="Faithfulness with every edge ablated (0 for 'corrupt').")
+    held_out_pairs: list[int] = Field(description="With held_out: the pairs evaluated on (others ranked the edges).")
+    baseline: CircuitBaseline
     curve: list[CurvePoint] = Field(default_factory=list, description="With top_k: faithfulness at other sizes.")
-    figure_uri: str | None = Field(default=None, description="Faithfulness against k with the random baseline.")
+    figure_uri: str | None = None
 
 
 class CircuitFaithfulnessResult(Provenance, CircuitFaithfulnessMeasurement):
@@ -127,17 +140,24 @@ class FindCircuitMeasurement(Measurement):
     RANKED = ("edges",)
 
     target: float
+    granularity: Literal["edge", "node"]
+    rank_by: Literal["abs", "signed"]
     ablation: Literal["corrupt", "mean"]
-    n_edges: int = Field(description="Edges in the circuit found (the smallest top-k reaching the target).")
+    k: int = Field(description="Edges or nodes chosen: the smallest top-k reaching the target.")
+    n_edges: int = Field(description="Edges in the circuit.")
     total_edges: int
     clean_logit_diff: Score
     corrupt_logit_diff: Score
-    edges: list[EdgeScore] = Field(description="The circuit's edges by |attribution score|.")
-    faithfulness: Score = Field(description="The circuit's exact faithfulness (recovered fraction), per example.")
-    random_baseline: list[float | None] = Field(description="Random circuits of the same size, seeded.")
-    random_mean: float | None
+    nodes: list[NodeScore] = Field(description="granularity 'node': the chosen heads and MLPs.")
+    edges: list[EdgeScore] = Field(description="The circuit's edges by |attribution score| (all in circuit_uri).")
+    faithfulness: Score = Field(description="On the selection pairs. " + FAITHFULNESS)
+    held_out: Score | None = Field(description="The same on the held-out pairs (held_out > 0).")
+    held_out_pairs: list[int]
+    empty_circuit: float = Field(description="Faithfulness with every edge ablated (0 for 'corrupt').")
+    baseline: CircuitBaseline = Field(description="On the held-out pairs when there are some.")
     search: list[SearchStep] = Field(description="Every k the bisection measured exactly, in order.")
-    figure_uri: str | None = Field(default=None, description="The circuit's top edges by layer, figure://…")
+    circuit_uri: str | None = Field(default=None, description="circuit://…: every edge, for circuit_faithfulness.")
+    figure_uri: str | None = None
 
 
 class FindCircuitResult(Provenance, FindCircuitMeasurement):

@@ -55,3 +55,13 @@ def tl_name(node: Any) -> str:
     if node.kind == "q_input":
         return f"L{node.layer}H{node.head}.q"
     return f"L{node.layer}KV{node.head}.{node.kind[0]}"
+
+
+def run_eap_on(model: LoadedModel, pairs: Any) -> EdgeScores:
+    """EAP on prepared ``Pairs`` (their logit-difference readout), all steps run."""
+    job = EdgeAttribution(
+        bridge=model.bridge, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
+    )
+    list(job.steps())
+    assert job.result is not None
+    return job.result

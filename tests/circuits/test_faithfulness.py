@@ -16,12 +16,14 @@ from tests.circuits.common import CLEAN, CORRUPT, run_eap
 # --- circuit_faithfulness ------------------------------------------------------------------------
 
 
-def faithfulness_job(model: LoadedModel, **kwargs: Any) -> Any:
+def faithfulness_job(model: LoadedModel, clean_override: list[str] | None = None, **kwargs: Any) -> Any:
     from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
     from mcp_interp.core.engine.jobs import drain
 
-    pairs_clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to"]
+    pairs_clean = clean_override or [CLEAN[0], "when tom and james went to the park , james gave a ball to"]
     pairs_corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to"]
+    if clean_override:
+        pairs_corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a drink to"]
     job = CircuitFaithfulnessJob(
         model=model,
         clean_prompts=pairs_clean,
@@ -35,16 +37,38 @@ def faithfulness_job(model: LoadedModel, **kwargs: Any) -> Any:
     return job.result
 
 
-def test_faithfulness_sanity_pins_full_graph_one_empty_circuit_zero(tiny: LoadedModel) -> None:
+def test_the_curve_ends_at_the_full_graph_and_mean_ablation_reports_its_empty_circuit(tiny: LoadedModel) -> None:
+    """The empty circuit under mean ablation is a known answer computed by hand: with every edge ablated, the logits'
+    input is the sum of every writer's mean write (plus constant biases), i.e. the pairs' mean clean final residual
+    at each position — so its logit difference is the unembedding of that mean at the answer position."""
+    import torch
+
+    from mcp_interp.core.engine.bridge import logits_from_residual
+
+    clean = [CLEAN[0], "when tom and james went to the park , james gave a drink to"]
+    ids = encode(tiny.tokenizer, clean).input_ids
+    assert ids.shape[1] == encode(tiny.tokenizer, clean[:1]).input_ids.shape[1]  # equal lengths: mean is defined
+    with torch.no_grad():
+        _, cache = tiny.bridge.run_with_cache(ids)
+        final = cache[f"blocks.{tiny.bridge.cfg.n_layers - 1}.hook_resid_post"][:, -1].mean(dim=0, keepdim=True)
+        mean_logits = logits_from_residual(tiny.bridge, final)[0].double()
+        clean_logits = tiny.bridge(ids)[:, -1].double()
+        corrupt_ids = encode(tiny.tokenizer, [CORRUPT[0], "when tom and james went to the park , tom gave a drink to"])
+        corrupt_logits = tiny.bridge(corrupt_ids.input_ids)[:, -1].double()
+    good = [tiny.tokenizer.convert_tokens_to_ids(w) for w in ("mary", "tom")]
+    bad = [tiny.tokenizer.convert_tokens_to_ids(w) for w in ("john", "james")]
+    rows = torch.arange(2)
+    clean_m = clean_logits[rows, good] - clean_logits[rows, bad]
+    corrupt_m = corrupt_logits[rows, good] - corrupt_logits[rows, bad]
+    empty_m = mean_logits[good] - mean_logits[bad]
+    expected = float((empty_m.mean() - corrupt_m.mean()) / (clean_m.mean() - corrupt_m.mean()))
+    result = faithfulness_job(tiny, top_k=0, ablation="mean", clean_override=clean)
+    assert result.empty_circuit == pytest.approx(expected, abs=1e-4)
+    assert result.faithfulness.value == pytest.approx(expected, abs=1e-4)  # top 0 = the empty circuit
+    assert abs(expected) > 0.01  # mean ablation's zero point is not the corrupt run's
+    assert any("not 0" in note for note in result.notes)
     full = faithfulness_job(tiny, top_k=10**6)
-    assert full.n_edges == full.total_edges == 190
-    assert full.faithfulness.value == pytest.approx(1.0, abs=1e-4)
-    assert full.faithfulness.per_example == pytest.approx([1.0, 1.0], abs=1e-4)
-    empty = faithfulness_job(tiny, top_k=0)
-    assert empty.n_edges == 0 and empty.faithfulness.value == pytest.approx(0.0, abs=1e-4)
-    assert len(empty.random_baseline) == 5
-    assert [p.k for p in full.curve] == [10, 25, 50, 100, 190]
-    assert full.curve[-1].faithfulness == pytest.approx(1.0, abs=1e-4)
+    assert [p.k for p in full.curve] == [10, 25, 50, 100, 190] and full.n_edges == full.total_edges == 190
 
 
 def test_faithfulness_equals_transformer_lens_on_a_multi_head_model(multi_head: LoadedModel) -> None:
@@ -106,8 +130,10 @@ def test_faithfulness_bad_input(tiny: LoadedModel) -> None:
         ({"edges": [{"writer": "L9H0", "reader": "logits"}]}, "Unknown writer"),
         ({"edges": [{"writer": "L0H0", "reader": "L0H1.q"}]}, "no edge L0H0 → L0H1.q"),
         ({"edges": [{"writer": "embed", "reader": "L0KV7.k"}]}, "Unknown reader"),
-        ({"edges": [], "top_k": 3}, "either `edges`"),
-        ({"top_k": 3, "random_circuits": 2}, "from 5 to 20"),
+        ({"edges": [], "top_k": 3}, "Pass one of"),
+        ({"top_k": 3, "random_circuits": 5}, "19 to 100"),
+        ({"edges": [{"writer": "embed", "reader": "logits"}], "held_out": 0.5}, "applies to `top_k`"),
+        ({"top_k": 3, "granularity": "head"}, "'edge' or 'node'"),
     ]:
         with pytest.raises(InputError, match=message):
             faithfulness_job(tiny, **kwargs)
@@ -129,13 +155,13 @@ async def test_circuit_faithfulness_over_mcp_with_its_curve(tiny_client: Client)
         tools["circuit_faithfulness"],
         await tiny_client.call_tool(
             "circuit_faithfulness",
-            {**arguments, "edges": [{"writer": "L2H1", "reader": "logits", "score": 0.3}], "random_circuits": 6},
+            {**arguments, "edges": [{"writer": "L2H1", "reader": "logits", "score": 0.3}], "random_circuits": 19},
         ),
     )
     assert result["n_edges"] == 25 and [p["k"] for p in result["curve"]] == [10, 25, 50, 100, 190]
     description = png_text(base64.b64decode(figure.contents[0].blob))["Description"]  # type: ignore[union-attr]
     assert "k=190: 1.0" in description
-    assert explicit["n_edges"] == 1 and len(explicit["random_baseline"]) == 6 and explicit["curve"] == []
+    assert explicit["n_edges"] == 1 and len(explicit["baseline"]["draws"]) == 19 and explicit["curve"] == []
 
 
 def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: LoadedModel) -> None:
@@ -161,7 +187,7 @@ def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: Loade
     below = faithfulness_job(tiny, top_k=found.n_edges - 1)
     assert below.faithfulness.value < 0.8
     assert [s.k for s in found.search] and all(0 < s.k < found.total_edges for s in found.search)
-    assert len(found.random_baseline) == 5
+    assert len(found.baseline.draws) == 20
 
 
 @pytest.mark.anyio

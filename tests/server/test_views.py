@@ -40,7 +40,7 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
     "attention_other": ("attention", {"prompt": CLEAN[0], "layer": 2, "head": 0}),
     "logit_lens": ("logit_lens", {"prompt": CLEAN[0], "target": "mary", "top_k": 5}),
     "edge_attribution": ("edge_attribution", {**PAIR, "top_k": 30}),
-    "find_circuit": ("find_circuit", {**PAIR, "target": 0.5}),
+    "find_circuit": ("find_circuit", {**PAIR, "target": 0.5, "top": 200}),  # every edge, for the slider
 }
 
 

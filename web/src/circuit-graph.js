@@ -29,6 +29,11 @@ function measuredFaithfulness(result) {
   return points;
 }
 
+function baselineText(baseline) {
+  if (!baseline) return "no random-circuit baseline";
+  return `random circuits of its size ${fmt(baseline.mean)} (p = ${baseline.p_value.toPrecision(2)})`;
+}
+
 function render(result) {
   const app = document.getElementById("app");
   const edges = [...(result.edges || [])].sort((a, b) => Math.abs(b.score) - Math.abs(a.score));
@@ -56,7 +61,8 @@ function render(result) {
   const title = result.search ? `find_circuit: ${result.n_edges} of ${result.total_edges} edges (target ${result.target})` : `edge_attribution (${result.method}): top ${edges.length} of ${result.n_edges} edges`;
   app.replaceChildren(
     el("h1", {}, title),
-    el("p", { class: "meta" }, `clean logit diff ${fmt(result.clean_logit_diff.value)}, corrupt ${fmt(result.corrupt_logit_diff.value)}` + (result.search ? ` · faithfulness ${result.faithfulness.value.toFixed(3)}, random circuits ${result.random_mean === null ? "n/a" : result.random_mean.toFixed(3)}` : " · attribution scores are estimates")),
+    el("p", { class: "meta" }, `clean logit diff ${fmt(result.clean_logit_diff.value)}, corrupt ${fmt(result.corrupt_logit_diff.value)}` + (result.search ? ` · faithfulness ${result.faithfulness.value.toFixed(3)}, ${baselineText(result.baseline)}` : " · attribution scores are estimates")
+      + (result.search && edges.length < result.n_edges ? ` · showing the top ${edges.length} of the circuit's ${result.n_edges} edges (all of them: ${result.circuit_uri})` : "")),
     el("p", {}, "top k = ", kLabel, " ", slider, " ", faithLabel),
     el("p", { class: "legend" }, "Red edges push toward the clean answer, blue against; width ∝ |score|. Hover an edge or a node."),
     holder,

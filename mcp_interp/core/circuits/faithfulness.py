@@ -132,6 +132,18 @@ def replacement_values(
     raise InputError(f"`ablation` must be 'corrupt' or 'mean', got {ablation!r}.")
 
 
+def refuse_zero_gaps(clean: torch.Tensor, corrupt: torch.Tensor) -> None:
+    """A recovered fraction divides by the clean − corrupt gap: a pair that does not change the metric has none."""
+    gaps = (clean - corrupt).to(torch.float64)
+    flat = [i for i, gap in enumerate(gaps.tolist()) if abs(gap) <= 1e-9]
+    if flat:
+        raise InputError(
+            f"Pair(s) {flat} give the same logit difference clean and corrupt ({float(clean[flat[0]]):+.4f}): they do "
+            "not change the metric, so no fraction of their gap is defined. Check that each corrupt prompt changes "
+            "the answer, and drop the pairs that do not."
+        )
+
+
 class Ablator:
     """Exact runs of one set of pairs with edges outside a circuit ablated (use inside ``edge_hooks``):
     the replacement writes and the clean and corrupt metrics are computed once, each circuit costs one
@@ -145,6 +157,7 @@ class Ablator:
             clean, corrupt = pairs.clean, pairs.corrupt
             self.clean_m = pairs.readout.from_logits(bridge(clean.input_ids)[rows, clean.answer_positions], rows)
             self.corrupt_m = pairs.readout.from_logits(bridge(corrupt.input_ids)[rows, corrupt.answer_positions], rows)
+        refuse_zero_gaps(self.clean_m, self.corrupt_m)
 
     def run(self, circuit: set[tuple[int, int]]) -> torch.Tensor:
         """The metric per pair with every edge outside ``circuit`` ablated."""

@@ -1,0 +1,181 @@
+"""Choosing circuits and judging them: node circuits, rankings, the held-out split, the candidate-pool baseline
+(a circuit of the least-attributed edges must fail it, the top edges pass), circuit:// re-evaluation to 1e-6,
+and zero-gap pairs refused."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+import torch
+from mcp import Client
+
+from mcp_interp.core.circuits.graph import build_graph
+from mcp_interp.core.circuits.selection import held_out_split, node_circuit, rank
+from mcp_interp.core.engine.jobs import drain
+from mcp_interp.errors import InputError
+from mcp_interp.models import LoadedModel
+from tests.circuits.common import CLEAN, CORRUPT
+from tests.helpers import assert_valid_structured, error_text, tools_by_name
+
+PAIRS: dict[str, Any] = {
+    "clean_prompts": [
+        CLEAN[0],
+        "when tom and james went to the park , james gave a ball to",
+        "when alice and paul went to the shop , paul gave a book to",
+        "when kate and sam went to the beach , sam gave a cup to",
+    ],
+    "corrupt_prompts": [
+        CORRUPT[0],
+        "when tom and james went to the park , tom gave a ball to",
+        "when alice and paul went to the shop , alice gave a book to",
+        "when kate and sam went to the beach , kate gave a cup to",
+    ],
+    "correct": ["mary", "tom", "alice", "kate"],
+    "incorrect": ["john", "james", "paul", "sam"],
+}
+
+
+def test_node_circuit_rank_and_split_by_hand() -> None:
+    graph = build_graph(n_layers=2, n_heads=2, n_kv_heads=2)
+    # writers: 0 embed, 1-2 L0 heads, 3 L0MLP, 4-5 L1 heads, 6 L1MLP
+    assert node_circuit(graph, [3]) == {(w, r) for w, r in graph.edges if w in (0, 3)}
+    scores = torch.zeros(len(graph.writers), len(graph.readers))
+    for (w, r), value in zip(graph.edges, torch.linspace(-1, 1, len(graph.edges)), strict=True):
+        scores[w, r] = value
+    by_abs = rank(graph, scores, "edge", "abs").items
+    assert [abs(float(scores[e])) for e in by_abs] == sorted((abs(float(scores[e])) for e in graph.edges), reverse=True)
+    signed = rank(graph, scores, "edge", "signed").items
+    assert float(scores[signed[0]]) == pytest.approx(1.0) and float(scores[signed[-1]]) == pytest.approx(-1.0)
+    totals = scores.sum(dim=1)
+    nodes = rank(graph, scores, "node", "signed").items
+    assert nodes == sorted(range(1, 7), key=lambda w: -float(totals[w]))  # embed is not a node: always kept
+    selecting, held = held_out_split(8, 0.5, seed=3)
+    order = list(range(8))
+    random.Random(3).shuffle(order)
+    assert held == sorted(order[:4]) and selecting == sorted(order[4:])
+    assert held_out_split(5, 0.0, 1) == ([0, 1, 2, 3, 4], [])
+    for n, fraction in ((1, 0.5), (4, 0.1), (3, 0.9)):
+        with pytest.raises(InputError, match="held_out"):
+            held_out_split(n, fraction, 0)
+
+
+def find(model: LoadedModel, **kwargs: Any) -> Any:
+    from mcp_interp.core.circuits.faithfulness_job import FindCircuitJob
+
+    job = FindCircuitJob(model=model, **PAIRS, **kwargs)
+    steps = list(job.steps())
+    assert len(steps) <= job.total_steps()  # progress never reports more steps than its total
+    assert job.result is not None
+    return job
+
+
+def faithful(model: LoadedModel, pairs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
+
+    return drain(CircuitFaithfulnessJob(model=model, **(pairs or PAIRS), **kwargs))
+
+
+def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedModel) -> None:
+    """The top 10 edges beat random 10-edge circuits drawn from the top 40; the 10 least-attributed edges, a circuit
+    that cannot carry the behaviour, do not (p ≥ 0.5). Every draw is rebuilt by hand from the seeded pool and
+    re-measured as an explicit circuit."""
+    from mcp_interp.core.circuits.attribution import graph_of
+    from mcp_interp.core.circuits.faithfulness import Ablator
+    from mcp_interp.core.circuits.faithfulness_job import edge_names
+    from mcp_interp.core.engine.bridge import edge_hooks
+    from mcp_interp.core.engine.pairs import prepare_pairs
+    from tests.circuits.common import run_eap_on
+
+    top = faithful(tiny, top_k=10, random_circuits=19, seed=2)
+    pairs = prepare_pairs(tiny, **PAIRS)
+    scores = run_eap_on(tiny, pairs)
+    graph = graph_of(tiny.bridge)
+    ranked = sorted(graph.edges, key=lambda e: -abs(float(scores.scores[e])))
+    generator = random.Random(2)
+    with edge_hooks(tiny.bridge):
+        ablator = Ablator(tiny.bridge, graph, pairs, "corrupt")  # faithfulness itself is checked against TL elsewhere
+        draws = [ablator.recovered(ablator.run(set(generator.sample(ranked[:40], 10)))).value for _ in range(19)]
+    assert top.baseline.pool == 40
+    assert top.baseline.draws == pytest.approx(draws, abs=1e-6)
+    assert top.baseline.p_value == pytest.approx((1 + sum(d >= top.faithfulness.value for d in draws)) / 20)
+    assert top.baseline.p_value <= 0.05, top.baseline
+    bottom = faithful(tiny, edges=edge_names(graph, set(ranked[-10:])), random_circuits=19, seed=2)
+    assert bottom.baseline.p_value >= 0.5, bottom.baseline
+    assert "indistinguishable" in bottom.baseline.verdict and "beats" in top.baseline.verdict
+
+
+def test_held_out_faithfulness_is_the_circuit_re_measured_on_the_held_out_pairs(tiny: LoadedModel) -> None:
+    from mcp_interp.core.circuits.faithfulness_job import edge_names
+    from mcp_interp.core.engine.pairs import pick
+
+    job = find(tiny, target=0.6, held_out=0.5, seed=1)
+    result = job.result
+    assert result.held_out is not None and len(result.held_out_pairs) == 2
+    held = {k: pick(v, result.held_out_pairs) for k, v in PAIRS.items()}
+    again = faithful(tiny, pairs=held, edges=edge_names(job.graph, job.circuit), random_circuits=19)
+    assert result.held_out.value == pytest.approx(again.faithfulness.value, abs=1e-9)
+    selecting = [i for i in range(4) if i not in result.held_out_pairs]
+    chosen = {k: pick(v, selecting) for k, v in PAIRS.items()}
+    on_selection = faithful(tiny, pairs=chosen, edges=edge_names(job.graph, job.circuit), random_circuits=19)
+    assert result.faithfulness.value == pytest.approx(on_selection.faithfulness.value, abs=1e-9)
+    assert result.faithfulness.value >= 0.6
+
+
+def test_node_level_find_circuit_keeps_every_edge_out_of_its_nodes(tiny: LoadedModel) -> None:
+    from mcp_interp.core.circuits.faithfulness_job import edge_names
+
+    job = find(tiny, target=0.7, granularity="node", rank_by="signed")
+    result = job.result
+    graph = job.graph
+    names = {str(w): i for i, w in enumerate(graph.writers)}
+    chosen = [names[n.node] for n in result.nodes]
+    assert len(chosen) == result.k and all(graph.writers[w].kind in ("head", "mlp") for w in chosen)
+    assert job.circuit == node_circuit(graph, chosen)
+    assert [n.score for n in result.nodes] == sorted((n.score for n in result.nodes), reverse=True)
+    again = faithful(tiny, edges=edge_names(graph, job.circuit), random_circuits=19)
+    assert (
+        result.faithfulness.value == pytest.approx(again.faithfulness.value, abs=1e-9)
+        and again.faithfulness.value >= 0.7
+    )
+    if result.k > 1:  # k − 1 nodes do not reach the target (bisection's answer is the smallest k)
+        fewer = faithful(tiny, edges=edge_names(graph, node_circuit(graph, chosen[:-1])), random_circuits=19)
+        assert fewer.faithfulness.value < 0.7
+    assert result.baseline.pool == min(4 * result.k, len(graph.writers) - 1)
+
+
+def test_zero_gap_pairs_are_refused(tiny: LoadedModel) -> None:
+    same = {**PAIRS, "corrupt_prompts": [PAIRS["clean_prompts"][0], *PAIRS["corrupt_prompts"][1:]]}
+    with pytest.raises(InputError, match=r"Pair\(s\) \[0\].*do\s+not change the metric"):
+        faithful(tiny, pairs=same, top_k=5)
+
+
+@pytest.mark.anyio
+async def test_circuit_uri_reproduces_find_circuit_to_1e_6(tiny_client: Client) -> None:
+    tools = await tools_by_name(tiny_client)
+    found = assert_valid_structured(
+        tools["find_circuit"], await tiny_client.call_tool("find_circuit", {**PAIRS, "target": 0.9, "top": 3})
+    )
+    stored = json.loads((await tiny_client.read_resource(found["circuit_uri"])).contents[0].text)
+    assert len(stored["edges"]) == found["n_edges"] > 3 and len(found["edges"]) == 3
+    again = assert_valid_structured(
+        tools["circuit_faithfulness"],
+        await tiny_client.call_tool("circuit_faithfulness", {**PAIRS, "circuit": found["circuit_uri"]}),
+    )
+    assert again["n_edges"] == found["n_edges"]
+    assert again["faithfulness"]["value"] == pytest.approx(found["faithfulness"]["value"], abs=1e-6)
+    both = await tiny_client.call_tool(
+        "circuit_faithfulness",
+        {**PAIRS, "circuit": found["circuit_uri"], "edges": [{"writer": "embed", "reader": "logits"}]},
+    )
+    wrong = await tiny_client.call_tool("circuit_faithfulness", {**PAIRS, "circuit": found["figure_uri"]})
+    unknown = await tiny_client.call_tool("circuit_faithfulness", {**PAIRS, "circuit": "circuit://" + "0" * 32})
+    assert both.is_error and "not both" in error_text(both)
+    assert wrong.is_error and "circuit:// URI" in error_text(wrong)
+    assert unknown.is_error
+    zero = await tiny_client.call_tool(
+        "find_circuit", {**PAIRS, "corrupt_prompts": PAIRS["clean_prompts"], "target": 0.5}
+    )
+    assert zero.is_error and "do not change the metric" in error_text(zero).replace("\n", " ")
