@@ -14,12 +14,11 @@ from pydantic import Field
 from mcp_interp.core.features import figures as features_figures
 from mcp_interp.core.features.directions import encode_direction
 from mcp_interp.core.features.probe_job import ProbeJob
-from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
+from mcp_interp.core.features.sae_report import SaeFeaturesJob, sae_report
 from mcp_interp.mcp.arguments import Background
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.features import ProbeResult
-from mcp_interp.schemas.sae import SaeFeaturesMeasurement, SaeFeaturesResult, SaeResult
+from mcp_interp.schemas.sae import SaeFeaturesResult, SaeResult
 
 family = Family("features")
 
@@ -124,14 +123,17 @@ async def sae_features(
 ) -> Annotated[CallToolResult, SaeFeaturesResult]:
     """Chosen SAE features on every token of every text: activations, the maximum per text, how often each fires."""
 
-    def measure(model: LoadedModel) -> SaeFeaturesMeasurement:
-        return sae_feature_activations(model, texts, sae, features)
+    kit = Toolkit.of(ctx)
+    job, started = await kit.measured_job(
+        ctx, lambda model: SaeFeaturesJob(model=model, texts=texts, sae=sae, features=features)
+    )
+    assert job.result is not None
+    result = kit.with_provenance(SaeFeaturesResult, job.result, started)
 
-    def summary(r: SaeFeaturesResult) -> str:
-        fires = ", ".join(f"{f.feature}: {f.active_fraction:.2f}" for f in r.features[:10])
-        return f"sae_features on {len(r.texts)} texts; fraction of tokens where each fires: {fires}."
-
-    return await Toolkit.of(ctx).run(ctx, SaeFeaturesResult, measure, summary=summary)
+    fires = ", ".join(f"{f.feature}: {f.active_fraction:.2f}" for f in result.features[:10])
+    return kit.finish(
+        result, f"sae_features on {len(result.texts)} texts; fraction of tokens where each fires: {fires}.", []
+    )
 
 
 @family.resource(

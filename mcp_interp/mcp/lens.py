@@ -17,8 +17,9 @@ from mcp_interp.core.lens.attention import attention as measure_attention
 from mcp_interp.core.lens.dla import dla as measure_dla
 from mcp_interp.core.lens.induction import induction as measure_induction
 from mcp_interp.core.lens.logit_lens import logit_lens as measure_logit_lens
-from mcp_interp.core.lens.steer import steer as steer_core
+from mcp_interp.core.lens.steer import SteerJob
 from mcp_interp.errors import InputError
+from mcp_interp.mcp.arguments import RandomDraws
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import (
@@ -29,7 +30,6 @@ from mcp_interp.schemas.lens import (
     InductionResult,
     LogitLensMeasurement,
     LogitLensResult,
-    SteerMeasurement,
     SteerResult,
 )
 
@@ -145,30 +145,35 @@ async def steer(
     ctx: ToolContext,
     positive: Annotated[str | None, Field(description="ActAdd: text added, e.g. 'Love'.")] = None,
     negative: Annotated[str | None, Field(description="ActAdd: text subtracted, e.g. 'Hate'.")] = None,
-    layer: Annotated[int | None, Field(description="ActAdd: the block whose input is steered.")] = None,
+    layer: Annotated[int | None, Field(description="ActAdd: the block whose input is steered (default ⌊L/3⌋).")] = None,
     direction: Annotated[str | None, Field(description="'direction://…' from `probe` (at its resid_post).")] = None,
     sae: Annotated[str | None, Field(description="With `feature`: an SAELens-format folder.")] = None,
     feature: Annotated[int | None, Field(description="An SAE feature: its decoder row is added.")] = None,
     max_new_tokens: Annotated[int, Field(ge=1)] = 20,
     seed: Annotated[int, Field(description="Seed of the random directions (decoding is greedy).")] = 0,
+    random_draws: RandomDraws = 20,
 ) -> Annotated[CallToolResult, SteerResult]:
     """Steer greedy generation with activation addition (resid(positive) − resid(negative) at `layer`'s input), a
     probe's `direction`, or an SAE `feature`; the next-token KL is compared with random directions of the same norm."""
     kit = Toolkit.of(ctx)
 
-    def measure(model: LoadedModel) -> SteerMeasurement:
-        stored = load_direction(direction, kit.direction_lookup, model) if direction is not None else None
+    def make(model: LoadedModel) -> SteerJob:
         if (sae is None) != (feature is None):
             raise InputError("Give both `sae` (the folder) and `feature` (its id) to steer along an SAE feature.")
+        stored = load_direction(direction, kit.direction_lookup, model) if direction is not None else None
         chosen = None if sae is None or feature is None else (load_sae(sae, model), feature)
-        return steer_core(
-            model, prompt, positive, negative, layer, coefficient, max_new_tokens, seed, stored, direction, chosen
-        )
+        return SteerJob(
+            model=model, prompt=prompt, positive=positive, negative=negative, layer=layer, coefficient=coefficient,
+            max_new_tokens=max_new_tokens, seed=seed, direction=stored, direction_uri=direction,
+            feature=chosen, random_draws=random_draws,
+        )  # fmt: skip
 
-    def summary(r: SteerResult) -> str:
-        return (
-            f"steer at L{r.layer} {r.site} × {r.coefficient:g}: next-token KL {r.next_token_kl:.4f} nats. Steered: "
-            f"{r.steered_text[:300]!r}; unsteered: {r.baseline_text[:300]!r}."
-        )
-
-    return await kit.run(ctx, SteerResult, measure, summary=summary)
+    job, started = await kit.measured_job(ctx, make)
+    assert job.result is not None
+    r = kit.with_provenance(SteerResult, job.result, started)
+    summary = (
+        f"steer at L{r.layer} {r.site} × {r.coefficient:g}: next-token KL {r.next_token_kl:.4f} nats (random "
+        f"directions of its norm: p = {r.random_p_value:.3g}). Steered: {r.steered_text[:300]!r}; unsteered: "
+        f"{r.baseline_text[:300]!r}."
+    )
+    return kit.finish(r, summary, [])

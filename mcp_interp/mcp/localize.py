@@ -11,7 +11,7 @@ from pydantic import Field
 
 from mcp_interp.core.localize import figures as localize_figures
 from mcp_interp.core.localize.ablate import ablate as ablate_targets
-from mcp_interp.core.localize.loss import text_losses
+from mcp_interp.core.localize.loss import LossJob
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.mcp.arguments import (
     AblationMethodArgument,
@@ -26,6 +26,8 @@ from mcp_interp.mcp.arguments import (
     PatchMethod,
     PatchMetric,
     Prompts,
+    RandomDraws,
+    ReferencePrompts,
     ResampleSeed,
     Targets,
     Top,
@@ -122,12 +124,17 @@ async def ablate(
     incorrect: OptionalIncorrect = None,
     positions: AblationPositions = "all",
     seed: ResampleSeed = 0,
+    reference_prompts: ReferencePrompts = None,
+    random_draws: RandomDraws = 20,
 ) -> Annotated[CallToolResult, AblateResult]:
     """Remove components together and measure every metric before and after (logit difference, KL, log-prob,
-    rank); `notes` flag metrics that disagree. A direction is judged against random directions."""
-    spec = Intervention(ablate=targets, method=method, positions=positions, seed=seed)
+    rank); `notes` flag metrics that disagree. Directions and SAE features are ranked among energy-matched random
+    ones (p-value)."""
+    spec = Intervention(
+        ablate=targets, method=method, positions=positions, seed=seed, reference_prompts=reference_prompts or []
+    )
     return await Toolkit.of(ctx).run(
-        ctx, AblateResult, ablate_targets, prompts, spec, correct, incorrect, summary=ablation_summary
+        ctx, AblateResult, ablate_targets, prompts, spec, correct, incorrect, random_draws, summary=ablation_summary
     )
 
 
@@ -140,8 +147,12 @@ async def loss(
     """Next-token loss (nats) and top-1 accuracy per token and text, under an intervention if given (the loss
     without it beside)."""
 
-    def summary(r: LossResult) -> str:
-        clean = "" if r.clean_mean_loss is None else f" (without the intervention {r.clean_mean_loss:.4f})"
-        return f"loss over {len(r.texts)} texts: {r.mean_loss:.4f} nats{clean}, top-1 accuracy {r.accuracy:.3f}."
-
-    return await Toolkit.of(ctx).run(ctx, LossResult, text_losses, texts, intervention, summary=summary)
+    kit = Toolkit.of(ctx)
+    job, started = await kit.measured_job(
+        ctx, lambda model: LossJob(model=model, texts=texts, intervention=intervention)
+    )
+    assert job.result is not None
+    r = kit.with_provenance(LossResult, job.result, started)
+    clean = "" if r.clean_mean_loss is None else f" (without the intervention {r.clean_mean_loss:.4f})"
+    summary = f"loss over {len(r.texts)} texts: {r.mean_loss:.4f} nats{clean}, top-1 accuracy {r.accuracy:.3f}."
+    return kit.finish(r, summary, [])

@@ -145,8 +145,10 @@ class SteerMeasurement(Measurement):
         "first prediction moves."
     )
     random_next_token_kl: list[float] = Field(
-        description="The same KL for random directions added with the same norm at the same site (seeded): a vector "
-        "that moves the prediction no more than these is not special."
+        description="The same KL for random directions of the same norm at the same site (seeded by `seed`)."
+    )
+    random_p_value: float = Field(
+        description="(1 + #{random KL ≥ next_token_kl}) / (n + 1): exact under H0 'the vector is a random one'."
     )
     baseline_text: str = Field(description="Greedy continuation without steering.")
     steered_text: str = Field(description="Greedy continuation with the vector added at every position.")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.ablation import AblationOutcome, RandomDirections
+from mcp_interp.schemas.ablation import AblationOutcome, DirectionProjection, RandomBaseline
 from mcp_interp.schemas.common import Measurement, PatchMetricName, Provenance, Score
 
 Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
@@ -114,10 +114,11 @@ class LossResult(Provenance, LossMeasurement):
 
 class AblateMeasurement(AblationOutcome):
     targets: list[str] = Field(description="The ablated components, as parsed (e.g. 'L9H3', 'L28MLP').")
-    random_directions: RandomDirections | None = Field(
-        default=None,
-        description="When a residual direction is ablated: the same metrics for random unit directions at the same "
-        "layer, so the direction's effect can be judged against removing an arbitrary direction.",
+    random_baseline: RandomBaseline | None = Field(
+        default=None, description="With a direction or SAE features among the targets: the effect against random ones."
+    )
+    projections: list[DirectionProjection] = Field(
+        default_factory=list, description="Per ablated direction: the prompts' projection on it before ablating."
     )
 
 

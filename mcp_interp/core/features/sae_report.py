@@ -19,14 +19,15 @@ The text is tokenized by the project's one rule (``engine.tokens.encode``); ever
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from mcp_interp import limits
 from mcp_interp.core.engine.dictionary import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.metrics import token_losses
 from mcp_interp.core.engine.saelens import load_sae
 from mcp_interp.core.engine.sites import Hook
@@ -274,10 +275,46 @@ def _add_notes(measurement: SaeMeasurement, norms: torch.Tensor, heatmap: SaeHea
 # --- sae_features ---------------------------------------------------------------------------------
 
 
+@dataclass(kw_only=True)
+class SaeFeaturesJob(Job[SaeFeaturesMeasurement]):
+    """``sae_features`` as a job: one step per forward of ``FORWARD_TEXTS`` texts, so a cancel frees the model within
+    one of them."""
+
+    model: LoadedModel
+    texts: Sequence[str]
+    sae: str
+    features: Sequence[int]
+    result: SaeFeaturesMeasurement | None = field(default=None, init=False)
+
+    def total_steps(self) -> int:
+        n = 1 if isinstance(self.texts, str) else len(self.texts)
+        return -(-n // FORWARD_TEXTS) + 1
+
+    def steps(self) -> Iterator[str]:
+        holder: list[SaeFeaturesMeasurement] = []
+        yield from sae_feature_steps(self.model, self.texts, self.sae, self.features, holder)
+        self.result = holder[0]
+
+
 def sae_feature_activations(
     model: LoadedModel, texts: Sequence[str], folder: str, features: Sequence[int]
 ) -> SaeFeaturesMeasurement:
-    """Each requested feature's activation on every token of every text, and its maximum per text."""
+    """``sae_feature_steps`` run to the end here."""
+    holder: list[SaeFeaturesMeasurement] = []
+    for _ in sae_feature_steps(model, texts, folder, features, holder):
+        pass
+    return holder[0]
+
+
+def sae_feature_steps(
+    model: LoadedModel,
+    texts: Sequence[str],
+    folder: str,
+    features: Sequence[int],
+    into: list[SaeFeaturesMeasurement],
+) -> Iterator[str]:
+    """Each requested feature's activation on every token of every text, and its maximum per text (appended to
+    ``into``); a progress message per forward."""
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not texts:
         raise InputError("`texts` is empty: pass a list of strings.")
@@ -318,6 +355,7 @@ def sae_feature_activations(
             )
         rows.extend(acts.split(batch.lengths))
         token_lists.extend(token_strings(model.tokenizer, batch.ids(i)) for i in range(len(batch.texts)))
+        yield f"texts {start + 1}–{min(start + FORWARD_TEXTS, len(texts))} of {len(texts)}"
     reports = []
     for j, feature in enumerate(chosen):
         per_text = []
@@ -355,4 +393,5 @@ def sae_feature_activations(
         )
     if len(chosen) < len(features):
         measurement.notes.append("Repeated feature ids were reported once.")
-    return measurement
+    into.append(measurement)
+    yield "features reported"

@@ -20,16 +20,18 @@ measures repetition (repeated 3-grams) in both continuations and says so in ``no
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.baselines import RANDOM_DIRECTIONS, random_unit_vectors
+from mcp_interp.core.engine import stats
+from mcp_interp.core.engine.baselines import random_unit_vectors
 from mcp_interp.core.engine.bridge import hook_in, hook_out
 from mcp_interp.core.engine.dictionary import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.metrics import kl_divergence
 from mcp_interp.core.engine.tokens import encode
 from mcp_interp.errors import InputError
@@ -61,21 +63,70 @@ def _resid_at(model: LoadedModel, text: str, name: str) -> torch.Tensor:
     return cache[name][0, int(batch.answer_positions[0])].detach().clone()
 
 
-def greedy(model: LoadedModel, ids: list[int], max_new_tokens: int, hooks: list[Any]) -> list[int]:
-    """Greedy continuation, one full forward per token (short prompts: no cache needed)."""
-    out = list(ids)
+def greedy_steps(
+    model: LoadedModel, ids: list[int], max_new_tokens: int, hooks: list[Any], out: list[int], what: str
+) -> Iterator[str]:
+    """Greedy continuation into ``out``, one full forward per token (short prompts: no cache needed), yielding after
+    each token so a cancelled job stops within one forward. The hooks are installed for each forward only."""
     eos = model.tokenizer.eos_token_id
-    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
-        for _ in range(max_new_tokens):
-            logits = model.bridge(torch.tensor([out], device=model.device), return_type="logits")
-            token = int(logits[0, -1].argmax())
-            out.append(token)
-            if token == eos:
-                break
-    return out[len(ids) :]
+    for step in range(max_new_tokens):
+        with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
+            logits = model.bridge(torch.tensor([list(ids) + out], device=model.device), return_type="logits")
+        token = int(logits[0, -1].argmax())
+        out.append(token)
+        yield f"{what}: token {step + 1} of {max_new_tokens}"
+        if token == eos:
+            break
 
 
-def steer(
+def greedy(model: LoadedModel, ids: list[int], max_new_tokens: int, hooks: list[Any]) -> list[int]:
+    """The greedy continuation's token ids (``greedy_steps`` run to the end)."""
+    out: list[int] = []
+    for _ in greedy_steps(model, ids, max_new_tokens, hooks, out, "greedy"):
+        pass
+    return out
+
+
+@dataclass(kw_only=True)
+class SteerJob(Job[SteerMeasurement]):
+    """``steer`` as a job: a step per generated token (baseline, then steered), so a cancel frees the model within
+    one forward pass."""
+
+    model: LoadedModel
+    prompt: str
+    positive: str | None
+    negative: str | None
+    layer: int | None
+    coefficient: float
+    max_new_tokens: int = 20
+    seed: int = 0
+    direction: StoredDirection | None = None
+    direction_uri: str | None = None
+    feature: tuple[SparseAutoencoder, int] | None = None
+    random_draws: int = stats.DEFAULT_DRAWS
+    result: SteerMeasurement | None = field(default=None, init=False)
+
+    def total_steps(self) -> int:
+        return 2 * self.max_new_tokens + 2
+
+    def steps(self) -> Iterator[str]:
+        holder: list[SteerMeasurement] = []
+        yield from steer_steps(
+            self.model, self.prompt, self.positive, self.negative, self.layer, self.coefficient, self.max_new_tokens,
+            self.seed, self.direction, self.direction_uri, self.feature, self.random_draws, holder,
+        )  # fmt: skip
+        self.result = holder[0]
+
+
+def steer(*args: Any, **kwargs: Any) -> SteerMeasurement:
+    """``steer_steps`` run to the end here (the arguments of ``steer_steps`` but ``into``)."""
+    holder: list[SteerMeasurement] = []
+    for _ in steer_steps(*args, **{**kwargs, "into": holder}):
+        pass
+    return holder[0]
+
+
+def steer_steps(
     model: LoadedModel,
     prompt: str,
     positive: str | None,
@@ -87,10 +138,13 @@ def steer(
     direction: StoredDirection | None = None,
     direction_uri: str | None = None,
     feature: tuple[SparseAutoencoder, int] | None = None,
-) -> SteerMeasurement:
+    random_draws: int = stats.DEFAULT_DRAWS,
+    into: list[SteerMeasurement] | None = None,
+) -> Iterator[str]:
     """ActAdd (``positive``/``negative`` at resid_pre of ``layer``), a stored direction (at resid_post of its
     layer, ``coefficient`` in units of its probe texts' projection spread) or an SAE feature (its decoder row
-    at the SAE's hook, ``coefficient`` = the activation added); greedy continuations with and without."""
+    at the SAE's hook, ``coefficient`` = the activation added); greedy continuations with and without. Yields a
+    progress message per step; the measurement is appended to ``into``."""
     n_layers = model.bridge.cfg.n_layers
     chosen = sum(x is not None for x in (direction, feature)) + (positive is not None or negative is not None)
     if chosen > 1:
@@ -105,8 +159,12 @@ def steer(
         raise InputError(
             "Give `positive` and `negative` texts (activation addition), a stored `direction`, or an SAE `feature`."
         )
+    defaulted = layer is None and direction is None and feature is None
+    if defaulted:
+        layer = default_actadd_layer(n_layers)
     if layer is None or not 0 <= layer < n_layers:
         raise InputError(f"layer {layer} does not exist; this model has layers 0..{n_layers - 1}.")
+    stats.check_draws(random_draws)
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
     limits.check("max_new_tokens", max_new_tokens, "max_new_tokens")
@@ -117,6 +175,11 @@ def steer(
             raise InputError(f"`{name}` must be a non-empty string.")
     torch.manual_seed(seed)
     notes: list[str] = []
+    if defaulted:
+        notes.append(
+            f"No `layer` given: ActAdd steered at layer {layer}'s input (about a third of the way up, where Turner et "
+            "al. found activation addition works best); try others with `layer`."
+        )
     steering = _steering(model, prompt, positive, negative, layer, direction, feature)
     if direction is not None and layer != direction.layer:
         notes.append(
@@ -125,15 +188,17 @@ def steer(
         )
     prompt_ids = encode(model.tokenizer, [prompt]).ids(0)
     added = coefficient * steering.vector
-    baseline_ids = greedy(model, prompt_ids, max_new_tokens, [])
-    steered_ids = greedy(model, prompt_ids, max_new_tokens, steering.hooks(added))
+    yield "steering vector"
+    baseline_ids: list[int] = []
+    yield from greedy_steps(model, prompt_ids, max_new_tokens, [], baseline_ids, "unsteered")
+    steered_ids: list[int] = []
+    yield from greedy_steps(model, prompt_ids, max_new_tokens, steering.hooks(added), steered_ids, "steered")
     base_logits = _next_token_logits(model, prompt_ids, [])
     next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.hooks(added))).value)
     norm = float(added.norm())
-    random_kl = [
-        float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.hooks(norm * unit))).value)
-        for unit in random_unit_vectors(RANDOM_DIRECTIONS, int(steering.vector.numel()), seed)
-    ]
+    units = random_unit_vectors(random_draws, int(steering.vector.numel()), seed)
+    random_kl = random_next_token_kl(model, prompt_ids, steering, norm * units, base_logits)
+    test = stats.rank_test(next_kl, random_kl, "greater")
     residual_norm = steering.residual_norm
     rep_base, rep_steer = repetition(baseline_ids), repetition(steered_ids)
     if rep_steer >= DEGENERATE:
@@ -149,12 +214,12 @@ def steer(
             f"The added vector (norm {norm:.1f}) is {norm / residual_norm:.1f}× the residual's norm "
             f"({residual_norm:.1f}) at layer {layer}: it dominates the stream rather than nudging it."
         )
-    beaten = sum(next_kl > value for value in random_kl)
     notes.append(
-        f"The next-token distribution moves by KL {next_kl:.4f} nats; {RANDOM_DIRECTIONS} random directions of the "
-        f"same norm move it by {', '.join(f'{v:.4f}' for v in random_kl)} — the vector beats {beaten} of them."
+        f"The next-token distribution moves by KL {next_kl:.4f} nats; {len(random_kl)} random directions of the same "
+        f"norm move it by {min(random_kl):.4f}–{max(random_kl):.4f}: the vector "
+        f"{stats.versus_random(test, 'random directions of its norm')}."
     )
-    return SteerMeasurement(
+    measurement = SteerMeasurement(
         prompt=prompt,
         positive=positive,
         negative=negative,
@@ -167,12 +232,16 @@ def steer(
         residual_norm=residual_norm,
         next_token_kl=next_kl,
         random_next_token_kl=random_kl,
+        random_p_value=test.p_value,
         baseline_text=model.tokenizer.decode(baseline_ids),
         steered_text=model.tokenizer.decode(steered_ids),
         repetition_baseline=rep_base,
         repetition_steered=rep_steer,
         notes=notes,
     )
+    if into is not None:
+        into.append(measurement)
+    yield "random directions"
 
 
 @dataclass
@@ -225,6 +294,24 @@ def _steering(
         return [(hook, add)]
 
     return Steering(site, vector, add_at, float(_resid_at(model, prompt, hook).norm()))
+
+
+def default_actadd_layer(n_layers: int) -> int:
+    """ActAdd's default layer: a third of the way up (Turner et al. 2023 steered GPT-2-XL best in its early-middle
+    layers); at least 1, so the added difference is between contextual residuals, not embeddings."""
+    return max(1, min(n_layers - 1, n_layers // 3))
+
+
+def random_next_token_kl(
+    model: LoadedModel, ids: list[int], steering: Steering, added: torch.Tensor, base_logits: torch.Tensor
+) -> list[float]:
+    """KL(baseline‖steered) of the next token for each row of ``added`` [n, width], as one stacked forward: row j
+    of the batch is the prompt with ``added[j]`` at every position."""
+    rows = added.shape[0]
+    hooks = steering.hooks(added.unsqueeze(1))  # [n, 1, width]: broadcast over positions, one vector per row
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
+        logits = model.bridge(torch.tensor([ids] * rows, device=model.device), return_type="logits")[:, -1]
+    return [float(kl_divergence(base_logits, logits[j : j + 1]).value) for j in range(rows)]
 
 
 def _next_token_logits(model: LoadedModel, ids: list[int], hooks: list[Any]) -> torch.Tensor:
