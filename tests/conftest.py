@@ -25,6 +25,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temporary_folders_are_allowed(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tests write SAEs, lenses and transcoders under pytest's temporary folder: make it an allowed root for client
+    paths (``mcp_interp.paths``), here and in every server process a test starts (the variable is inherited)."""
+    from mcp_interp import paths
+
+    os.environ[paths.ENV] = str(tmp_path_factory.getbasetemp().resolve())
+
+
 @pytest.fixture(scope="session")
 def tiny() -> LoadedModel:
     return load_model("tiny")

@@ -24,10 +24,12 @@ OptionalIntervention = Annotated[
     Intervention | None, Field(description='e.g. {"ablate": ["L9H3", "L28MLP"], "method": "mean"}.')
 ]
 Answers = Annotated[str | list[str], Field(description="One single-token answer for all prompts, or one per prompt.")]
+OtherAnswers = Annotated[str | list[str], Field(description="Like `correct`.")]
 SequenceAnswers = Annotated[
     AnswerSpec | list[AnswerSpec],
     Field(description="One answer for all prompts or one per prompt: a string (any length) or {any_of: [...]}."),
 ]
+OtherSequenceAnswers = Annotated[AnswerSpec | list[AnswerSpec], Field(description="Like `correct`.")]
 CleanPrompts = Annotated[list[str], Field(description="Prompts showing the behaviour.")]
 CorruptPrompts = Annotated[list[str], Field(description="One per clean prompt, same token length.")]
 OptionalCorrect = Annotated[AnswerSpec | list[AnswerSpec] | None, Field(description="Correct answer(s).")]
@@ -35,7 +37,9 @@ OptionalIncorrect = Annotated[AnswerSpec | list[AnswerSpec] | None, Field(descri
 Targets = Annotated[list[TargetSpec], Field(description=TARGETS_DESCRIPTION)]
 AblationMethodArgument = Annotated[AblationMethod, Field(description=METHOD_DESCRIPTION)]
 AblationPositions = Annotated[PositionsSpec, Field(description="'all', 'last' (the answer) or token indices.")]
-ResampleSeed = Annotated[int, Field(description="Seed of the resample permutation.")]
+ResampleSeed = Annotated[int, Field(description="Seeds resampling and random baselines.")]
+ReferencePrompts = Annotated[list[str] | None, Field(description="mean: prompts whose mean is used (default: these).")]
+RandomDraws = Annotated[int, Field(ge=19, le=100, description="Random directions/features ranked against.")]
 PatchDirection = Annotated[
     Literal["denoise", "noise"], Field(description="denoise: corrupt run, clean patched in; noise: the reverse.")
 ]

@@ -23,6 +23,7 @@ from mcp_interp.mcp.arguments import (
     PatchMethod,
     PatchMetric,
     Prompts,
+    ReferencePrompts,
     ResampleSeed,
     Top,
     VerifyTop,
@@ -45,10 +46,13 @@ async def ablate_head(
     incorrect: OptionalIncorrect = None,
     positions: AblationPositions = "all",
     seed: ResampleSeed = 0,
+    reference_prompts: ReferencePrompts = None,
 ) -> Annotated[CallToolResult, AblateHeadResult]:
     """`ablate` for heads (hook_z): every metric before and after; `notes` flag metrics that disagree."""
     names: list[TargetSpec] = [heads] if isinstance(heads, str) else list(heads)
-    spec = Intervention(ablate=names, method=method, positions=positions, seed=seed)
+    spec = Intervention(
+        ablate=names, method=method, positions=positions, seed=seed, reference_prompts=reference_prompts or []
+    )
     return await Toolkit.of(ctx).run(
         ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect, summary=ablation_summary
     )

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from mcp_interp.core.readouts import info
 from mcp_interp.core.readouts import predictions as readouts
-from mcp_interp.mcp.arguments import OptionalIntervention, Prompts, SequenceAnswers
+from mcp_interp.mcp.arguments import OptionalIntervention, OtherSequenceAnswers, Prompts, SequenceAnswers
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
 from mcp_interp.schemas.common import Measurement, Score
 from mcp_interp.schemas.readouts import (
@@ -62,7 +62,7 @@ async def tokenize(texts: list[str], ctx: ToolContext) -> Annotated[CallToolResu
 async def logit_diff(
     prompts: Prompts,
     correct: SequenceAnswers,
-    incorrect: SequenceAnswers,
+    incorrect: OtherSequenceAnswers,
     ctx: ToolContext,
     intervention: OptionalIntervention = None,
 ) -> Annotated[CallToolResult, LogitDiffResult]:

@@ -31,11 +31,28 @@ from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.session import Session
 
 INSTRUCTIONS = """\
-mcp-interp runs mechanistic-interpretability measurements on a transformer loaded in this
-server. Start with `model_info` (which model, how text is tokenized) and `tokenize` (check that
-answers are single tokens — GPT-2-style tokenizers want the leading space, ' Mary' — and that
-minimal pairs have equal token length). Every result has the mean and per-example values,
-provenance (`model`, `run_id`), and `notes`: read the notes before citing a number.
+mcp-interp runs mechanistic-interpretability measurements on a transformer loaded in this server.
+Start with `model_info` (the model, its layers and heads, how text is tokenized) and `tokenize`.
+
+Conventions, the same in every tool:
+- Answers: a string is its tokens under the model's tokenizer, without special tokens (GPT-2-style
+  tokenizers want the leading space, ' Mary'); one token is read from the logits, several tokens or
+  {"any_of": [...]} by teacher-forced log-probability. Minimal pairs need equal token lengths.
+- Components: 'L9H3' (a head), 'L28MLP', 'L12ATTN', 'L28N17' or 'L28N17,403' (neurons), {layer,
+  direction} (a residual direction: floats or 'direction://…'), {sae, features} (SAE features).
+- Interventions (`intervention`, and `ablate`'s fields): {"ablate": [components], "method": "zero" |
+  "mean" (the prompts' mean at the same distance from the end; `reference_prompts` to average others) |
+  "resample" (another prompt's, seeded), "positions": "all" | "last" | [indices], "seed"}.
+- Every result has `notes` (read them before citing a number), `model` (which weights), `run_id`,
+  `elapsed_s`; a Score is {value: the mean, per_example}. Figures are `figure_uri` (figure://, PNG).
+- Results fit a context window: ranked lists keep the top `top` items (default 20); when anything is
+  cut, `result_uri` (result://…) holds the complete result, one resources/read away.
+- Handles are accepted back: direction:// (probe) in interventions and `steer`, circuit://
+  (find_circuit) in `circuit_faithfulness`, artifact:// in `verify_artifact`. An evicted handle says so.
+- Long tools take `background: true`: they return a job:// at once; `job_status` reports state,
+  progress and, when done, the result; `job_cancel` stops it at its next step.
+- Verdicts come from p-values: a direction, SAE feature, steering vector or circuit is ranked among
+  random stand-ins matched on what matters, p = (1 + #{random ≥ real}) / (n + 1).
 """
 
 FAMILIES: tuple[Family, ...] = (

@@ -163,7 +163,8 @@ class Toolkit:
         returns the finished job and when it started (for ``with_provenance``)."""
         model = await self.model(ctx)
         started = time.perf_counter()
-        job = make_job(model)
+        with error_boundary():
+            job = make_job(model)
         await self.run_job(ctx, job)
         return job, started
 
@@ -385,7 +386,9 @@ def _undescribed(schema: Any) -> Any:
     }
 
 
-SHARED_OUTPUT_TYPES = frozenset({"Score"})
+SHARED_OUTPUT_TYPES = frozenset({"Score", "FigureInfo", "DirectionProjection", "SearchStep"})
+# Fields every result has, described once in the server's instructions, not in each tool's output schema.
+COMMON_RESULT_FIELDS = frozenset({"notes", "result_uri", "run_id", "elapsed_s", "figure_uri"})
 # Every result carries the ModelRef of the weights that produced it; its shape is published once, in model_info's
 # schema (and in the README), and elsewhere as an object.
 MODEL_REF = {"type": "object", "description": "Which weights produced this (name, source, fingerprint, dtype, "
@@ -403,6 +406,8 @@ def compact_tool_schemas(server: MCPServer[Any], name: str) -> None:
         schema = compact_schema(tool.fn_metadata.output_schema, SHARED_OUTPUT_TYPES, output=True)
         if name != "model_info" and "ModelRef" in schema.get("$defs", {}):
             schema["$defs"]["ModelRef"] = MODEL_REF
+        for field_name in COMMON_RESULT_FIELDS & set(schema.get("properties", {})):
+            schema["properties"][field_name].pop("description", None)
         tool.fn_metadata.output_schema = schema
         tool.__dict__.pop("output_schema", None)  # the record caches the schema it first read
 

@@ -95,6 +95,7 @@ async def test_unknown_figure_ids_are_not_found(tiny_client: Client) -> None:
     templates = (await tiny_client.list_resource_templates()).resource_templates
     assert sorted(t.uri_template for t in templates) == [
         "artifact://{artifact_id}",
+        "circuit://{circuit_id}",
         "direction://{direction_id}",
         "figure://{figure_id}",
         "job://{job_id}",

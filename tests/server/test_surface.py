@@ -1,0 +1,194 @@
+"""The agent-sized surface: tools/list within its budgets, every tool's typical result within 16 KB with a short text
+summary, the complete data one resources/read away, handles accepted back, background jobs, completions."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.types import PromptReference, ResourceTemplateReference
+
+from mcp_interp.models import LoadedModel
+from mcp_interp.session import Session
+from tests.features.test_sae import random_weights, write_sae
+from tests.helpers import EXPECTED_TOOLS, TEMPLATE, assert_valid_structured, tiny_corpus, tools_by_name, top_word
+
+pytestmark = pytest.mark.anyio
+
+MODEL_FACING_BUDGET = 40_000  # bytes of names, descriptions, input schemas and annotations (≈ 10k tokens)
+TOOLS_LIST_BUDGET = 120_000  # the whole tools/list, output schemas included
+RESULT_BUDGET = 16_000  # a typical structured result
+SUMMARY_BUDGET = 2_000  # the text content
+
+CLEAN = ["when mary and john went to the store , john gave a drink to"]
+CORRUPT = ["when mary and john went to the store , mary gave a drink to"]
+PAIR = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": "mary", "incorrect": "john"}
+
+
+def compact(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+async def test_tools_list_fits_its_budgets(tiny_client: Client) -> None:
+    tools = [
+        t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in (await tiny_client.list_tools()).tools
+    ]
+    assert {t["name"] for t in tools} == EXPECTED_TOOLS
+    facing = sum(compact({k: v for k, v in t.items() if k != "outputSchema"}) for t in tools)
+    total = compact(tools)
+    print(f"tools/list: {len(tools)} tools, model-facing {facing} B, total {total} B")
+    assert facing <= MODEL_FACING_BUDGET, f"model-facing tool definitions are {facing} B > {MODEL_FACING_BUDGET}"
+    assert total <= TOOLS_LIST_BUDGET, f"tools/list is {total} B > {TOOLS_LIST_BUDGET}"
+    text = json.dumps(tools)
+    assert '"title"' not in text  # pydantic's generated titles are dropped: they restate the field names
+    logit_diff = next(t for t in tools if t["name"] == "logit_diff")
+    assert compact(logit_diff["inputSchema"]) < 2_500  # was 5.7 KB with the answer and intervention unions inlined
+
+
+def typical_calls(tiny: LoadedModel, sae: str) -> dict[str, dict[str, Any]]:
+    """One ordinary call of every tool that computes something (job tools and get_figure follow handles)."""
+    capital = {
+        "template": TEMPLATE,
+        "source": "France",
+        "target": "Canada",
+        "source_answer": top_word(tiny, TEMPLATE, "France"),
+        "target_answer": top_word(tiny, TEMPLATE, "Canada"),
+        "layer": 1,
+        "lens": "logit",
+    }
+    return {
+        "model_info": {},
+        "tokenize": {"texts": CLEAN},
+        "logit_diff": {"prompts": CLEAN, "correct": "mary", "incorrect": "john"},
+        "kl": {"prompts": CLEAN, "intervention": {"ablate": ["L1H1"]}},
+        "answer_rank": {"prompts": CLEAN, "correct": "mary"},
+        "ablate_head": {"prompts": CLEAN, "heads": "L1H1", "correct": "mary", "incorrect": "john"},
+        "ablate": {"prompts": CLEAN, "targets": ["L1MLP", "L2H0"], "correct": "mary", "incorrect": "john"},
+        "loss": {"texts": CLEAN},
+        "patch_heads": PAIR,
+        "patch": {**PAIR, "component": "resid_pre"},
+        "edge_attribution": PAIR,
+        "path_patch": {**PAIR, "sender": "L1H1"},
+        "circuit_faithfulness": {**PAIR, "top_k": 20},
+        "find_circuit": {**PAIR, "top": 5},  # more edges than that: its complete result is a result://
+        "probe": {
+            "texts": ["mary went", "john went", "tom went", "alice went", "kate went", "sam went"] * 2,
+            "labels": [0, 1, 0, 1, 0, 1] * 2,
+        },
+        "sae": {"text": CLEAN[0], "sae": sae},
+        "sae_features": {"texts": CLEAN, "sae": sae, "features": [1, 2]},
+        "logit_lens": {"prompt": CLEAN[0]},
+        "dla": {"prompt": CLEAN[0], "answer": "mary", "baseline": "john"},
+        "attention": {"prompt": CLEAN[0], "layer": 1, "head": 1},
+        "induction": {"seq_len": 10, "n_seqs": 2},
+        "steer": {"prompt": CLEAN[0], "coefficient": 2.0, "positive": "happy", "negative": "sad", "max_new_tokens": 4},
+        "explain": {"prompt": CLEAN[0], "answer": "mary", "baseline": "john"},
+        "fit_lens": {"texts": [CLEAN[0], "the capital of france is the city of paris , and so"]},
+        "causal_swap_trial": capital,
+        "causal_swap_benchmark": {
+            "corpus": tiny_corpus(tiny),
+            "layers": [1],
+            "control_seeds": [0],
+            "lens": "logit",
+            "position": "last",
+        },
+    }
+
+
+@pytest.fixture
+def cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "cache"))  # fit_lens writes its lens there
+    return tmp_path / "cache"
+
+
+async def test_every_tool_returns_a_small_result_and_a_short_summary(
+    tiny: LoadedModel, tiny_client: Client, tmp_path: Path, cache_folder: Path
+) -> None:
+    sae = write_sae(tmp_path / "sae", random_weights(32, seed=1), hook="blocks.1.hook_resid_post")
+    tools = await tools_by_name(tiny_client)
+    calls = typical_calls(tiny, sae)
+    sizes = {}
+    for name, arguments in calls.items():
+        result = await tiny_client.call_tool(name, arguments)
+        data = assert_valid_structured(tools[name], result)
+        text = "".join(getattr(block, "text", "") for block in result.content)
+        sizes[name] = compact(data)
+        assert sizes[name] <= RESULT_BUDGET, f"{name}: {sizes[name]} B of structured content"
+        assert 0 < len(text.encode()) <= SUMMARY_BUDGET, f"{name}: a {len(text.encode())} B summary"
+        assert not text.lstrip().startswith(("{", "[")), f"{name}: the text is a JSON dump, not a summary"
+    assert set(calls) | {"get_figure", "job_status", "job_cancel", "verify_artifact"} == EXPECTED_TOOLS
+    print("structured sizes:", dict(sorted(sizes.items(), key=lambda kv: -kv[1])))
+
+
+async def test_a_cut_result_is_complete_one_read_away(tiny_client: Client) -> None:
+    """patch_heads with top=3: the returned list holds the 3 best heads, result:// holds all 12 (tiny: 3 layers × 4
+    heads) with the same numbers, and a note says what was cut and where the rest is."""
+    cut = (await tiny_client.call_tool("patch_heads", {**PAIR, "top": 3})).structured_content
+    assert cut is not None and len(cut["heads"]) == 3 and cut["result_uri"].startswith("result://")
+    assert any(cut["result_uri"] in note for note in cut["notes"])
+    full = json.loads((await tiny_client.read_resource(cut["result_uri"])).contents[0].text)
+    assert len(full["heads"]) == 12 and full["heads"][:3] == cut["heads"]
+    assert full["scores"] == cut["scores"]  # the grid is small enough to stay
+    uncut = (await tiny_client.call_tool("patch_heads", {**PAIR, "top": 100})).structured_content
+    assert uncut is not None and len(uncut["heads"]) == 12 and uncut["result_uri"] is None
+    assert [h["score"] for h in uncut["heads"]] == [h["score"] for h in full["heads"]]
+
+
+async def poll(client: Client, job: str, states: set[str], timeout: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = (await client.call_tool("job_status", {"job": job})).structured_content
+        assert status is not None
+        if status["state"] in states or time.monotonic() > deadline:
+            return status
+        await anyio.sleep(0.05)
+
+
+async def test_background_jobs_return_at_once_queue_finish_and_cancel(tiny_client: Client) -> None:
+    foreground = (await tiny_client.call_tool("patch_heads", PAIR)).structured_content
+    assert foreground is not None
+    started = time.perf_counter()
+    first = (await tiny_client.call_tool("patch_heads", {**PAIR, "background": True})).structured_content
+    second = (await tiny_client.call_tool("find_circuit", {**PAIR, "background": True})).structured_content
+    returned = time.perf_counter() - started
+    assert first is not None and second is not None
+    assert returned < 1.0, f"two background calls took {returned:.2f} s to return"
+    assert first["job"]["job_uri"].startswith("job://") and second["job"]["state"] in ("queued", "running")
+    queued = (await tiny_client.call_tool("job_status", {"job": second["job"]["job_uri"]})).structured_content
+    assert queued is not None and (queued["state"] == "running" or queued["queue_position"] == 0)
+    done = await poll(tiny_client, first["job"]["job_uri"], {"done", "failed"})
+    assert done["state"] == "done", done
+    assert done["result"]["scores"] == foreground["scores"]  # the same numbers as the foreground call
+    cancelled = (await tiny_client.call_tool("job_cancel", {"job": second["job"]["job_uri"]})).structured_content
+    assert cancelled is not None and cancelled["state"] in ("cancelled", "done")
+    final = await poll(tiny_client, second["job"]["job_uri"], {"cancelled", "done"})
+    assert final["state"] in ("cancelled", "done")
+    answered = time.perf_counter()
+    ok = await tiny_client.call_tool("logit_diff", {"prompts": CLEAN, "correct": "mary", "incorrect": "john"})
+    assert not ok.is_error and time.perf_counter() - answered < 5.0
+    missing = await tiny_client.call_tool("job_status", {"job": "job://" + "0" * 32})
+    assert missing.is_error
+
+
+async def test_completions_for_prompts_and_stored_ids(tiny_session: Session, tiny_client: Client) -> None:
+    prompt = PromptReference(type="ref/prompt", name="find-circuit")
+    tasks = await tiny_client.complete(prompt, {"name": "task", "value": "i"})
+    assert "ioi" in tasks.completion.values
+    await tiny_client.call_tool("logit_diff", {"prompts": CLEAN, "correct": "mary", "incorrect": "john"})
+    tiny_session.wait_loaded(60)
+    figure = (await tiny_client.call_tool("attention", {"prompt": CLEAN[0], "layer": 1, "head": 1})).structured_content
+    assert figure is not None
+    figure_id = figure["figure_uri"].removeprefix("figure://")
+    ids = await tiny_client.complete(
+        ResourceTemplateReference(type="ref/resource", uri="figure://{figure_id}"),
+        {"name": "figure_id", "value": figure_id[:4]},
+    )
+    assert figure_id in ids.completion.values
+    assert all(v.startswith(figure_id[:4]) for v in ids.completion.values)
+    listed = {r.uri for r in (await tiny_client.list_resources()).resources}
+    assert figure["figure_uri"] in listed
