@@ -65,7 +65,15 @@ def ablated_metric(
     metric: RowMetric,
 ) -> torch.Tensor:
     """The metric per pair with every edge outside ``circuit`` (pairs of writer and reader indices)
-    ablated to ``replacement`` (writer hook → values, as ``writer_values`` returns)."""
+    ablated to ``replacement`` (writer hook → values, as ``writer_values`` returns).
+
+    A reader's upstream writers are always the first ``in_degree`` writers of ``build_graph``'s order
+    (embeddings, then per layer its heads and its MLP; a parallel block's MLP reader stops before its own
+    layer's heads). The running sum Σ (live − replacement) is therefore snapshotted at every length some
+    reader needs, and each reader subtracts the snapshot of its own in-degree. Why not the sum so far: in
+    a parallel block the layer's heads write (``hook_result`` fires) before its MLP reads (``hook_mlp_in``
+    fires after attention), so "every writer recorded so far" includes writers that do not feed that MLP.
+    """
     n_layers = bridge.cfg.n_layers
     live: dict[str, torch.Tensor] = {}
     running: list[torch.Tensor] = []  # [Σ (live − replacement) over the writers seen so far]
@@ -76,7 +84,9 @@ def ablated_metric(
     into: dict[int, list[int]] = {}
     for w, r in circuit:
         into.setdefault(r, []).append(w)
-    in_degree = Counter(r for _, r in graph.edges)  # a reader's writers are every writer recorded before it
+    in_degree = upstream_prefixes(graph)
+    needed = set(in_degree.values())
+    snapshots: dict[int, torch.Tensor] = {}
 
     def record(name: str) -> Callable[[torch.Tensor, Any], None]:
         def hook(value: torch.Tensor, hook: Any) -> None:
@@ -85,6 +95,8 @@ def ablated_metric(
                 delta = _write(live, graph, w) - _write(replacement, graph, w).to(value.dtype)
                 running[:] = [delta if not running else running[0] + delta]
                 seen.append(w)
+                if len(seen) in needed:
+                    snapshots[len(seen)] = running[0]
 
         return hook
 
@@ -92,10 +104,10 @@ def ablated_metric(
         def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
             value = value.clone()
             for r in readers:
-                reader = graph.readers[r]
-                if len(seen) != in_degree[r]:
+                reader, k = graph.readers[r], in_degree[r]
+                if seen[:k] != list(range(k)):
                     raise RuntimeError(f"writers recorded before {reader} are not its upstream writers")
-                correction = -running[0]
+                correction = -snapshots[k]
                 for w in into.get(r, []):
                     correction = correction + _write(live, graph, w) - _write(replacement, graph, w).to(value.dtype)
                 if reader.kind in ("q", "k", "v"):
@@ -115,6 +127,18 @@ def ablated_metric(
     with torch.no_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
         logits = bridge(clean.input_ids, return_type="logits")
     return metric(logits[rows, clean.answer_positions], rows).to(torch.float64)
+
+
+def upstream_prefixes(graph: Graph) -> Counter[int]:
+    """Each reader's in-degree, checked to be a prefix: its upstream writers are writers 0..in_degree − 1."""
+    in_degree = Counter(r for _, r in graph.edges)
+    upstream: dict[int, list[int]] = {}
+    for w, r in graph.edges:
+        upstream.setdefault(r, []).append(w)
+    for r, writers in upstream.items():
+        if sorted(writers) != list(range(len(writers))):
+            raise RuntimeError(f"the upstream writers of {graph.readers[r]} are not a prefix of the graph's writers")
+    return in_degree
 
 
 def replacement_values(

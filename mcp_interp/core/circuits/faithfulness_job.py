@@ -14,6 +14,7 @@ from mcp_interp.core.circuits.graph import Graph
 from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.engine import metrics
 from mcp_interp.core.engine.bridge import edge_hooks
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.pairs import Pairs, prepare_pairs
 from mcp_interp.core.engine.scores import TOP_WITH_EXAMPLES, finite
@@ -97,6 +98,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         return sorted({min(k, total) for k in (*CURVE, self.top_k)})
 
     def steps(self) -> Iterator[str]:
+        require(self.model.bridge, "circuit_faithfulness")
         if (self.edges is None) == (self.top_k is None):
             raise InputError("Pass either `edges` (a circuit) or `top_k` (the top k edges by attribution), not both.")
         if self.top_k is not None and self.top_k < 0:
@@ -173,6 +175,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         return 3 + 18 + 1
 
     def steps(self) -> Iterator[str]:
+        require(self.model.bridge, "find_circuit")
         if not 0 < self.target <= 1:
             raise InputError(f"`target` is a recovered fraction in (0, 1], got {self.target!r}; 0.8 is usual.")
         check_random_circuits(self.random_circuits)

@@ -23,6 +23,7 @@ import torch
 
 from mcp_interp.core.engine import metrics
 from mcp_interp.core.engine.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.pairs import prepare_pairs
 from mcp_interp.core.engine.readouts import LogitDiffReadout
@@ -109,6 +110,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         return 2
 
     def steps(self) -> Iterator[str]:
+        require(self.model.bridge, "path_patch")
         if self.component not in ("q", "k", "v"):
             raise InputError(f"`component` must be 'q', 'k' or 'v', got {self.component!r}.")
         sender_layer, sender_head = self._sender()

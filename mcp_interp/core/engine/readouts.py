@@ -18,7 +18,13 @@ from typing import Any, Protocol
 
 import torch
 
-from mcp_interp.core.engine.bridge import final_norm, logits_from_residual, unembed_linear
+from mcp_interp.core.engine.bridge import (
+    final_logit_softcap,
+    final_norm,
+    logits_from_residual,
+    soft_cap,
+    unembed_linear,
+)
 
 # A metric per row: (final residuals or answer logits [rows, width], each row's prompt index [rows]) → [rows].
 RowMetric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -38,11 +44,13 @@ class LogitDiffReadout:
     ``from_residual`` applies the final norm and then only the two unembedding rows it needs:
     the full vocabulary projection of thousands of patched rows would cost more than the
     patched runs' attention. Falls back to the full unembedding when the model's unembedding
-    is not a plain linear layer.
+    is not a plain linear layer. A model that soft-caps its final logits (Gemma-2) has each of
+    the two logits capped before the difference, as its forward does.
     """
 
     def __init__(self, bridge: Any, correct: torch.Tensor, incorrect: torch.Tensor) -> None:
         self.bridge, self.correct, self.incorrect = bridge, correct, incorrect
+        self.cap = final_logit_softcap(bridge)
         linear = unembed_linear(bridge)
         self.weight = linear.weight if linear is not None else None
         self.bias = linear.bias if linear is not None else None
@@ -57,10 +65,16 @@ class LogitDiffReadout:
             return self.from_logits(logits_from_residual(self.bridge, residual), prompts)
         normed = final_norm(self.bridge, residual)
         good, bad = self.correct[prompts], self.incorrect[prompts]
-        diff = (normed * (self.weight[good] - self.weight[bad])).sum(dim=-1)
+        if self.cap is None:
+            diff = (normed * (self.weight[good] - self.weight[bad])).sum(dim=-1, dtype=torch.float32)
+            if self.bias is not None:
+                diff = diff + self.bias[good] - self.bias[bad]
+            return diff.to(torch.float64)
+        logits = [(normed * self.weight[t]).sum(dim=-1, dtype=torch.float32) for t in (good, bad)]
         if self.bias is not None:
-            diff = diff + self.bias[good] - self.bias[bad]
-        return diff.to(torch.float64)
+            logits = [logit + self.bias[t] for logit, t in zip(logits, (good, bad), strict=True)]
+        capped = [soft_cap(logit.to(torch.float64), self.cap) for logit in logits]
+        return capped[0] - capped[1]
 
 
 class _FullVocabulary:

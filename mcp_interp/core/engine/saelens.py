@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.bridge import hf_config, site_hook
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.dictionary import ARCHITECTURES, SparseAutoencoder
 from mcp_interp.core.engine.sites import Site
 from mcp_interp.core.engine.tokens import adds_bos
@@ -76,6 +77,8 @@ _SITE_OF: dict[str, Site] = {
     "attn.hook_z": "z",
     "mlp.hook_post": "mlp_post",
 }
+# Sites some architectures lack (``engine.capabilities``): no resid_mid in a parallel block, no neurons in an MoE.
+SITE_NEEDS = {"resid_mid": "sae_resid_mid", "mlp_post": "sae_mlp_post"}
 _REFUSED_ARCHITECTURES = {
     "gated": "gated SAEs (separate gate and magnitude paths) are not implemented here",
     "transcoder": "a transcoder reads one hook and writes another; this tool reconstructs one activation",
@@ -362,6 +365,8 @@ def hook_width(model: LoadedModel, site: Site) -> tuple[int, str]:
 
 def _check_against(sae: SparseAutoencoder, model: LoadedModel) -> list[str]:
     """Errors for an SAE that cannot run on ``model``; the notes for one that can."""
+    if sae.site in SITE_NEEDS:
+        require(model.bridge, SITE_NEEDS[sae.site])
     trained_on = f" (cfg.json says it was trained on {sae.model_name!r})" if sae.model_name else ""
     n_layers = int(model.bridge.cfg.n_layers)
     if not 0 <= sae.layer < n_layers:
