@@ -219,14 +219,17 @@ def per_head_attention_hooks(bridge: Any) -> bool:
     return True
 
 
+def attention_output_scale(bridge: Any, layer: int) -> float:
+    """The factor block ``layer`` multiplies its attention output by before the residual add (Granite's
+    ``residual_multiplier``); 1 for every other architecture."""
+    return float(getattr(bridge.blocks[layer], "residual_contribution_scale", 1.0))
+
+
 def attention_write_norm(bridge: Any, layer: int) -> str | None:
-    """The component between block ``layer``'s head sum and the residual stream, if any (e.g. ``ln1_post``
-    on Gemma-2/3 and OLMo-2, whose ``hook_attn_out`` is the post-attention norm of the heads' sum), or a
-    scale the block multiplies the attention output by; None when the heads' outputs add to the stream."""
+    """The norm component between block ``layer``'s head sum and the residual stream, if any (``ln1_post``
+    on Gemma-2/3 and OLMo-2, whose ``hook_attn_out`` is the post-attention norm of the heads' sum); None
+    when the heads' outputs add to the stream as they are."""
     block = bridge.blocks[layer]
-    scale = getattr(block, "residual_contribution_scale", 1.0)
-    if scale != 1.0:
-        return f"a scale of {scale}"
     aliases = getattr(block, "hook_aliases", None) or {}
     target = aliases.get("hook_attn_out")
     for candidate in [target] if isinstance(target, str) else list(target or []):
@@ -314,6 +317,34 @@ def unembed_linear(bridge: Any) -> torch.nn.Linear | None:
     """
     linear = hf_module(bridge.unembed)
     return linear if isinstance(linear, torch.nn.Linear) else None
+
+
+def norm_scale_hook(bridge: Any, layer: int, norm: str) -> str:
+    """The hook of the scale (the RMS or standard deviation, eps included) that block ``layer``'s norm
+    component ``norm`` (e.g. ``ln1_post``) divides by."""
+    return f"blocks.{layer}.{norm}.hook_scale"
+
+
+def block_norm_module(bridge: Any, layer: int, norm: str) -> Any:
+    """Block ``layer``'s norm component ``norm`` (e.g. ``ln1_post``) as the bare HF module."""
+    return hf_module(getattr(bridge.blocks[layer], norm))
+
+
+def norm_gain(module: Any, width: int) -> torch.Tensor:
+    """The elementwise gain γ of a norm module (y = γ ⊙ x / scale + β), whatever its weight convention
+    (Llama's ``weight``, Gemma's ``1 + weight``): an RMSNorm applied to a large constant vector c·1, whose
+    RMS is c to float precision, returns γ. A LayerNorm (which centres, so a constant vector gives β) reads
+    its ``weight``. Needed to freeze a norm's scale and keep what follows linear (direct logit attribution).
+    """
+    if isinstance(module, torch.nn.LayerNorm):
+        return module.weight.detach() if module.weight is not None else torch.ones(width)
+    weight = next(iter(module.parameters()), None)
+    dtype = weight.dtype if weight is not None else torch.float32
+    device = weight.device if weight is not None else "cpu"
+    constant = 100.0  # c² = 1e4 ≫ any eps (error eps/2c² ≈ 1e-10), and c² is finite even in float16
+    with torch.inference_mode():
+        probe = torch.full((1, width), constant, dtype=torch.float32, device=device).to(dtype)
+        return module(probe)[0].detach()
 
 
 def final_norm_module(bridge: Any) -> Any:

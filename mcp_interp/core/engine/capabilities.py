@@ -30,6 +30,7 @@ from typing import Any
 
 from mcp_interp.core.engine.bridge import (
     attention_classes,
+    attention_output_scale,
     attention_write_norm,
     hf_model,
     mixture_of_experts,
@@ -49,6 +50,12 @@ def _opaque_attention(bridge: Any) -> str | None:
 
 def _normed_head_sum(bridge: Any) -> str | None:
     for layer in range(bridge.cfg.n_layers):
+        scale = attention_output_scale(bridge, layer)
+        if scale != 1.0:
+            return (
+                f"blocks.{layer} multiplies the heads' sum by {scale} before adding it to the residual stream, so one "
+                "head's write (hook_result, taken before it) is not a term of the residual stream"
+            )
         between = attention_write_norm(bridge, layer)
         if between is not None:
             return (
