@@ -101,7 +101,8 @@ SaeFolder = Annotated[
     str,
     Field(
         description="A local folder in SAELens' format: cfg.json (architecture standard / jumprelu / topk, d_in, "
-        "d_sae, hook_name such as 'blocks.12.hook_resid_post', model_name) and sae_weights.safetensors."
+        "d_sae, hook_name such as 'blocks.12.hook_resid_post', model_name) and sae_weights.safetensors; or a hub id "
+        "'org/repo/subfolder' already in the Hugging Face cache."
     ),
 ]
 
