@@ -56,6 +56,14 @@ def _write(values: dict[str, torch.Tensor], graph: Graph, w: int) -> torch.Tenso
     return value[:, :, writer.index] if writer.kind == "head" else value
 
 
+def _delta(live: dict[str, torch.Tensor], replacement: dict[str, torch.Tensor], graph: Graph, w: int) -> torch.Tensor:
+    """Writer ``w``'s live write minus its replacement, in float32 at least: the running sums over dozens of
+    writers are kept in that precision and rounded to the model's dtype once, where a reader's input is rebuilt."""
+    live_w = _write(live, graph, w)
+    wide = torch.promote_types(live_w.dtype, torch.float32)
+    return live_w.to(wide) - _write(replacement, graph, w).to(wide)
+
+
 def ablated_metric(
     bridge: Any,
     graph: Graph,
@@ -92,7 +100,7 @@ def ablated_metric(
         def hook(value: torch.Tensor, hook: Any) -> None:
             live[name] = value
             for w in by_hook_writers[name]:
-                delta = _write(live, graph, w) - _write(replacement, graph, w).to(value.dtype)
+                delta = _delta(live, replacement, graph, w)
                 running[:] = [delta if not running else running[0] + delta]
                 seen.append(w)
                 if len(seen) in needed:
@@ -109,11 +117,11 @@ def ablated_metric(
                     raise RuntimeError(f"writers recorded before {reader} are not its upstream writers")
                 correction = -snapshots[k]
                 for w in into.get(r, []):
-                    correction = correction + _write(live, graph, w) - _write(replacement, graph, w).to(value.dtype)
+                    correction = correction + _delta(live, replacement, graph, w)
                 if reader.kind in ("q", "k", "v"):
-                    value[:, :, reader.index] += correction
+                    value[:, :, reader.index] = (value[:, :, reader.index] + correction).to(value.dtype)
                 else:
-                    value += correction
+                    value = (value + correction).to(value.dtype)
             return value
 
         return hook

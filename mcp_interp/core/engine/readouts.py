@@ -56,23 +56,27 @@ class LogitDiffReadout:
         self.bias = linear.bias if linear is not None else None
 
     def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
-        good = logits.gather(1, self.correct[prompts].unsqueeze(1))
-        bad = logits.gather(1, self.incorrect[prompts].unsqueeze(1))
-        return (good - bad).squeeze(1).to(torch.float64)
+        good = logits.gather(1, self.correct[prompts].unsqueeze(1)).to(torch.float64)
+        bad = logits.gather(1, self.incorrect[prompts].unsqueeze(1)).to(torch.float64)
+        return (good - bad).squeeze(1)
 
     def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         if self.weight is None:
             return self.from_logits(logits_from_residual(self.bridge, residual), prompts)
+        # The norm runs in the model's dtype (it is the model's computation); the two dot products are taken in
+        # float32 at least, so a bfloat16/float16 model's logit difference is not rounded twice more.
         normed = final_norm(self.bridge, residual)
+        wide = torch.promote_types(normed.dtype, torch.float32)
+        normed = normed.to(wide)
         good, bad = self.correct[prompts], self.incorrect[prompts]
         if self.cap is None:
-            diff = (normed * (self.weight[good] - self.weight[bad])).sum(dim=-1, dtype=torch.float32)
+            diff = (normed * (self.weight[good].to(wide) - self.weight[bad].to(wide))).sum(dim=-1)
             if self.bias is not None:
-                diff = diff + self.bias[good] - self.bias[bad]
+                diff = diff + self.bias[good].to(wide) - self.bias[bad].to(wide)
             return diff.to(torch.float64)
-        logits = [(normed * self.weight[t]).sum(dim=-1, dtype=torch.float32) for t in (good, bad)]
+        logits = [(normed * self.weight[t].to(wide)).sum(dim=-1) for t in (good, bad)]
         if self.bias is not None:
-            logits = [logit + self.bias[t] for logit, t in zip(logits, (good, bad), strict=True)]
+            logits = [logit + self.bias[t].to(wide) for logit, t in zip(logits, (good, bad), strict=True)]
         capped = [soft_cap(logit.to(torch.float64), self.cap) for logit in logits]
         return capped[0] - capped[1]
 
