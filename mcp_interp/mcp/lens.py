@@ -127,13 +127,20 @@ async def induction(
     seq_len: Annotated[int, Field(ge=2, le=512, description="Length of the random sequence (repeated once).")] = 50,
     n_seqs: Annotated[int, Field(ge=1, le=64, description="Number of random sequences.")] = 8,
     seed: Annotated[int, Field(description="Seed of the random tokens (CPU generator).")] = 0,
+    prefix: Annotated[
+        str | None,
+        Field(
+            description="Text put before every sequence (e.g. 'Words:'), so a model without BOS sinks attention there."
+        ),
+    ] = None,
 ) -> Annotated[CallToolResult, InductionResult]:
     """Induction score of every head: on random tokens repeated twice, the mean attention from each
-    token of the second copy to the token after its earlier occurrence. Heatmap; heads sorted."""
+    token of the second copy to the token after its earlier occurrence. Heatmap; heads sorted. Returns the
+    token ids used and the positions to pass to `loss`."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
-    measurement = await kit.call(measure_induction, model, seq_len, n_seqs, seed)
+    measurement = await kit.call(measure_induction, model, seq_len, n_seqs, seed, prefix)
     measurement.figure_uri, link = await kit.figure(
         "induction scores", figures.layer_head_heatmap, measurement.scores, "induction score", "score", 0.0
     )

@@ -138,11 +138,21 @@ async def ablate(
 
 @family.tool()
 async def loss(
-    texts: Annotated[list[str], Field(description="Texts to score; every next token of each is predicted.")],
     ctx: ToolContext,
+    texts: Annotated[
+        list[str] | None, Field(description="Texts to score; every next token of each is predicted.")
+    ] = None,
     intervention: OptionalIntervention = None,
+    token_ids: Annotated[
+        list[list[int]] | None,
+        Field(description="Instead of texts: token ids run exactly as given (e.g. `induction`'s `sequences`)."),
+    ] = None,
+    positions: Annotated[
+        list[int] | None,
+        Field(description="Token indices k ≥ 1 whose loss enters the means (e.g. `induction`'s predicted_positions)."),
+    ] = None,
 ) -> LossResult:
     """Next-token cross-entropy (nats) and top-1 accuracy of every token of each text, per token and
     mean, optionally under an intervention (ablate heads, ...) — with the unablated loss beside it.
     The measure of "ablate and see what breaks" for induction heads and other general mechanisms."""
-    return await Toolkit.of(ctx).run(ctx, LossResult, text_losses, texts, intervention)
+    return await Toolkit.of(ctx).run(ctx, LossResult, text_losses, texts, intervention, token_ids, positions)
