@@ -124,8 +124,9 @@ def resolve_folder(folder: str) -> Path:
         raise InputError(f"`sae` {folder!r} cannot be read on this machine ({exc.strerror or exc}).") from None
 
 
-# A hub id: org/repo, optionally /subfolder/… (names as the hub allows them).
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w.-]+)*$")
+# A hub id: org/repo, optionally /subfolder/… (names as the hub allows them). No part may be "." or "..": the
+# subfolder is joined to the cached snapshot, and must stay inside it.
+_HUB_ID = re.compile(r"^(?!.*(^|/)\.{1,2}(/|$))[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w.-]+)*$")
 
 
 def download_command(repo: str, subfolder: str) -> str:
@@ -157,6 +158,8 @@ def hub_cached_folder(spec: str) -> Path:
             f"(the server never downloads during a call). {fix}"
         ) from None
     path = snapshot / subfolder if subfolder else snapshot
+    if not path.resolve().is_relative_to(snapshot.resolve()):  # a symlink pointing out of the snapshot
+        raise InputError(f"`sae` {spec!r}: the subfolder leaves the cached snapshot of {repo}; name one inside it.")
     if not (path / CFG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
         inner = _folders_with_cfg(path if path.is_dir() else snapshot)
         hint = f" Its cached subfolders with an SAE: {inner}." if inner else ""
