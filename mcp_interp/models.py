@@ -172,6 +172,7 @@ def boot(
     """
     torch_dtype = parse_dtype(dtype)
     started = time.perf_counter() if started is None else started
+    _check_dtype_supported(hf_model, dtype)
     hf_model = hf_model.to(device=device, dtype=torch_dtype).eval()
     # Before booting: the bridge wraps the HF modules in place, which renames parameters.
     fingerprint = weights_fingerprint(hf_model)
@@ -191,6 +192,26 @@ def boot(
         load_seconds=time.perf_counter() - started,
         fingerprint=fingerprint,
     )
+
+
+# Architectures whose reduced-precision forward fails inside TransformerLens (model_type → what goes wrong).
+FLOAT32_ONLY = {
+    "olmo2": (
+        "OLMo-2's rotary embedding comes out in float32 and TransformerLens 4.3's attention bridge does not cast the "
+        "rotated queries/keys back, so the first forward fails with 'expected m1 and m2 to have the same dtype'"
+    ),
+}
+
+
+def _check_dtype_supported(hf_model: Any, dtype: str) -> None:
+    """Refuse, before booting, a reduced precision the bridge cannot run for this architecture (an error at load
+    beats one at every tool call)."""
+    model_type = getattr(getattr(hf_model, "config", None), "model_type", None)
+    if dtype != "float32" and model_type in FLOAT32_ONLY:
+        raise ModelLoadError(
+            f"--dtype {dtype} is not supported for {model_type} models: {FLOAT32_ONLY[model_type]}. "
+            "Load it with --dtype float32."
+        )
 
 
 def weights_fingerprint(module: torch.nn.Module) -> str:

@@ -79,7 +79,7 @@ async def probe(
 
 SaeFolder = Annotated[
     str,
-    Field(description="An SAELens-format folder (cfg.json + sae_weights.safetensors)."),
+    Field(description="An SAELens-format folder (cfg.json + sae_weights.safetensors) or a cached hub id org/repo/sub."),
 ]
 
 

@@ -121,13 +121,16 @@ async def induction(
     seq_len: Annotated[int, Field(ge=2, le=512, description="Random tokens, repeated once.")] = 50,
     n_seqs: Annotated[int, Field(ge=1, le=64)] = 8,
     seed: int = 0,
+    prefix: Annotated[
+        str | None, Field(description="Text before every sequence, e.g. 'Words:' (an attention sink).")
+    ] = None,
 ) -> Annotated[CallToolResult, InductionResult]:
     """Induction score of every head on random tokens repeated twice (attention to the token after the earlier
-    copy)."""
+    copy); returns the token ids and the positions to pass to `loss`."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()
-    measurement = await kit.call(measure_induction, model, seq_len, n_seqs, seed)
+    measurement = await kit.call(measure_induction, model, seq_len, n_seqs, seed, prefix)
     measurement.figure_uri, link = await kit.figure(
         "induction scores", figures.layer_head_heatmap, measurement.scores, "induction score", "score", 0.0
     )

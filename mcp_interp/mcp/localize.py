@@ -140,16 +140,25 @@ async def ablate(
 
 @family.tool()
 async def loss(
-    texts: Annotated[list[str], Field(description="Every next token of each text is scored.")],
     ctx: ToolContext,
+    texts: Annotated[list[str] | None, Field(description="Every next token of each text is scored.")] = None,
     intervention: OptionalIntervention = None,
+    token_ids: Annotated[
+        list[list[int]] | None, Field(description="Instead of texts: ids run as given (induction's sequences).")
+    ] = None,
+    positions: Annotated[
+        list[int] | None, Field(description="Token indices k ≥ 1 the means cover (induction's predicted_positions).")
+    ] = None,
 ) -> Annotated[CallToolResult, LossResult]:
     """Next-token loss (nats) and top-1 accuracy per token and text, under an intervention if given (the loss
     without it beside)."""
 
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
-        ctx, lambda model: LossJob(model=model, texts=texts, intervention=intervention)
+        ctx,
+        lambda model: LossJob(
+            model=model, texts=texts, intervention=intervention, token_ids=token_ids, positions=positions
+        ),
     )
     assert job.result is not None
     r = kit.with_provenance(LossResult, job.result, started)

@@ -106,11 +106,20 @@ class InductionMeasurement(Measurement):
     seq_len: int
     n_seqs: int
     seed: int
+    prefix: str | None = Field(default=None, description="Text whose tokens start every sequence, if given.")
     scores: list[list[float]] = Field(
         description="[n_layers][n_heads] mean attention from each token of the repeated half to the token "
         "after its earlier occurrence; in [0, 1]; ~1/position for a uniform head, near 1 for an induction head."
     )
     heads: list[Contribution] = Field(description="Heads sorted by induction score (component = 'L<l>H<h>').")
+    sequences: list[list[int]] = Field(
+        description="The token ids run, one list per sequence: the start (BOS if the tokenizer prepends one, or the "
+        "prefix's tokens), then seq_len random tokens twice. Pass them to `loss` as `token_ids`."
+    )
+    predicted_positions: list[int] = Field(
+        description="Token indices of the second copy (after its first token) that an induction head lets the model "
+        "predict: `loss` with these `positions` measures the loss induction should lower."
+    )
     figure_uri: str | None = None
 
 

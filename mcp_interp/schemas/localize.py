@@ -93,15 +93,19 @@ class TextLoss(BaseModel):
     tokens: list[str] = Field(description="The text's tokens; token k+1 is predicted at position k.")
     loss: list[float] = Field(description="Per predicted token: −log P(token | text before it), nats, ≥ 0.")
     correct: list[bool] = Field(description="Per predicted token: was it the model's top-1 prediction?")
-    mean_loss: float = Field(description="Mean of `loss` (next-token cross-entropy of this text).")
-    accuracy: float = Field(description="Fraction of predicted tokens that were the top-1, in [0, 1].")
+    mean_loss: float = Field(description="Mean of `loss` over the scored tokens (next-token cross-entropy, nats).")
+    accuracy: float = Field(description="Fraction of scored tokens that were the top-1, in [0, 1].")
+    scored_positions: list[int] = Field(
+        description="Token indices k whose loss (loss[k − 1]) enters mean_loss and accuracy: `positions`, default "
+        "every token after the first."
+    )
 
 
 class LossMeasurement(Measurement):
     intervention: str | None = Field(default=None, description="The intervention applied, in words; None = none.")
     texts: list[TextLoss]
-    mean_loss: float = Field(description="Cross-entropy over every predicted token of every text, nats.")
-    accuracy: float = Field(description="Top-1 accuracy over every predicted token of every text.")
+    mean_loss: float = Field(description="Cross-entropy over the scored tokens of every text, nats.")
+    accuracy: float = Field(description="Top-1 accuracy over the scored tokens of every text.")
     clean_mean_loss: float | None = Field(
         default=None, description="With an intervention: the same loss without it, for comparison."
     )

@@ -11,6 +11,34 @@ from mcp_interp.schemas.common import Measurement, Provenance, Score
 # --- model_info -----------------------------------------------------------------------------
 
 
+class BlockFacts(BaseModel):
+    """How this model's transformer blocks are built, where it changes what a measurement means."""
+
+    parallel_attn_mlp: bool = Field(
+        description="Attention and MLP both read the block's input (GPT-NeoX/Pythia, GPT-J, Phi-1/2): there is no "
+        "resid_mid, and no head feeds its own layer's MLP (the edge graph has no such edge)."
+    )
+    attention_post_norm: bool = Field(
+        description="A norm sits between the heads' sum and the residual add (Gemma-2/3, OLMo-2): one head's write "
+        "is not a term of the residual stream, so per-head edge tools are refused."
+    )
+    mixture_of_experts: bool = Field(description="Some MLP is a mixture of experts: it has no single layer of neurons.")
+    final_logit_softcap: float | None = Field(
+        description="c in logits = c·tanh(x/c) after the unembedding (Gemma-2: 30), applied by every tool that "
+        "rebuilds logits from the residual stream; null when the model has none."
+    )
+
+
+class Capability(BaseModel):
+    """Whether one architecture-dependent use of some tools applies to the loaded model."""
+
+    tools: list[str] = Field(description="The tools this entry is about.")
+    option: str | None = Field(description="The option of those tools it is about; null: the tools as a whole.")
+    available: bool = Field(description="false: a call using it is refused with a tool error quoting `reason`.")
+    missing_feature: str | None = Field(description="What the architecture lacks, when not available.")
+    reason: str | None = Field(description="Why this model lacks it and what to use instead, when not available.")
+
+
 class ModelInfoMeasurement(Measurement):
     name: str
     source: Literal["embedded", "hub", "local", "tiny"]
@@ -29,6 +57,11 @@ class ModelInfoMeasurement(Measurement):
     load_seconds: float = Field(description="Seconds to load and boot the model in this process.")
     prepends_bos: bool = Field(description="Whether every prompt starts with a BOS token under the rule.")
     tokenization_rule: str = Field(description="How every tool tokenizes text.")
+    block: BlockFacts = Field(description="How the transformer blocks are built.")
+    capabilities: list[Capability] = Field(
+        description="Every tool or option whose availability depends on the architecture, for this model (tools not "
+        "listed apply to every model). The same test decides a tool's refusal, so what is listed available runs."
+    )
 
 
 class ModelInfoResult(Provenance, ModelInfoMeasurement):

@@ -56,6 +56,14 @@ def _write(values: dict[str, torch.Tensor], graph: Graph, w: int) -> torch.Tenso
     return value[:, :, writer.index] if writer.kind == "head" else value
 
 
+def _delta(live: dict[str, torch.Tensor], replacement: dict[str, torch.Tensor], graph: Graph, w: int) -> torch.Tensor:
+    """Writer ``w``'s live write minus its replacement, in float32 at least: the running sums over dozens of
+    writers are kept in that precision and rounded to the model's dtype once, where a reader's input is rebuilt."""
+    live_w = _write(live, graph, w)
+    wide = torch.promote_types(live_w.dtype, torch.float32)
+    return live_w.to(wide) - _write(replacement, graph, w).to(wide)
+
+
 def ablated_metric(
     bridge: Any,
     graph: Graph,
@@ -65,7 +73,15 @@ def ablated_metric(
     metric: RowMetric,
 ) -> torch.Tensor:
     """The metric per pair with every edge outside ``circuit`` (pairs of writer and reader indices)
-    ablated to ``replacement`` (writer hook → values, as ``writer_values`` returns)."""
+    ablated to ``replacement`` (writer hook → values, as ``writer_values`` returns).
+
+    A reader's upstream writers are always the first ``in_degree`` writers of ``build_graph``'s order
+    (embeddings, then per layer its heads and its MLP; a parallel block's MLP reader stops before its own
+    layer's heads). The running sum Σ (live − replacement) is therefore snapshotted at every length some
+    reader needs, and each reader subtracts the snapshot of its own in-degree. Why not the sum so far: in
+    a parallel block the layer's heads write (``hook_result`` fires) before its MLP reads (``hook_mlp_in``
+    fires after attention), so "every writer recorded so far" includes writers that do not feed that MLP.
+    """
     n_layers = bridge.cfg.n_layers
     live: dict[str, torch.Tensor] = {}
     running: list[torch.Tensor] = []  # [Σ (live − replacement) over the writers seen so far]
@@ -76,15 +92,19 @@ def ablated_metric(
     into: dict[int, list[int]] = {}
     for w, r in circuit:
         into.setdefault(r, []).append(w)
-    in_degree = Counter(r for _, r in graph.edges)  # a reader's writers are every writer recorded before it
+    in_degree = upstream_prefixes(graph)
+    needed = set(in_degree.values())
+    snapshots: dict[int, torch.Tensor] = {}
 
     def record(name: str) -> Callable[[torch.Tensor, Any], None]:
         def hook(value: torch.Tensor, hook: Any) -> None:
             live[name] = value
             for w in by_hook_writers[name]:
-                delta = _write(live, graph, w) - _write(replacement, graph, w).to(value.dtype)
+                delta = _delta(live, replacement, graph, w)
                 running[:] = [delta if not running else running[0] + delta]
                 seen.append(w)
+                if len(seen) in needed:
+                    snapshots[len(seen)] = running[0]
 
         return hook
 
@@ -92,16 +112,16 @@ def ablated_metric(
         def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
             value = value.clone()
             for r in readers:
-                reader = graph.readers[r]
-                if len(seen) != in_degree[r]:
+                reader, k = graph.readers[r], in_degree[r]
+                if seen[:k] != list(range(k)):
                     raise RuntimeError(f"writers recorded before {reader} are not its upstream writers")
-                correction = -running[0]
+                correction = -snapshots[k]
                 for w in into.get(r, []):
-                    correction = correction + _write(live, graph, w) - _write(replacement, graph, w).to(value.dtype)
+                    correction = correction + _delta(live, replacement, graph, w)
                 if reader.kind in ("q", "k", "v"):
-                    value[:, :, reader.index] += correction
+                    value[:, :, reader.index] = (value[:, :, reader.index] + correction).to(value.dtype)
                 else:
-                    value += correction
+                    value = (value + correction).to(value.dtype)
             return value
 
         return hook
@@ -115,6 +135,18 @@ def ablated_metric(
     with torch.no_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
         logits = bridge(clean.input_ids, return_type="logits")
     return metric(logits[rows, clean.answer_positions], rows).to(torch.float64)
+
+
+def upstream_prefixes(graph: Graph) -> Counter[int]:
+    """Each reader's in-degree, checked to be a prefix: its upstream writers are writers 0..in_degree − 1."""
+    in_degree = Counter(r for _, r in graph.edges)
+    upstream: dict[int, list[int]] = {}
+    for w, r in graph.edges:
+        upstream.setdefault(r, []).append(w)
+    for r, writers in upstream.items():
+        if sorted(writers) != list(range(len(writers))):
+            raise RuntimeError(f"the upstream writers of {graph.readers[r]} are not a prefix of the graph's writers")
+    return in_degree
 
 
 def replacement_values(

@@ -21,6 +21,7 @@ from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.circuits.selection import Ranking, check_choice, held_out_split, rank
 from mcp_interp.core.engine import metrics, stats
 from mcp_interp.core.engine.bridge import edge_hooks
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.pairs import Pairs, subset_pairs
 from mcp_interp.core.engine.scores import TOP_WITH_EXAMPLES, finite
@@ -137,6 +138,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         return sorted({min(k, total) for k in (*CURVE, self.top_k)})
 
     def steps(self) -> Iterator[str]:
+        require(self.model.bridge, "circuit_faithfulness")
         if (self.edges is None) == (self.top_k is None):
             raise InputError(
                 "Pass one of `edges`, `circuit` (a circuit:// from find_circuit) or `top_k` (the top k by attribution)."
@@ -257,6 +259,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         return ATTRIBUTION_STEPS + bisection + 2
 
     def steps(self) -> Iterator[str]:
+        require(self.model.bridge, "find_circuit")
         if not 0 < self.target <= 1:
             raise InputError(f"`target` is a recovered fraction in (0, 1], got {self.target!r}; 0.8 is usual.")
         check_choice(self.granularity, self.rank_by)

@@ -8,6 +8,7 @@ from typing import Any
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
 from mcp_interp.core.engine import metrics
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.pairs import prepare_pairs
 from mcp_interp.core.engine.scores import TOP_WITH_EXAMPLES
@@ -62,6 +63,7 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
         return 2 + (self.ig_steps if self.method == "eap-ig" else 1)
 
     def steps(self) -> Iterator[str]:
+        require(self.model.bridge, "edge_attribution")
         self._check()
         pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
         integrated = self.method == "eap-ig"

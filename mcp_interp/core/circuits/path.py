@@ -23,6 +23,7 @@ import torch
 
 from mcp_interp.core.engine import metrics
 from mcp_interp.core.engine.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.pairs import prepare_pairs
 from mcp_interp.core.engine.readouts import LogitDiffReadout
@@ -109,6 +110,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         return 2
 
     def steps(self) -> Iterator[str]:
+        require(self.model.bridge, "path_patch")
         if self.component not in ("q", "k", "v"):
             raise InputError(f"`component` must be 'q', 'k' or 'v', got {self.component!r}.")
         sender_layer, sender_head = self._sender()
@@ -123,8 +125,9 @@ class PathPatchJob(Job[PathPatchMeasurement]):
                 corrupt.input_ids, corrupt.answer_positions, readout, write, sender_head
             )
             yield "clean and corrupt runs"
-            patched = self._sweep(corrupt.input_ids, corrupt.answer_positions, readout, clean_write - corrupt_write,
-                                  receivers)  # fmt: skip
+            wide = torch.promote_types(clean_write.dtype, torch.float32)
+            delta = clean_write.to(wide) - corrupt_write.to(wide)
+            patched = self._sweep(corrupt.input_ids, corrupt.answer_positions, readout, delta, receivers)
             yield f"{len(receivers)} receivers patched"
         self.result = self._measurement(receivers, patched, clean_m, corrupt_m)
 
@@ -177,12 +180,12 @@ class PathPatchJob(Job[PathPatchMeasurement]):
     ) -> Callable[[torch.Tensor, Any], torch.Tensor]:
         def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
             value = value.clone()
-            for i, index in members:
+            for i, index in members:  # the sum taken in the delta's precision (float32 at least), rounded once
                 rows = slice(i * n, (i + 1) * n)
                 if per_reader:
-                    value[rows, :, index] += delta.to(value.dtype)
+                    value[rows, :, index] = (value[rows, :, index] + delta).to(value.dtype)
                 else:
-                    value[rows] += delta.to(value.dtype)
+                    value[rows] = (value[rows] + delta).to(value.dtype)
             return value
 
         return hook

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from mcp_interp.errors import InputError
+
 # --- hook names ---------------------------------------------------------------------------------
 
 HOOK_EMBED = "hook_embed"
@@ -108,7 +110,11 @@ def edge_hooks(bridge: Any) -> Iterator[None]:
 
     Why: an edge (writer → reader) needs each head's own write and each reader's own input, which the
     bridge only materialises with these flags (they cost memory: per-head tensors of d_model). The
-    logits change by float rounding only (measured 1.4e-6 on `tiny`).
+    logits change by float rounding only (measured 1.4e-6 on `tiny`, ≤ 1.9e-6 on every architecture of
+    the test matrix). On a parallel block whose MLP reads the attention's norm (GPT-J, Phi) the bridge's
+    ``hook_mlp_in`` never fires; ``_parallel_mlp_in`` makes it fire (see there). A model whose attention
+    TransformerLens runs as one opaque module (GPT-J) has neither hook: ``NotImplementedError`` from the
+    bridge becomes an ``InputError`` naming the missing feature (the tools check ``capabilities`` first).
     """
     cfg = bridge.cfg
     saved = (
@@ -120,16 +126,138 @@ def edge_hooks(bridge: Any) -> Iterator[None]:
     try:
         if saved[3]:
             bridge.set_use_attn_in(False)  # exclusive with split q/k/v inputs
-        bridge.set_use_attn_result(True)
-        bridge.set_use_split_qkv_input(True)
+        try:
+            bridge.set_use_attn_result(True)
+            bridge.set_use_split_qkv_input(True)
+        except NotImplementedError as exc:
+            raise InputError(
+                f"This model's attention ({', '.join(attention_classes(bridge))} in TransformerLens) has no per-head "
+                f"write (hook_result) or per-head query/key/value input, which edge tools need: {exc}"
+            ) from None
         bridge.set_use_hook_mlp_in(True)
-        yield
+        with _parallel_mlp_in(bridge):
+            yield
     finally:
         bridge.set_use_attn_result(saved[0])
         bridge.set_use_split_qkv_input(saved[1])
         bridge.set_use_hook_mlp_in(saved[2])
         if saved[3]:
             bridge.set_use_attn_in(True)
+
+
+def mlp_shares_attention_norm(bridge: Any, layer: int) -> bool:
+    """True when block ``layer`` is a parallel block with one norm feeding attention and MLP (GPT-J's
+    ``ln_1``, Phi's ``input_layernorm``): the MLP reads ``ln1(resid_pre)`` and there is no ``ln2``, on whose
+    input the bridge's ``hook_mlp_in`` fires."""
+    subs = block_submodules(bridge, layer)
+    return bool(getattr(bridge.cfg, "parallel_attn_mlp", False)) and "ln2" not in subs and "ln1" in subs
+
+
+@contextmanager
+def _parallel_mlp_in(bridge: Any) -> Iterator[None]:
+    """Make ``blocks.L.hook_mlp_in`` fire on blocks whose MLP reads the attention's norm.
+
+    The MLP's input is recomputed as ``ln1(hook_mlp_in(resid_pre))`` with the bare HF norm module (so no
+    ln1 hook fires twice, and without hooks the numbers are the model's: Phi's logits are bit-identical).
+    ``hook_mlp_in`` is then the MLP's own pre-norm copy of the residual, as on every other block: writable
+    and differentiable without touching what attention reads. ``resid_pre`` is taken at the output of
+    ``hook_in``, i.e. after any patch there.
+    """
+    handles = []
+    for layer, block in enumerate(bridge.blocks):
+        if not mlp_shares_attention_norm(bridge, layer):
+            continue
+        ln1 = hf_module(block.ln1)
+        seen: dict[str, torch.Tensor] = {}
+
+        def keep_resid(module: Any, args: Any, output: torch.Tensor, seen: dict[str, torch.Tensor] = seen) -> None:
+            seen["resid"] = output
+
+        def mlp_input(
+            module: Any, args: tuple[Any, ...], seen: dict[str, torch.Tensor] = seen, ln1: Any = ln1, block: Any = block
+        ) -> tuple[Any, ...] | None:
+            if not block._read_use_hook_mlp_in() or "resid" not in seen:
+                return None
+            return (ln1(block.hook_mlp_in(seen.pop("resid"))), *args[1:])
+
+        handles.append(block.hook_in.register_forward_hook(keep_resid))
+        handles.append(block.mlp.register_forward_pre_hook(mlp_input))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+# --- what kind of block this is (read by ``capabilities``) -----------------------------------------
+
+
+def block_submodules(bridge: Any, layer: int) -> set[str]:
+    """The names of block ``layer``'s bridge components (``ln1``, ``ln1_post``, ``attn``, ``ln2``, ``mlp``, ...)."""
+    return set(getattr(bridge.blocks[layer], "submodules", None) or {})
+
+
+def attention_classes(bridge: Any) -> list[str]:
+    """The TransformerLens attention bridge classes of the model's blocks, e.g. ['AttentionBridge']."""
+    return sorted({type(block._modules.get("attn")).__name__ for block in bridge.blocks})
+
+
+def per_head_attention_hooks(bridge: Any) -> bool:
+    """Whether every block's attention bridge can give each head's write (``hook_result``) and each head's
+    query/key/value input (the split q/k/v fork) — False for TransformerLens' generic ``AttentionBridge``,
+    which runs the HF attention as one module (GPT-J in TransformerLens 4.3)."""
+    from transformer_lens.model_bridge.generalized_components.joint_qkv_attention import JointQKVAttentionBridge
+    from transformer_lens.model_bridge.generalized_components.position_embeddings_attention import (
+        PositionEmbeddingsAttentionBridge,
+    )
+
+    for block in bridge.blocks:
+        attn = block._modules.get("attn")
+        forks = isinstance(attn, JointQKVAttentionBridge | PositionEmbeddingsAttentionBridge)
+        if not forks or not getattr(attn, "supports_attn_result", False):
+            return False
+    return True
+
+
+def attention_output_scale(bridge: Any, layer: int) -> float:
+    """The factor block ``layer`` multiplies its attention output by before the residual add (Granite's
+    ``residual_multiplier``); 1 for every other architecture."""
+    return float(getattr(bridge.blocks[layer], "residual_contribution_scale", 1.0))
+
+
+def attention_write_norm(bridge: Any, layer: int) -> str | None:
+    """The norm component between block ``layer``'s head sum and the residual stream, if any (``ln1_post``
+    on Gemma-2/3 and OLMo-2, whose ``hook_attn_out`` is the post-attention norm of the heads' sum); None
+    when the heads' outputs add to the stream as they are."""
+    block = bridge.blocks[layer]
+    aliases = getattr(block, "hook_aliases", None) or {}
+    target = aliases.get("hook_attn_out")
+    for candidate in [target] if isinstance(target, str) else list(target or []):
+        owner = candidate.split(".", 1)[0]
+        if owner in block_submodules(bridge, layer):
+            return None if owner == "attn" else owner
+    return None
+
+
+def mixture_of_experts(bridge: Any, layer: int) -> bool:
+    """Whether block ``layer``'s MLP is a mixture of experts (TransformerLens' ``MoEBridge``): its
+    ``mlp.hook_post`` is then the experts' combined output, d_model wide, not neurons."""
+    return type(bridge.blocks[layer]._modules.get("mlp")).__name__ == "MoEBridge"
+
+
+def final_logit_softcap(bridge: Any) -> float | None:
+    """The model's final logit soft-cap c (logits = c · tanh(x / c); Gemma-2: 30), or None.
+
+    HF applies it in the model's forward after the unembedding, which TransformerLens' ``unembed``
+    component does not include: every logit rebuilt from the residual stream must apply it too.
+    """
+    cap = getattr(hf_config(bridge), "final_logit_softcapping", None)
+    return float(cap) if cap else None
+
+
+def soft_cap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """``cap · tanh(logits / cap)`` (the identity when ``cap`` is None)."""
+    return logits if cap is None else cap * torch.tanh(logits / cap)
 
 
 # --- the Hugging Face model inside the bridge ---------------------------------------------------
@@ -191,6 +319,34 @@ def unembed_linear(bridge: Any) -> torch.nn.Linear | None:
     return linear if isinstance(linear, torch.nn.Linear) else None
 
 
+def norm_scale_hook(bridge: Any, layer: int, norm: str) -> str:
+    """The hook of the scale (the RMS or standard deviation, eps included) that block ``layer``'s norm
+    component ``norm`` (e.g. ``ln1_post``) divides by."""
+    return f"blocks.{layer}.{norm}.hook_scale"
+
+
+def block_norm_module(bridge: Any, layer: int, norm: str) -> Any:
+    """Block ``layer``'s norm component ``norm`` (e.g. ``ln1_post``) as the bare HF module."""
+    return hf_module(getattr(bridge.blocks[layer], norm))
+
+
+def norm_gain(module: Any, width: int) -> torch.Tensor:
+    """The elementwise gain γ of a norm module (y = γ ⊙ x / scale + β), whatever its weight convention
+    (Llama's ``weight``, Gemma's ``1 + weight``): an RMSNorm applied to a large constant vector c·1, whose
+    RMS is c to float precision, returns γ. A LayerNorm (which centres, so a constant vector gives β) reads
+    its ``weight``. Needed to freeze a norm's scale and keep what follows linear (direct logit attribution).
+    """
+    if isinstance(module, torch.nn.LayerNorm):
+        return module.weight.detach() if module.weight is not None else torch.ones(width)
+    weight = next(iter(module.parameters()), None)
+    dtype = weight.dtype if weight is not None else torch.float32
+    device = weight.device if weight is not None else "cpu"
+    constant = 100.0  # c² = 1e4 ≫ any eps (error eps/2c² ≈ 1e-10), and c² is finite even in float16
+    with torch.inference_mode():
+        probe = torch.full((1, width), constant, dtype=torch.float32, device=device).to(dtype)
+        return module(probe)[0].detach()
+
+
 def final_norm_module(bridge: Any) -> Any:
     """The final norm as the bare HF module (``LlamaRMSNorm``, ``LayerNorm``, ...), or None.
 
@@ -213,13 +369,14 @@ def final_norm(bridge: Any, residual_rows: torch.Tensor) -> torch.Tensor:
 
 
 def logits_from_residual(bridge: Any, residual_rows: torch.Tensor) -> torch.Tensor:
-    """Final norm and unembedding of residual vectors ``[rows, d_model]`` → ``[rows, vocab]`` logits.
+    """Final norm, unembedding and the model's final soft-cap (if any) of residual vectors ``[rows, d_model]``
+    → ``[rows, vocab]`` logits: what the model's forward computes at those positions.
 
     Needed to read out only the positions that matter (the answer, or one layer's residual in
     the logit lens) instead of running the whole model to its logits.
     """
     normed = bridge.ln_final(residual_rows.unsqueeze(1))
-    return bridge.unembed(normed)[:, 0]
+    return soft_cap(bridge.unembed(normed)[:, 0], final_logit_softcap(bridge))
 
 
 def block_output(output: Any) -> torch.Tensor:

@@ -29,6 +29,7 @@ import torch
 
 from mcp_interp import limits
 from mcp_interp.core.engine.bridge import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.dictionary import SparseAutoencoder
 from mcp_interp.core.engine.forward import capture_forward
 from mcp_interp.core.engine.metrics import at_answer_positions
@@ -457,6 +458,8 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
         head = parse_head(dict(spec), cfg.n_layers, cfg.n_heads)
         return HeadTarget(head.layer, head.head)
     if isinstance(spec, Mapping) and set(spec) == {"layer", "neurons"}:
+        if model is not None:
+            require(model.bridge, "neuron_targets")
         layer, neurons, d_mlp = _layer(spec["layer"], cfg, spec), spec["neurons"], int(cfg.d_mlp)
         if not isinstance(neurons, list) or not neurons:
             raise InputError(f"Target {dict(spec)!r}: `neurons` must be a non-empty list of neuron indices.")

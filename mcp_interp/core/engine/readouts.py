@@ -18,7 +18,13 @@ from typing import Any, Protocol
 
 import torch
 
-from mcp_interp.core.engine.bridge import final_norm, logits_from_residual, unembed_linear
+from mcp_interp.core.engine.bridge import (
+    final_logit_softcap,
+    final_norm,
+    logits_from_residual,
+    soft_cap,
+    unembed_linear,
+)
 
 # A metric per row: (final residuals or answer logits [rows, width], each row's prompt index [rows]) → [rows].
 RowMetric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -38,29 +44,41 @@ class LogitDiffReadout:
     ``from_residual`` applies the final norm and then only the two unembedding rows it needs:
     the full vocabulary projection of thousands of patched rows would cost more than the
     patched runs' attention. Falls back to the full unembedding when the model's unembedding
-    is not a plain linear layer.
+    is not a plain linear layer. A model that soft-caps its final logits (Gemma-2) has each of
+    the two logits capped before the difference, as its forward does.
     """
 
     def __init__(self, bridge: Any, correct: torch.Tensor, incorrect: torch.Tensor) -> None:
         self.bridge, self.correct, self.incorrect = bridge, correct, incorrect
+        self.cap = final_logit_softcap(bridge)
         linear = unembed_linear(bridge)
         self.weight = linear.weight if linear is not None else None
         self.bias = linear.bias if linear is not None else None
 
     def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
-        good = logits.gather(1, self.correct[prompts].unsqueeze(1))
-        bad = logits.gather(1, self.incorrect[prompts].unsqueeze(1))
-        return (good - bad).squeeze(1).to(torch.float64)
+        good = logits.gather(1, self.correct[prompts].unsqueeze(1)).to(torch.float64)
+        bad = logits.gather(1, self.incorrect[prompts].unsqueeze(1)).to(torch.float64)
+        return (good - bad).squeeze(1)
 
     def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         if self.weight is None:
             return self.from_logits(logits_from_residual(self.bridge, residual), prompts)
+        # The norm runs in the model's dtype (it is the model's computation); the two dot products are taken in
+        # float32 at least, so a bfloat16/float16 model's logit difference is not rounded twice more.
         normed = final_norm(self.bridge, residual)
+        wide = torch.promote_types(normed.dtype, torch.float32)
+        normed = normed.to(wide)
         good, bad = self.correct[prompts], self.incorrect[prompts]
-        diff = (normed * (self.weight[good] - self.weight[bad])).sum(dim=-1)
+        if self.cap is None:
+            diff = (normed * (self.weight[good].to(wide) - self.weight[bad].to(wide))).sum(dim=-1)
+            if self.bias is not None:
+                diff = diff + self.bias[good].to(wide) - self.bias[bad].to(wide)
+            return diff.to(torch.float64)
+        logits = [(normed * self.weight[t].to(wide)).sum(dim=-1) for t in (good, bad)]
         if self.bias is not None:
-            diff = diff + self.bias[good] - self.bias[bad]
-        return diff.to(torch.float64)
+            logits = [logit + self.bias[t].to(wide) for logit, t in zip(logits, (good, bad), strict=True)]
+        capped = [soft_cap(logit.to(torch.float64), self.cap) for logit in logits]
+        return capped[0] - capped[1]
 
 
 class _FullVocabulary:

@@ -35,7 +35,10 @@ object; older versions keep them at the top level; both places are read.
 exponentiated, as SAELens does when saving); a pre-6.0 ``scaling_factor`` [d_sae]
 (``finetuning_scaling_factor``) multiplies the activations before decoding and is folded into W_dec.
 
-A hub release/id cannot be fetched: the server runs offline, so only local folders are accepted.
+Where an SAE comes from: a local folder, or a Hugging Face hub id ``org/repo`` or ``org/repo/subfolder`` (a
+repository of SAELens-format folders, one SAE per subfolder, as SAELens' releases are published) that is already
+in the Hugging Face cache (``HF_HUB_CACHE``, the hub's own layout: ``models--org--repo/refs/main`` naming a
+snapshot). A tool call never downloads: an id that is not cached is refused with the command that fetches it.
 Loaded SAEs are cached with the model (``LoadedModel.cache``: it lives as long as the model, and the session
 owns the model), keyed by the folder, the files' modification times and the device.
 """
@@ -51,6 +54,7 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.bridge import hf_config, site_hook
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.dictionary import ARCHITECTURES, SparseAutoencoder
 from mcp_interp.core.engine.sites import Site
 from mcp_interp.core.engine.tokens import adds_bos
@@ -77,6 +81,8 @@ _SITE_OF: dict[str, Site] = {
     "attn.hook_z": "z",
     "mlp.hook_post": "mlp_post",
 }
+# Sites some architectures lack (``engine.capabilities``): no resid_mid in a parallel block, no neurons in an MoE.
+SITE_NEEDS = {"resid_mid": "sae_resid_mid", "mlp_post": "sae_mlp_post"}
 _REFUSED_ARCHITECTURES = {
     "gated": "gated SAEs (separate gate and magnitude paths) are not implemented here",
     "transcoder": "a transcoder reads one hook and writes another; this tool reconstructs one activation",
@@ -119,9 +125,60 @@ def resolve_folder(folder: str) -> Path:
         raise InputError(f"`sae` {folder!r} cannot be read on this machine ({exc.strerror or exc}).") from None
 
 
+# A hub id: org/repo, optionally /subfolder/… (names as the hub allows them). No part may be "." or "..": the
+# subfolder is joined to the cached snapshot, and must stay inside it.
+_HUB_ID = re.compile(r"^(?!.*(^|/)\.{1,2}(/|$))[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w.-]+)*$")
+
+
+def download_command(repo: str, subfolder: str) -> str:
+    """The shell command that puts hub SAE ``repo``/``subfolder`` into the Hugging Face cache."""
+    include = f" --include '{subfolder}/*'" if subfolder else ""
+    return f"huggingface-cli download {repo}{include}"
+
+
+def hub_cached_folder(spec: str) -> Path:
+    """The cached snapshot folder of hub id ``org/repo[/subfolder]`` holding the SAE's files; an InputError
+    with the download command when it is not in the Hugging Face cache. Never contacts the hub."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    parts = spec.strip("/").split("/")
+    repo, subfolder = "/".join(parts[:2]), "/".join(parts[2:])
+    fix = (
+        f"Download it where there is internet with `{download_command(repo, subfolder)}` (into the cache this server "
+        f"reads, HF_HUB_CACHE = {constants.HF_HUB_CACHE}), then call again; or pass a local folder in SAELens' format "
+        f"({CFG_FILE} + {WEIGHTS_FILE}). A SAELens release name is not a hub repository: SAELens' "
+        "`SAE.from_pretrained(release, sae_id).save_model(folder)` writes such a folder."
+    )
+    patterns = [f"{subfolder}/*"] if subfolder else None
+    try:
+        snapshot = Path(snapshot_download(repo, allow_patterns=patterns, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise InputError(
+            f"`sae` {spec!r} is neither a folder on this machine nor a hub repository in the Hugging Face cache "
+            f"(the server never downloads during a call). {fix}"
+        ) from None
+    path = snapshot / subfolder if subfolder else snapshot
+    if not path.resolve().is_relative_to(snapshot.resolve()):  # a symlink pointing out of the snapshot
+        raise InputError(f"`sae` {spec!r}: the subfolder leaves the cached snapshot of {repo}; name one inside it.")
+    if not (path / CFG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
+        inner = _folders_with_cfg(path if path.is_dir() else snapshot)
+        hint = f" Its cached subfolders with an SAE: {inner}." if inner else ""
+        raise InputError(
+            f"`sae` {spec!r}: the cached snapshot of {repo} has no {CFG_FILE} and {WEIGHTS_FILE} "
+            f"{'in ' + repr(subfolder) if subfolder else 'at its top level'}.{hint} {fix}"
+        )
+    return path
+
+
 def _resolve_folder(folder: str) -> Path:
     if not isinstance(folder, str) or not folder.strip():
-        raise InputError(f"`sae` must be the path of a local SAE folder (SAELens format), got {folder!r}.")
+        raise InputError(
+            f"`sae` must be a local SAE folder (SAELens format) or a cached hub id 'org/repo[/subfolder]', got "
+            f"{folder!r}."
+        )
+    if not Path(folder).expanduser().exists() and _HUB_ID.match(folder.strip()):
+        return hub_cached_folder(folder.strip()).resolve()  # the hub cache: an allowed root
     path = client_path(folder, "sae")  # outside the allowed roots: one refusal, whatever is there
     if path.is_file():
         known = path.name in (CFG_FILE, WEIGHTS_FILE)
@@ -132,11 +189,10 @@ def _resolve_folder(folder: str) -> Path:
         )
     if not path.is_dir():
         raise InputError(
-            f"`sae` {folder!r} is not a folder on this machine. Only local folders in SAELens' format ({CFG_FILE} + "
-            f"{WEIGHTS_FILE}) work: the server runs offline and cannot download a SAELens release/id from the hub. "
-            "Download it where there is internet (e.g. `huggingface-cli download <repo> --include '<sae_id>/*'`, or "
-            "SAELens' `SAE.from_pretrained(release, sae_id).save_model(folder)`), copy it here and pass the folder's "
-            "path."
+            f"`sae` {folder!r} is not a folder on this machine, nor a hub id 'org/repo[/subfolder]'. Pass a local "
+            f"folder in SAELens' format ({CFG_FILE} + {WEIGHTS_FILE}) or a hub id already in the Hugging Face cache "
+            "(e.g. after `huggingface-cli download <org/repo> --include '<subfolder>/*'`, or SAELens' "
+            "`SAE.from_pretrained(release, sae_id).save_model(folder)`)."
         )
     path = path.resolve()
     if not (path / CFG_FILE).is_file():
@@ -363,6 +419,8 @@ def hook_width(model: LoadedModel, site: Site) -> tuple[int, str]:
 
 def _check_against(sae: SparseAutoencoder, model: LoadedModel) -> list[str]:
     """Errors for an SAE that cannot run on ``model``; the notes for one that can."""
+    if sae.site in SITE_NEEDS:
+        require(model.bridge, SITE_NEEDS[sae.site])
     trained_on = f" (cfg.json says it was trained on {sae.model_name!r})" if sae.model_name else ""
     n_layers = int(model.bridge.cfg.n_layers)
     if not 0 <= sae.layer < n_layers:

@@ -263,7 +263,14 @@ class BridgePatchSweep(PatchSweep):
 
 
 def _rows_kwargs(call_kwargs: dict[str, Any], rows_prompt: torch.Tensor, batch_size: int) -> dict[str, Any]:
-    """Block kwargs for a batch whose row r is a copy of prompt ``rows_prompt[r]``."""
+    """Block kwargs for a batch whose row r is a copy of prompt ``rows_prompt[r]`` — never a KV cache.
+
+    A cache from the traced base run holds that run's keys (batch = prompts); handed to a block of the
+    sweep, whose rows are copies, the attention would append the rows' keys to it. HF layers name it
+    ``cache``, ``past_key_values``, ``past_key_value`` or (GPT-NeoX, GPT-J in older transformers)
+    ``layer_past``, so it is dropped by type as well as by name.
+    """
+    from transformers.cache_utils import Cache
 
     def select(value: Any) -> Any:
         if torch.is_tensor(value) and value.ndim > 0 and value.shape[0] == batch_size and batch_size > 1:
@@ -272,7 +279,10 @@ def _rows_kwargs(call_kwargs: dict[str, Any], rows_prompt: torch.Tensor, batch_s
             return tuple(select(v) for v in value)
         return value
 
-    out = {k: select(v) for k, v in call_kwargs.items() if k not in ("cache", "past_key_values", "past_key_value")}
+    out = {k: select(v) for k, v in call_kwargs.items() if k not in _CACHE_KWARGS and not isinstance(v, Cache)}
     if "use_cache" in out:
         out["use_cache"] = False
     return out
+
+
+_CACHE_KWARGS = frozenset({"cache", "past_key_values", "past_key_value", "layer_past"})

@@ -65,6 +65,38 @@ def encode(tokenizer: Any, texts: Sequence[str], device: str = "cpu") -> Batch:
     )
 
 
+def encode_ids(tokenizer: Any, sequences: Sequence[Sequence[int]], vocab_size: int, device: str = "cpu") -> Batch:
+    """Token ids given by the caller (exactly as the model reads them: nothing is added) as a right-padded batch;
+    each sequence's ``texts`` entry is its decoding. An InputError names a sequence that is empty or holds an id
+    outside the vocabulary."""
+    sequences = [list(ids) for ids in sequences] if isinstance(sequences, list | tuple) else []
+    if not sequences:
+        raise InputError("`token_ids` must be a non-empty list of token-id lists, e.g. [[12, 7, 99]].")
+    limits.check("max_prompts", len(sequences), "Number of token sequences")
+    for i, ids in enumerate(sequences):
+        if not ids:
+            raise InputError(f"`token_ids[{i}]` is empty: every sequence needs at least one token.")
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size]
+        if bad:
+            raise InputError(
+                f"`token_ids[{i}]` holds {bad[0]!r}, not a token id of this model (integers 0..{vocab_size - 1}); "
+                "`tokenize` shows a text's ids."
+            )
+        limits.check("max_tokens", len(ids), f"`token_ids[{i}]` length in tokens")
+    width = max(len(ids) for ids in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id(tokenizer), dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, ids in enumerate(sequences):
+        input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[i, : len(ids)] = 1
+    return Batch(
+        texts=[tokenizer.decode(ids) for ids in sequences],
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        answer_positions=answer_positions(attention_mask).to(device),
+    )
+
+
 def token_ids(tokenizer: Any, text: str) -> list[int]:
     """The ids of ``text`` under the shared rule (the tokenizer's own special-token default).
 

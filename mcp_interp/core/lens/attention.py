@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from mcp_interp.core.engine.bridge import hook_pattern
+from mcp_interp.core.engine.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.specs import parse_head
 from mcp_interp.core.engine.tokens import token_strings
 from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
@@ -16,11 +17,16 @@ def attention(model: LoadedModel, prompt: str, layer: int, head: int, top_k: int
     cfg = model.bridge.cfg
     parse_head({"layer": layer, "head": head}, cfg.n_layers, cfg.n_heads)
     batch = single_prompt(model, prompt)
-    name = hook_pattern(layer)
-    _, cache = run_with_cache(model, batch.input_ids, [name])
-    pattern = cache[name][0, head].to(torch.float64)  # [query, key]
+    names = [hook_pattern(other) for other in range(cfg.n_layers)]  # every layer's, to see where the sink sits
+    _, cache = run_with_cache(model, batch.input_ids, names)
+    pattern = cache[hook_pattern(layer)][0, head].to(torch.float64)  # [query, key]
     ids = batch.ids(0)
     tokens = token_strings(model.tokenizer, ids)
+    sink = FirstKeyAttention(cfg.n_layers)
+    for name in names:
+        sink.add(cache[name])
+    fix = "Much of any head's attention to it is the sink, not content; a neutral prefix before the prompt moves it."
+    sink_note = attention_sink_note(model.tokenizer, *sink.share(batch.lengths), tokens[0], fix)
     pos = int(batch.answer_positions[0])
     row = pattern[pos]
     top = torch.topk(row, min(top_k, row.shape[0]))
@@ -35,5 +41,5 @@ def attention(model: LoadedModel, prompt: str, layer: int, head: int, top_k: int
             AttendedToken(position=int(i), token=tokens[int(i)], weight=float(w))
             for w, i in zip(top.values, top.indices, strict=True)
         ],
-        notes=[CORRELATIONAL.format(what="An attention pattern")],
+        notes=[CORRELATIONAL.format(what="An attention pattern"), *([sink_note] if sink_note is not None else [])],
     )

@@ -4,22 +4,35 @@ The residual stream at the answer position decomposes exactly as
 ``final = embed + Σ_l (attn_out_l + mlp_out_l)`` and ``attn_out_l = Σ_h z_h W_O^h + b_O``; the
 logit is ``W_U · norm(final) + b_U``. Freezing the final norm's scale at its value in the real
 run makes the logit linear in the components, which is what direct logit attribution uses.
+
+On post-norm blocks (Gemma-2/3, OLMo-2) ``attn_out_l = γ ⊙ (Σ_h z_h W_O^h + b_O) / s_l`` — a norm of the
+heads' sum; its scale s_l is frozen at its value in the run too, so each head's share γ ⊙ z_h W_O^h / s_l is
+again a term of the stream and the parts still sum to the measured value. A model that soft-caps its final
+logits (Gemma-2: c·tanh(x/c)) is decomposed before the cap (``measured`` is the logit before it), since the
+cap is not linear.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from mcp_interp.core.engine.answers import resolve_answer
 from mcp_interp.core.engine.bridge import (
     FINAL_NORM_SCALE,
+    attention_write_norm,
     attn_output_projection,
+    block_norm_module,
+    final_logit_softcap,
     final_norm_module,
     hook_attn_out,
     hook_in,
     hook_mlp_out,
     hook_out,
     hook_z,
+    norm_gain,
+    norm_scale_hook,
     unembed_linear,
 )
 from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
@@ -35,12 +48,30 @@ def _unembedding(model: LoadedModel) -> tuple[torch.Tensor, torch.Tensor | None]
     return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
 
 
-def _final_norm(model: LoadedModel) -> tuple[str, torch.Tensor | None, torch.Tensor | None]:
-    """('rms' | 'layer', weight, bias) of the final norm."""
-    inner = final_norm_module(model.bridge)
-    weight, bias = getattr(inner, "weight", None), getattr(inner, "bias", None)
-    kind = "layer" if isinstance(inner, torch.nn.LayerNorm) else "rms"
-    return kind, None if weight is None else weight.detach(), None if bias is None else bias.detach()
+def _norm(module: Any, width: int) -> tuple[str, torch.Tensor, torch.Tensor | None]:
+    """('rms' | 'layer', gain γ, bias β or None) of a norm module: y = γ ⊙ centred?(x) / scale + β."""
+    kind = "layer" if isinstance(module, torch.nn.LayerNorm) else "rms"
+    bias = getattr(module, "bias", None) if kind == "layer" else None
+    gain = norm_gain(module, width).to(torch.float64)
+    return kind, gain, None if bias is None else bias.detach().to(torch.float64)
+
+
+def _through_post_norm(
+    model: LoadedModel, layer: int, cache: Any, pos: int, per_head: torch.Tensor, bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's share of ``attn_out`` and the bias's, through block ``layer``'s post-attention norm (if any)
+    with its scale frozen at its value in the run: γ ⊙ centred?(v) / s, the norm's own bias added once."""
+    post = attention_write_norm(model.bridge, layer)
+    if post is None:
+        return per_head, bias
+    kind, gain, beta = _norm(block_norm_module(model.bridge, layer, post), per_head.shape[-1])
+    scale = cache[norm_scale_hook(model.bridge, layer, post)][0, pos].to(torch.float64).reshape(-1)[0]
+
+    def frozen(v: torch.Tensor) -> torch.Tensor:
+        v = v.to(torch.float64)
+        return (v - v.mean(dim=-1, keepdim=True) if kind == "layer" else v) * gain / scale
+
+    return frozen(per_head), frozen(bias) + (beta if beta is not None else 0.0)
 
 
 def head_outputs(model: LoadedModel, layer: int, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,19 +109,24 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
     names = [hook_in(0), FINAL_NORM_SCALE, hook_out(n_layers - 1)]
     for layer in range(n_layers):
         names += [hook_z(layer), hook_mlp_out(layer), hook_attn_out(layer)]
+        post = attention_write_norm(model.bridge, layer)
+        names += [norm_scale_hook(model.bridge, layer, post)] if post is not None else []
     logits, cache = run_with_cache(model, batch.input_ids, names)
     pos = int(batch.answer_positions[0])
     w_u, b_u = _unembedding(model)
-    kind, norm_w, norm_b = _final_norm(model)
+    kind, gain, norm_b = _norm(final_norm_module(model.bridge), int(cfg.d_model))
+    cap = final_logit_softcap(model.bridge)
+    answer_logits = logits[0, pos].to(torch.float64)
+    if cap is not None:  # the logits before the cap, which is what the components add up to
+        answer_logits = cap * torch.atanh(answer_logits / cap)
     direction = w_u[answer_id].to(torch.float64)
-    measured = float(logits[0, pos, answer_id])
+    measured = float(answer_logits[answer_id])
     bias_term = float(b_u[answer_id]) if b_u is not None else 0.0
     if baseline_id is not None:
         direction = direction - w_u[baseline_id].to(torch.float64)
-        measured -= float(logits[0, pos, baseline_id])
+        measured -= float(answer_logits[baseline_id])
         bias_term -= float(b_u[baseline_id]) if b_u is not None else 0.0
     scale = float(cache[FINAL_NORM_SCALE][0, pos].reshape(-1)[0])
-    gain = norm_w.to(torch.float64) if norm_w is not None else torch.ones_like(direction)
     read = direction * gain / scale  # d(quantity)/d(residual) with the scale frozen
     if kind == "layer" and norm_b is not None:
         bias_term += float((direction * norm_b.to(torch.float64)).sum())
@@ -108,6 +144,7 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
     attn_biases: list[float] = []
     for layer in range(n_layers):
         per_head, bias = head_outputs(model, layer, cache[hook_z(layer)][0, pos])
+        per_head, bias = _through_post_norm(model, layer, cache, pos, per_head, bias)
         heads.append([contribution(per_head[h]) for h in range(n_heads)])
         attn_biases.append(contribution(bias) if bool(bias.any()) else 0.0)
         mlps.append(contribution(cache[hook_mlp_out(layer)][0, pos]))
@@ -127,6 +164,17 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
         "Only direct effects are counted: a head that matters by feeding later layers (e.g. an induction "
         "head's inputs) can have a small DLA."
     )
+    if any(attention_write_norm(model.bridge, layer) is not None for layer in range(n_layers)):
+        notes.append(
+            "This model normalises each attention layer's head sum before adding it to the residual stream "
+            "(post-norm): a head's term is its share of that layer's attn_out with the post-norm's scale frozen "
+            "at its value in this run, like the final norm's."
+        )
+    if cap is not None:
+        notes.append(
+            f"This model soft-caps its final logits ({cap:g}·tanh(x/{cap:g})): the decomposed quantity is the logit "
+            "difference before the cap (`measured` included), since the cap is not linear."
+        )
     if baseline_id is None:
         notes.append(
             "Without a baseline the decomposed quantity is a raw logit, which shifts with every token's logit; "

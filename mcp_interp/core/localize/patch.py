@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.patching import CellContext, PatchingJob, PatchOutcome
 from mcp_interp.core.engine.sites import Site
 from mcp_interp.core.engine.sweep import Unit
@@ -31,6 +32,8 @@ COMPONENTS: dict[str, Site] = {
     "mlp_neurons": "mlp_post",
 }
 TOP_NEURONS_DEFAULT = 10
+# Components some architectures lack (``engine.capabilities``): no resid_mid in a parallel block, no neurons in an MoE.
+ARCHITECTURE_DEPENDENT = {"resid_mid": "patch_resid_mid", "mlp_neurons": "patch_mlp_neurons"}
 
 
 @dataclass(kw_only=True)
@@ -48,6 +51,8 @@ class PatchJob(PatchingJob[PatchMeasurement]):
             raise InputError(f"`component` must be one of {list(COMPONENTS)}, got {self.component!r}.")
         if self.neurons is not None and self.component != "mlp_neurons":
             raise InputError("`neurons` applies only to component 'mlp_neurons'.")
+        if self.component in ARCHITECTURE_DEPENDENT:
+            require(self.model.bridge, ARCHITECTURE_DEPENDENT[self.component])
         self._neurons()
 
     def site(self) -> Site:

@@ -5,11 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mcp_interp import limits
-from mcp_interp.core.engine.bridge import hf_config, hf_model
+from mcp_interp.core.engine.bridge import (
+    attention_write_norm,
+    final_logit_softcap,
+    hf_config,
+    hf_model,
+    mixture_of_experts,
+)
+from mcp_interp.core.engine.capabilities import capabilities
 from mcp_interp.core.engine.tokens import adds_bos, token_ids, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.readouts import ModelInfoMeasurement, TokenizedText, TokenizeMeasurement
+from mcp_interp.schemas.readouts import (
+    BlockFacts,
+    Capability,
+    ModelInfoMeasurement,
+    TokenizedText,
+    TokenizeMeasurement,
+)
 
 
 def tokenization_rule(model: LoadedModel) -> str:
@@ -19,6 +32,16 @@ def tokenization_rule(model: LoadedModel) -> str:
         f"(add_special_tokens=True): {bos}. Prompts in one call are right-padded; each prompt's "
         "answer position is its last real token. Answers are tokenized without special tokens "
         "and must be exactly one token."
+    )
+
+
+def block_facts(model: LoadedModel) -> BlockFacts:
+    bridge, layers = model.bridge, range(model.bridge.cfg.n_layers)
+    return BlockFacts(
+        parallel_attn_mlp=bool(getattr(bridge.cfg, "parallel_attn_mlp", False)),
+        attention_post_norm=any(attention_write_norm(bridge, layer) is not None for layer in layers),
+        mixture_of_experts=any(mixture_of_experts(bridge, layer) for layer in layers),
+        final_logit_softcap=final_logit_softcap(bridge),
     )
 
 
@@ -44,6 +67,17 @@ def model_info(model: LoadedModel) -> ModelInfoMeasurement:
         load_seconds=round(model.load_seconds, 3),
         prepends_bos=adds_bos(model.tokenizer),
         tokenization_rule=tokenization_rule(model),
+        block=block_facts(model),
+        capabilities=[
+            Capability(
+                tools=list(c.tools),
+                option=c.option,
+                available=c.available,
+                missing_feature=c.missing_feature,
+                reason=c.reason,
+            )
+            for c in capabilities(model.bridge)
+        ],
         notes=(
             [
                 "This is the random-weight `tiny` model: its predictions mean nothing; use it to try "

@@ -1,0 +1,40 @@
+"""Fixtures of the architecture tests: every tiny architecture saved once per session as a local HF folder
+(what a user's ``--model <folder>`` reads) and booted once through ``load_model``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mcp_interp.models import LoadedModel, load_model
+from tests.architectures.builders import CONFIGS, save_arch
+
+
+@pytest.fixture(scope="session")
+def arch_folder(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``arch_folder(name)``: the folder of architecture ``name``, written on first use and kept for the session."""
+    root = tmp_path_factory.mktemp("architectures")
+    written: dict[str, Path] = {}
+
+    def folder(name: str) -> Path:
+        if name not in written:
+            assert name in CONFIGS, name
+            written[name] = save_arch(name, root / name)
+        return written[name]
+
+    return folder
+
+
+@pytest.fixture(scope="session")
+def arch_model(arch_folder: Callable[[str], Path]) -> Callable[[str], LoadedModel]:
+    """``arch_model(name)``: architecture ``name`` loaded from its folder (float32, CPU), once per session."""
+    loaded: dict[str, LoadedModel] = {}
+
+    def model(name: str) -> LoadedModel:
+        if name not in loaded:
+            loaded[name] = load_model(str(arch_folder(name)))
+        return loaded[name]
+
+    return model
