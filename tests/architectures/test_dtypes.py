@@ -74,7 +74,7 @@ def measurements(model: LoadedModel, circuit: list[dict[str, str]]) -> dict[str,
     out |= {f"eap {e.writer}→{e.reader}": e.score for e in edges}
     receivers = drain(PathPatchJob(**kw, sender="L0H0")).receivers
     out |= {f"path L0H0→{r.receiver}": r.patched_logit_diff for r in receivers}
-    faithful = drain(CircuitFaithfulnessJob(**kw, edges=circuit, random_circuits=5))
+    faithful = drain(CircuitFaithfulnessJob(**kw, edges=circuit, random_circuits=19))
     clean, corrupt = faithful.clean_logit_diff.value, faithful.corrupt_logit_diff.value
     # The circuit's ablated metric (the recovered fraction's numerator + corrupt): a fraction divides the rounding
     # by the clean−corrupt gap, the metric itself is on the scale the tolerances are stated for.

@@ -53,7 +53,7 @@ EDGE_TOOLS = [("edge_attribution", None), ("path_patch", None), ("circuit_faithf
 RESID_MID = [("patch", "component='resid_mid'"), ("sae", "an SAE on blocks.L.hook_resid_mid")]
 NEURONS = [
     ("patch", "component='mlp_neurons'"),
-    ("ablate", "neuron targets {'layer': L, 'neurons': [...]}"),
+    ("ablate", "neuron targets 'L1N0,3'"),
     ("sae", "an SAE on blocks.L.mlp.hook_post"),
 ]
 PER_HEAD, ADDITIVE, MID, MLP = (
@@ -177,8 +177,19 @@ async def test_every_tool_runs_or_refuses_naming_the_feature(
         await lenses(call, model)
         await features(call, model, tmp_path)
         await swap(call, model)
+        await jobs(call)
     assert set(tools) - call.called == set(), "every tool the server lists is called on every architecture"
     assert call.called >= EXPECTED_TOOLS
+
+
+async def jobs(call: Caller) -> None:
+    """A background call's handle is followed (job_status) and the job stopped (job_cancel) on every architecture."""
+    started = await call.ok("patch_heads", {**PAIRS, "background": True})
+    job = started["job"]["job_uri"]
+    status = await call.ok("job_status", {"job": job})
+    assert status["job_uri"] == job and status["tool"] == "patch_heads"
+    stopped = await call.ok("job_cancel", {"job": job})
+    assert stopped["state"] in ("cancelled", "done")
 
 
 async def readouts(call: Caller, model: LoadedModel) -> None:
@@ -200,8 +211,8 @@ async def readouts(call: Caller, model: LoadedModel) -> None:
     await call.ok("loss", {"texts": CLEAN})
     await call.ok("ablate_head", {"prompts": CLEAN, "heads": ["L1H0"], "correct": GOOD, "incorrect": BAD})
     await call.ok("ablate", {"prompts": CLEAN, "targets": ["L1MLP", "L0H1"], "correct": GOOD, "incorrect": BAD})
-    neurons = {"prompts": CLEAN, "targets": [{"layer": 1, "neurons": [0, 3]}], "correct": GOOD, "incorrect": BAD}
-    await call.depends("ablate", "neuron targets {'layer': L, 'neurons': [...]}", neurons)
+    neurons = {"prompts": CLEAN, "targets": ["L1N0,3"], "correct": GOOD, "incorrect": BAD}
+    await call.depends("ablate", "neuron targets 'L1N0,3'", neurons)
 
 
 async def patching(call: Caller, model: LoadedModel) -> None:

@@ -134,7 +134,7 @@ USES: dict[str, Use] = {
     ),
     "neuron_targets": Use(
         INTERVENING,
-        "neuron targets {'layer': L, 'neurons': [...]}",
+        "neuron targets 'L1N0,3'",
         ("mlp_neurons",),
         "Ablate the whole MLP ('L1MLP') instead.",
     ),

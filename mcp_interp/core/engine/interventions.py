@@ -451,6 +451,8 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
             return BlockOutputTarget(*block_part)
         neurons = parse_neurons(spec, cfg.n_layers, int(cfg.d_mlp or 0))
         if neurons is not None:
+            if model is not None:
+                require(model.bridge, "neuron_targets")  # mixture-of-experts blocks have no layer of neurons
             return NeuronsTarget(*neurons)
         head = parse_head(spec, cfg.n_layers, cfg.n_heads)
         return HeadTarget(head.layer, head.head)
