@@ -25,12 +25,13 @@ from pathlib import Path
 ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 MAX_ENV = "MCP_INTERP_STORE_MAX"  # entries kept per kind (figures, reports, artifacts, directions)
 
-KINDS: dict[str, str] = {"figure": ".png", "report": ".md", "artifact": ".json", "direction": ".json"}
+KINDS: dict[str, str] = {"figure": ".png", "report": ".md", "artifact": ".json", "direction": ".json", "graph": ".json"}
 MIME_TYPES: dict[str, str] = {
     "figure": "image/png",
     "report": "text/markdown",
     "artifact": "application/json",
     "direction": "application/json",
+    "graph": "application/json",
 }
 
 

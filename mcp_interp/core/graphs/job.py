@@ -27,7 +27,7 @@ import torch
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.graphs.graph import AttributionGraph, neuronpedia_json
 from mcp_interp.core.graphs.intervene import replacement_logit_error
-from mcp_interp.core.graphs.pruning import Pruned, graph_scores, partial_influences, prune_graph
+from mcp_interp.core.graphs.pruning import Pruned, graph_scores, normalized_rows, partial_influences, prune_graph
 from mcp_interp.core.graphs.replacement import FrozenForward, Prepared, contract, frozen_parameters, prepare
 from mcp_interp.core.graphs.summary import counts, significant, top_features, transcoder_info, view_graph
 from mcp_interp.core.graphs.targets import DESIRED_PROBABILITY, MAX_LOGITS, LogitTargets, logit_targets
@@ -145,12 +145,14 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
         first_logit = edges.shape[1] - len(targets)
         visited = torch.zeros(active.n, dtype=torch.bool)
         done, row, tick = 0, len(targets), 0
+        greedy = n_rows < active.n
+        normalized = normalized_rows(edges) if greedy else None  # rows normalised once, as they are computed
         while done < n_rows:
-            if n_rows == active.n:
+            if normalized is None:
                 pending = torch.arange(active.n)
             else:
                 started = time.perf_counter()
-                influence = partial_influences(edges[:row], targets.probabilities.cpu(), row_nodes[:row])
+                influence = partial_influences(normalized[:row], targets.probabilities.cpu(), row_nodes[:row])
                 ranked = torch.argsort(influence[: active.n], descending=True)
                 pending = ranked[~visited[ranked]][: min(UPDATE_INTERVAL * batch, n_rows - done)]
                 clock.pruning += time.perf_counter() - started
@@ -162,6 +164,8 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
                     active.layers[index], active.positions[index], active.encoders[index], last=done >= n_rows
                 )
                 edges[row : row + len(chunk), :first_logit] = contract(active, *grads).cpu()
+                if normalized is not None:
+                    normalized[row : row + len(chunk)] = normalized_rows(edges[row : row + len(chunk)])
                 row_nodes[row : row + len(chunk)] = chunk
                 visited[chunk] = True
                 row += len(chunk)

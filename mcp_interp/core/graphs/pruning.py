@@ -132,16 +132,20 @@ def graph_scores(
     return float(replacement), float(completeness)
 
 
-def partial_influences(
-    rows: torch.Tensor, probabilities: torch.Tensor, row_nodes: torch.Tensor, max_iter: int = 128
-) -> torch.Tensor:
-    """circuit-tracer's ``compute_partial_influences``: node influence from the rows computed so far (``rows``
-    ``[r, N]``, row i being node ``row_nodes[i]``'s incoming edges; logit rows first), to rank which features
-    to compute next when not every feature gets a row."""
+def normalized_rows(rows: torch.Tensor) -> torch.Tensor:
+    """|rows| with each row divided by its sum (circuit-tracer's clamp at 1e-8), for ``partial_influences``."""
     normalized = rows.abs()
-    normalized /= normalized.sum(dim=1, keepdim=True).clamp(min=1e-8)
-    influence = torch.zeros(rows.shape[1], device=rows.device)
-    product = torch.zeros(rows.shape[1], device=rows.device)
+    return normalized / normalized.sum(dim=1, keepdim=True).clamp(min=1e-8)
+
+
+def partial_influences(
+    normalized: torch.Tensor, probabilities: torch.Tensor, row_nodes: torch.Tensor, max_iter: int = 128
+) -> torch.Tensor:
+    """circuit-tracer's ``compute_partial_influences``: node influence from the rows computed so far, to rank which
+    features to compute next when not every feature gets a row. ``normalized`` ``[r, N]`` are those rows through
+    ``normalized_rows`` (row i holds node ``row_nodes[i]``'s incoming edges; logit rows first)."""
+    influence = torch.zeros(normalized.shape[1], device=normalized.device)
+    product = torch.zeros(normalized.shape[1], device=normalized.device)
     product[-len(probabilities) :] = probabilities
     for _ in range(max_iter):
         product = product[row_nodes] @ normalized

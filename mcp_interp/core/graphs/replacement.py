@@ -132,9 +132,10 @@ class DecoderEntries:
     """What the active features write at one output layer: positions, the source feature's index, and
     activation × decoder row (the vector the edge formula contracts with the gradient)."""
 
-    positions: torch.Tensor  # [m] long
+    positions: torch.Tensor  # [m] long, ascending
     sources: torch.Tensor  # [m] long, indices into ActiveFeatures
     vectors: torch.Tensor  # [m, d_model]
+    counts: list[int]  # entries at each position 0..T−1 (they are sorted by position)
 
 
 @dataclass
@@ -181,7 +182,10 @@ def active_features(transcoders: Transcoders, clean: CleanRun, first_node_positi
                     rows.append(transcoders.decoder_rows(source_layer, features[chosen], out_layer))
             index_of = torch.cat(sources) if sources else torch.zeros(0, dtype=torch.long, device=acts.device)
             vectors = torch.cat(rows) if rows else torch.zeros(0, transcoders.d_model, device=acts.device)
-            decoders.append(DecoderEntries(positions[index_of], index_of, vectors * values[index_of, None]))
+            order = torch.argsort(positions[index_of], stable=True)
+            index_of, vectors = index_of[order], vectors[order]
+            counts = torch.bincount(positions[index_of], minlength=clean.n_positions).tolist()
+            decoders.append(DecoderEntries(positions[index_of], index_of, vectors * values[index_of, None], counts))
     return ActiveFeatures(
         layers=layers,
         positions=positions,
@@ -291,8 +295,10 @@ def contract(active: ActiveFeatures, grad_embed: torch.Tensor, grad_outputs: tor
     row = torch.zeros(k, n + n_layers * n_positions + n_positions, device=grad_embed.device)
     for out_layer, entries in enumerate(active.decoders):
         if entries.sources.numel():
-            gathered = grad_outputs[out_layer][:, entries.positions]  # [k, m, d]
-            row[:, :n].index_add_(1, entries.sources, torch.einsum("kmd,md->km", gathered, entries.vectors))
+            blocks = torch.split(entries.vectors, entries.counts)  # the entries at each position
+            grads = grad_outputs[out_layer]  # [k, T, d]
+            picked = torch.cat([grads[:, p] @ block.T for p, block in enumerate(blocks) if block.numel()], dim=1)
+            row[:, :n].index_add_(1, entries.sources, picked)
     row[:, n : n + n_layers * n_positions] = torch.einsum("lktd,ltd->klt", grad_outputs, active.errors).reshape(k, -1)
     row[:, n + n_layers * n_positions :] = torch.einsum("ktd,td->kt", grad_embed, active.tokens)
     return row
