@@ -59,6 +59,12 @@ def find_threshold(scores: torch.Tensor, threshold: float) -> torch.Tensor:
     return ordered[index]
 
 
+def edge_influence(matrix: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """[t, s] = Ā[t, s] · (influence of t + w_t): the share of the logits' weighted input through each edge."""
+    normalized = normalize_matrix(matrix)
+    return normalized * (compute_influence(normalized, weights) + weights)[:, None]
+
+
 @dataclass(frozen=True)
 class Pruned:
     """Which nodes and edges survive, and every node's influence and cumulative score (see the module)."""
@@ -93,8 +99,7 @@ def prune_graph(
     pruned = adjacency.clone()
     pruned[~node_mask] = 0
     pruned[:, ~node_mask] = 0
-    normalized = normalize_matrix(pruned)
-    edge_scores = normalized * (compute_influence(normalized, weights) + weights)[:, None]
+    edge_scores = edge_influence(pruned, weights)
     edge_mask = edge_scores >= find_threshold(edge_scores.flatten(), edge_threshold)
     inner = slice(0, adjacency.shape[0] - n_logits - n_tokens)  # feature and error nodes
 
