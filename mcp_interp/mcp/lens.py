@@ -10,7 +10,10 @@ from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
 from mcp_interp import figures
+from mcp_interp.core.engine.dictionary import SparseAutoencoder
 from mcp_interp.core.engine.saelens import load_sae
+from mcp_interp.core.engine.transcoder_format import load_transcoders
+from mcp_interp.core.engine.transcoders import TranscoderFeature
 from mcp_interp.core.features.directions import load_direction
 from mcp_interp.core.lens import figures as lens_figures
 from mcp_interp.core.lens.attention import attention as measure_attention
@@ -142,6 +145,24 @@ async def induction(
     return kit.finish(result, f"top induction heads: {tops}. Figure: {result.figure_uri}", [link])
 
 
+def steered_feature(
+    model: LoadedModel, sae: str | None, transcoders: str | None, layer: int | None, feature: int | None
+) -> tuple[SparseAutoencoder, int] | TranscoderFeature | None:
+    """The SAE or transcoder feature `steer` was given, or None."""
+    if sae is not None and transcoders is not None:
+        raise InputError("Give `sae` or `transcoders` (with `feature`), not both.")
+    if transcoders is not None:
+        if feature is None or layer is None:
+            raise InputError("Give `transcoders`, `layer` and `feature` to steer along a transcoder feature.")
+        loaded = load_transcoders(transcoders, model)
+        if not 0 <= layer < loaded.n_layers:
+            raise InputError(f"layer {layer} does not exist; the transcoders have layers 0..{loaded.n_layers - 1}.")
+        return TranscoderFeature(loaded, layer, feature)
+    if (sae is None) != (feature is None):
+        raise InputError("Give both `sae` (the folder) and `feature` (its id) to steer along an SAE feature.")
+    return None if sae is None or feature is None else (load_sae(sae, model), feature)
+
+
 @family.tool()
 async def steer(
     prompt: Annotated[str, Field(description="Prompt to continue.")],
@@ -170,6 +191,13 @@ async def steer(
         int | None,
         Field(description="An SAE feature id: coefficient × its decoder row is added at the SAE's hook."),
     ] = None,
+    transcoders: Annotated[
+        str | None,
+        Field(
+            description="With `layer` and `feature`: a transcoder set (circuit-tracer format) whose layer-`layer` "
+            "feature to steer along: coefficient × its decoder row is added to the MLP write(s) it feeds."
+        ),
+    ] = None,
     max_new_tokens: Annotated[int, Field(ge=1, description="Tokens to generate (server limit applies).")] = 20,
     seed: Annotated[int, Field(description="Seed of the random-direction comparison; decoding is greedy.")] = 0,
 ) -> SteerResult:
@@ -182,11 +210,20 @@ async def steer(
 
     def measure(model: LoadedModel) -> SteerMeasurement:
         stored = load_direction(direction, kit.direction_lookup, model) if direction is not None else None
-        if (sae is None) != (feature is None):
-            raise InputError("Give both `sae` (the folder) and `feature` (its id) to steer along an SAE feature.")
-        chosen = None if sae is None or feature is None else (load_sae(sae, model), feature)
+        chosen = steered_feature(model, sae, transcoders, layer, feature)
+        act_add_layer = None if transcoders is not None else layer
         return steer_core(
-            model, prompt, positive, negative, layer, coefficient, max_new_tokens, seed, stored, direction, chosen
+            model,
+            prompt,
+            positive,
+            negative,
+            act_add_layer,
+            coefficient,
+            max_new_tokens,
+            seed,
+            stored,
+            direction,
+            chosen,
         )
 
     return await kit.run(ctx, SteerResult, measure)

@@ -86,13 +86,21 @@ class SaeFeaturesRef(BaseModel):
     features: list[int] = Field(description="Feature ids (0..d_sae-1) whose decoder contributions are removed.")
 
 
-TargetSpec = str | HeadRef | NeuronsRef | DirectionRef | SaeFeaturesRef
+class TranscoderFeaturesRef(BaseModel):
+    transcoders: str = Field(description="Transcoders in circuit-tracer's format: a local folder or a cached hub id.")
+    layer: int = Field(description="The layer whose transcoder features are meant, 0-based.")
+    features: list[int] = Field(description="Feature ids (0..d_transcoder-1) whose decoder contributions are removed.")
+
+
+TargetSpec = str | HeadRef | NeuronsRef | DirectionRef | SaeFeaturesRef | TranscoderFeaturesRef
 TARGETS_DESCRIPTION = (
     "Components ablated together: a head 'L9H3' (or {layer, head}), an MLP 'L28MLP', an attention layer's output "
     "'L12ATTN', MLP neurons {layer, neurons: [17, 403]}, or a residual direction {layer, direction: [d_model "
     "floats] or 'direction://…' from `probe`} projected out of that layer's output residual stream (resid_post), "
     "or SAE features {sae: '<SAELens folder>', features: [12, 873]} (each feature's decoder contribution "
-    "activation × W_dec[f] removed at the SAE's hook; mean/resample replace the activations instead)."
+    "activation × W_dec[f] removed at the SAE's hook; mean/resample replace the activations instead), or "
+    "transcoder features {transcoders: '<folder or hub id>', layer, features} (their decoder contribution removed "
+    "from the MLP writes they feed, the activations read from the MLP's input)."
 )
 
 
