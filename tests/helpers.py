@@ -41,6 +41,8 @@ EXPECTED_TOOLS = {
     "causal_swap_benchmark",
     "verify_artifact",
     "fit_lens",
+    "attribution_graph",
+    "graph_intervene",
 }
 WRITING_TOOLS = {"fit_lens"}  # writes its lens to the cache folder; every other tool is read-only
 

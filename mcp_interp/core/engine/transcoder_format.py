@@ -92,9 +92,12 @@ def load_transcoders(source: str, model: LoadedModel) -> Transcoders:
     of unchanged files come from the model's cache.
     """
     location = resolve_source(source)
-    cfg = read_config(location.folder)
-    files = weight_files(cfg, location)
-    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in [location.folder / CONFIG_FILE, *files])
+    try:
+        cfg = read_config(location.folder)
+        files = weight_files(cfg, location)
+        stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in [location.folder / CONFIG_FILE, *files])
+    except OSError as exc:
+        raise InputError(f"`transcoders` {source!r}: its files cannot be read ({exc.strerror or exc}).") from None
     key = ("transcoders", str(location.folder), stamp, str(model.device))
 
     def read() -> Transcoders:
@@ -119,13 +122,17 @@ def resolve_source(source: str) -> Location:
         )
     path = Path(source).expanduser()
     try:
-        if path.is_file():
-            hint = f" Pass the folder that contains it: {str(path.resolve().parent)!r}." if path.suffix else ""
-            raise InputError(f"`transcoders` {source!r} is a file; it must be a folder holding {CONFIG_FILE}.{hint}")
-        if path.is_dir():
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except (OSError, ValueError) as exc:  # ValueError: a path the OS cannot represent (a NUL byte)
+        raise InputError(f"`transcoders` {source!r} cannot be read on this machine ({exc}).") from None
+    if is_file:
+        hint = f" Pass the folder that contains it: {str(path.resolve().parent)!r}." if path.suffix else ""
+        raise InputError(f"`transcoders` {source!r} is a file; it must be a folder holding {CONFIG_FILE}.{hint}")
+    if is_dir:
+        try:
             return Location(_config_folder(path.resolve()), str(path.resolve()), "folder")
-    except OSError as exc:
-        raise InputError(f"`transcoders` {source!r} cannot be read on this machine ({exc.strerror or exc}).") from None
+        except OSError as exc:
+            raise InputError(f"`transcoders` {source!r} cannot be read on this machine ({exc}).") from None
     if source.startswith(("/", ".", "~")):
         raise InputError(
             f"`transcoders` {source!r} is not a folder on this machine. Pass a local folder in circuit-tracer's format "

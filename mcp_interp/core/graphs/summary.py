@@ -17,8 +17,8 @@ from mcp_interp.core.graphs.graph import AttributionGraph
 from mcp_interp.core.graphs.pruning import Pruned
 from mcp_interp.schemas.graphs import GraphLink, GraphNode, NodeCounts, TopFeature, TranscoderInfo
 
-VIEW_NODES = 30  # feature and error nodes listed for the view (plus the tokens and logits they connect to)
-VIEW_LINKS = 60
+VIEW_NODES = 24  # feature and error nodes listed for the view (plus the tokens and logits they connect to)
+VIEW_LINKS = 40
 
 
 def significant(value: float, digits: int = 6) -> float:
