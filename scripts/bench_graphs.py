@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 
 from mcp_interp.core.engine.bridge import hook_mlp_input, hook_mlp_out
 from mcp_interp.core.engine.tokens import encode
-from mcp_interp.core.graphs.job import DEFAULT_MAX_FEATURE_NODES, AttributionGraphJob
+from mcp_interp.core.graphs.job import DEFAULT_MAX_FEATURE_NODES, MAX_FEATURE_NODES, AttributionGraphJob
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.models import LoadedModel, load_model
 
@@ -161,7 +161,7 @@ def main() -> None:
             run_fit(model, folder, args.features)
         bench_graph(model, folder, DEFAULT_MAX_FEATURE_NODES, args.verbose)
         if args.all:
-            bench_graph(model, folder, 20_000, args.verbose)
+            bench_graph(model, folder, MAX_FEATURE_NODES, args.verbose)
     print(f"load average {os.getloadavg()[0]:.2f} after (other processes share these cores)", flush=True)
 
 

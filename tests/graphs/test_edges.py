@@ -78,7 +78,7 @@ def graph_case(request: Any, tiny: LoadedModel, tmp_path_factory: pytest.TempPat
     else:
         raw = clt_weights(n_layers, d_model, 40, seed=5)
         source = write_clt(folder, raw)
-    job = AttributionGraphJob(model=tiny, prompt=PROMPT, transcoders=source, max_feature_nodes=20_000, batch_size=32)
+    job = AttributionGraphJob(model=tiny, prompt=PROMPT, transcoders=source, max_feature_nodes=10_000, batch_size=32)
     drain(job)
     return {"kind": kind, "raw": raw, "job": job, "name": request.param}
 

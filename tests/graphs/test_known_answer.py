@@ -93,7 +93,7 @@ def closed_form_edge(model: LoadedModel, ids: torch.Tensor, activation: float, d
 
 def test_the_feature_is_the_graph_and_its_edges_are_the_closed_form(constructed: dict[str, Any]) -> None:
     model = constructed["model"]
-    job = AttributionGraphJob(model=model, prompt=PROMPT, transcoders=constructed["folder"], max_feature_nodes=20_000)
+    job = AttributionGraphJob(model=model, prompt=PROMPT, transcoders=constructed["folder"], max_feature_nodes=10_000)
     result = drain(job)
     last = len(result.tokens) - 1
     top = result.top_features[0]

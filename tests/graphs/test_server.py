@@ -78,3 +78,12 @@ async def test_bad_input_is_a_tool_error_that_says_why(tiny_client: Client, tmp_
         "graph_intervene", {"prompt": PROMPT, "transcoders": folder, "features": [both]}
     )
     assert "exactly one of `value`" in error_text(twice)
+
+
+async def test_the_trace_prediction_prompt(tiny_client: Client) -> None:
+    rendered = await tiny_client.get_prompt(
+        "trace-prediction", {"prompt": "The capital of France is", "transcoders": "/tc"}
+    )
+    text = rendered.messages[0].content.text  # type: ignore[union-attr]
+    assert "Prompt: 'The capital of France is'" in text and "Transcoders: /tc" in text
+    assert "replacement_score" in text and "predicted_direct" in text and "freeze_attention" in text

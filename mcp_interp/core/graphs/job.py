@@ -17,6 +17,7 @@ backward passes, each from the highest layer in its batch down to the embeddings
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,11 +36,11 @@ from mcp_interp.errors import InputError
 from mcp_interp.schemas.graphs import AttributionGraphMeasurement, GraphTiming, LogitTarget
 
 DEFAULT_MAX_FEATURE_NODES = 4096
-MAX_FEATURE_NODES = 20_000
+MAX_FEATURE_NODES = 10_000
 BATCH_SIZE = 64  # rows per backward (measured on SmolLM2: 3.2 ms per row at 32, 64 and 128)
 UPDATE_INTERVAL = 4  # greedy mode: batches between re-rankings (circuit-tracer's default)
 FEATURE_TICKS = 20  # progress steps over the feature rows
-MAX_EDGE_MATRIX_BYTES = 2 * 1024**3
+MAX_GRAPH_BYTES = 4 * 1024**3  # the edge rows, their normalised copy, the square adjacency and pruning's copies
 MAX_TOP_K = 50
 
 
@@ -96,11 +97,13 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
         active, n_layers, n_positions = prepared.active, prepared.transcoders.n_layers, prepared.clean.n_positions
         n_rows = min(self.max_feature_nodes, active.n)
         n_columns = active.n + (n_layers + 1) * n_positions + len(targets)
-        if 4 * (n_rows + len(targets)) * n_columns > MAX_EDGE_MATRIX_BYTES:
+        n_nodes = n_rows + (n_layers + 1) * n_positions + len(targets)
+        needed = 4 * ((n_rows + len(targets)) * n_columns * (2 if n_rows < active.n else 1) + 6 * n_nodes**2)
+        if needed > MAX_GRAPH_BYTES:
             raise InputError(
-                f"This graph needs {n_rows + len(targets)} rows × {n_columns} columns of edges "
-                f"({4 * (n_rows + len(targets)) * n_columns / 1e9:.1f} GB, over the 2 GB limit): {active.n} features "
-                "are active. Lower `max_feature_nodes` or shorten the prompt."
+                f"This graph needs about {needed / 1e9:.1f} GB ({n_rows + len(targets)} rows × {n_columns} columns of "
+                f"edges, {n_nodes} nodes), over the {MAX_GRAPH_BYTES / 1e9:.1f} GB limit: {active.n} features are "
+                "active. Lower `max_feature_nodes` or shorten the prompt."
             )
         clock.forward += time.perf_counter() - clock.started
         yield f"real forward: {active.n} active features, {len(targets)} target logits"
@@ -212,8 +215,9 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
         logit_error = replacement_logit_error(self.model, prepared)
         clock.forward += time.perf_counter() - started
         self.graph, self.pruned = graph, pruned
+        slug = "-".join(re.findall(r"[a-z0-9]+", self.prompt.lower()))[:48] or "graph"
         self.graph_json = neuronpedia_json(
-            graph, pruned, "mcp-interp-graph", self.model.name, self._settings(), prepared.transcoders.scan
+            graph, pruned, slug, self.model.name, self._settings(), prepared.transcoders.scan
         )
         influence = pruned.node_influence
         kept_influence = (
