@@ -98,3 +98,20 @@ def test_partial_influences_equal_the_full_influence_when_every_row_is_known() -
         normalized_rows(adjacency[rows_with_inputs]), torch.tensor([1.0]), torch.tensor(rows_with_inputs)
     )
     assert torch.allclose(partial, compute_influence(normalize_matrix(adjacency), weights))
+
+
+def circuit_tracers_find_threshold(scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """circuit-tracer's ``find_threshold``, verbatim: every score sorted."""
+    ordered = torch.sort(scores, descending=True).values
+    cumulative = torch.cumsum(ordered, dim=0) / torch.sum(ordered)
+    index = min(int(torch.searchsorted(cumulative, threshold).item()), len(cumulative) - 1)
+    return ordered[index]
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.3, 0.8, 0.98, 0.999999, 1.0])
+def test_find_threshold_sorting_only_positive_scores_gives_circuit_tracers_answer(threshold: float) -> None:
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.rand(400, generator=generator) ** 4
+    scores[torch.rand(400, generator=generator) < 0.7] = 0.0  # most edge scores are 0 after node pruning
+    for values in (scores, scores[scores > 0], torch.zeros(5)):
+        assert float(find_threshold(values, threshold)) == float(circuit_tracers_find_threshold(values, threshold))

@@ -59,7 +59,7 @@ from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 
 CONFIG_FILE = "config.yaml"
-MAX_CACHED = 2  # transcoder sets kept in memory (30 × 1024 features on d_model 576 is ~140 MB)
+MAX_CACHED_SETS = 2  # transcoder sets kept in memory (30 × 1024 features on d_model 576 is ~140 MB)
 ALIASES = {"gemma": "mwhanna/gemma-scope-transcoders", "llama": "mntss/transcoder-Llama-3.2-1B"}
 
 # circuit-tracer's hook names (HookedTransformer's, relative to blocks.{l}.) → the bridge's hooks of the same
@@ -102,12 +102,12 @@ def load_transcoders(source: str, model: LoadedModel) -> Transcoders:
 
     def read() -> Transcoders:
         try:
-            return _read(source, location, cfg, files, model)
+            return _read_set(source, location, cfg, files, model)
         except OSError as exc:
             raise InputError(f"`transcoders` {source!r}: its files cannot be read ({exc.strerror or exc}).") from None
 
-    transcoders = model.cache.get_or_load(key, read, MAX_CACHED)
-    return replace(transcoders, source=source, notes=tuple(_notes(transcoders, model)))
+    transcoders = model.cache.get_or_load(key, read, MAX_CACHED_SETS)
+    return replace(transcoders, source=source, notes=tuple(_model_notes(transcoders, model)))
 
 
 # --- finding the files ------------------------------------------------------------------------------
@@ -386,7 +386,9 @@ def _hooks(
     return found[0], found[1]
 
 
-def _read(source: str, location: Location, cfg: dict[str, Any], files: list[Path], model: LoadedModel) -> Transcoders:
+def _read_set(
+    source: str, location: Location, cfg: dict[str, Any], files: list[Path], model: LoadedModel
+) -> Transcoders:
     where = location.folder / CONFIG_FILE
     kind = cfg["model_kind"]
     n_model_layers, d_model = int(model.bridge.cfg.n_layers), int(model.bridge.cfg.d_model)
@@ -466,7 +468,7 @@ def _read(source: str, location: Location, cfg: dict[str, Any], files: list[Path
     )
 
 
-def _notes(transcoders: Transcoders, model: LoadedModel) -> list[str]:
+def _model_notes(transcoders: Transcoders, model: LoadedModel) -> list[str]:
     notes = []
     if transcoders.model_name and not same_model(transcoders.model_name, model):
         notes.append(

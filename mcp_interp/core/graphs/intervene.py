@@ -286,7 +286,7 @@ def graph_intervene(
         runs=summaries,
         targets=target_rows,
         max_prediction_error=error,
-        notes=_notes(prepared.transcoders, changes, target_rows, freeze_attention, error),
+        notes=_intervention_notes(prepared.transcoders, changes, target_rows, freeze_attention, error),
     )
 
 
@@ -295,7 +295,7 @@ def demeaned(logits: torch.Tensor) -> torch.Tensor:
     return logits.double() - logits.double().mean()
 
 
-def _notes(
+def _intervention_notes(
     tc: Transcoders, changes: Sequence[FeatureChange], targets: list[TargetChange], freeze_attention: bool, error: float
 ) -> list[str]:
     notes = list(tc.notes)

@@ -8,7 +8,7 @@ Phases (each a step or a run of steps, so progress is reported and a cancel stop
 3. the logit rows: one backward per ``batch_size`` targets;
 4. the feature rows, ``batch_size`` per backward: all active features in order when there are at most
    ``max_feature_nodes``; otherwise greedily, the features with the largest influence on the rows computed so
-   far first, re-ranked every ``UPDATE_INTERVAL`` batches (circuit-tracer's ``compute_partial_influences``);
+   far first, re-ranked every ``UPDATE_ROWS`` rows (circuit-tracer's ``compute_partial_influences``);
 5. the square adjacency, pruning, the scores, the replacement model's logit check, the Neuronpedia JSON.
 
 Cost: one forward of the prompt, one of ``batch_size`` copies, and ⌈targets / batch⌉ + ⌈feature rows / batch⌉
@@ -38,10 +38,10 @@ from mcp_interp.schemas.graphs import AttributionGraphMeasurement, GraphTiming, 
 DEFAULT_MAX_FEATURE_NODES = 4096
 MAX_FEATURE_NODES = 10_000
 BATCH_SIZE = 64  # rows per backward (measured on SmolLM2: 3.2 ms per row at 32, 64 and 128)
-UPDATE_INTERVAL = 4  # greedy mode: batches between re-rankings (circuit-tracer's default)
+UPDATE_ROWS = 1024  # greedy mode: rows between re-rankings (circuit-tracer's CLI: update_interval 4 × batch 256)
 FEATURE_TICKS = 20  # progress steps over the feature rows
 MAX_GRAPH_BYTES = 4 * 1024**3  # the edge rows, their normalised copy, the square adjacency and pruning's copies
-MAX_TOP_K = 50
+MAX_LISTED_FEATURES = 50
 
 
 @dataclass
@@ -86,8 +86,14 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
                 f"`max_feature_nodes` must be an integer from 0 to {MAX_FEATURE_NODES} (each costs a share of a "
                 f"backward pass), got {count!r}."
             )
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 1 <= self.top_k <= MAX_TOP_K:
-            raise InputError(f"`top_k` (features listed) must be an integer from 1 to {MAX_TOP_K}, got {self.top_k!r}.")
+        if (
+            isinstance(self.top_k, bool)
+            or not isinstance(self.top_k, int)
+            or not 1 <= self.top_k <= MAX_LISTED_FEATURES
+        ):
+            raise InputError(
+                f"`top_k` (features listed) must be an integer from 1 to {MAX_LISTED_FEATURES}, got {self.top_k!r}."
+            )
 
     def steps(self) -> Iterator[str]:
         self._check()
@@ -157,7 +163,10 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
                 started = time.perf_counter()
                 influence = partial_influences(normalized[:row], targets.probabilities.cpu(), row_nodes[:row])
                 ranked = torch.argsort(influence[: active.n], descending=True)
-                pending = ranked[~visited[ranked]][: min(UPDATE_INTERVAL * batch, n_rows - done)]
+                pending = ranked[~visited[ranked]][: min(UPDATE_ROWS, n_rows - done)]
+                # the same rows, in layer order: a backward starts at its batch's highest layer, so layer-local
+                # batches cost less than batches mixing every layer (the rows do not depend on the order)
+                pending = pending[torch.argsort(active.layers.cpu()[pending], stable=True)]
                 clock.pruning += time.perf_counter() - started
             for chunk in torch.split(pending, batch):
                 started = time.perf_counter()

@@ -52,11 +52,22 @@ def compute_influence(matrix: torch.Tensor, weights: torch.Tensor, max_iter: int
 
 
 def find_threshold(scores: torch.Tensor, threshold: float) -> torch.Tensor:
-    """The score of the smallest top set of ``scores`` whose sum reaches ``threshold`` of the total."""
-    ordered = torch.sort(scores, descending=True).values
+    """The score of the smallest top set of ``scores`` (≥ 0) whose sum reaches ``threshold`` of the total.
+
+    circuit-tracer sorts every score; only the positive ones can move the cumulative sum, so they alone are sorted
+    (most edge scores are 0 once the node threshold has dropped most nodes) and the answer is the same: where the
+    positives never reach ``threshold`` (float rounding at 1.0), circuit-tracer's index runs into the zeros (or the
+    last score)."""
+    flat = scores.flatten()
+    positive = flat[flat > 0]
+    if positive.numel() == 0:
+        return flat.max()
+    ordered = torch.sort(positive, descending=True).values
     cumulative = torch.cumsum(ordered, dim=0) / torch.sum(ordered)
-    index = min(int(torch.searchsorted(cumulative, threshold).item()), len(cumulative) - 1)
-    return ordered[index]
+    index = int(torch.searchsorted(cumulative, threshold).item())
+    if index < len(ordered):
+        return ordered[index]
+    return ordered[-1] if positive.numel() == flat.numel() else torch.zeros((), dtype=flat.dtype)
 
 
 def edge_influence(matrix: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -100,7 +111,7 @@ def prune_graph(
     pruned[~node_mask] = 0
     pruned[:, ~node_mask] = 0
     edge_scores = edge_influence(pruned, weights)
-    edge_mask = edge_scores >= find_threshold(edge_scores.flatten(), edge_threshold)
+    edge_mask = edge_scores >= find_threshold(edge_scores, edge_threshold)
     inner = slice(0, adjacency.shape[0] - n_logits - n_tokens)  # feature and error nodes
 
     def drop_dangling() -> None:
