@@ -42,6 +42,7 @@ KINDS: dict[str, str] = {
     "result": ".json",
     "circuit": ".json",
     "job": ".json",
+    "graph": ".json",
 }
 MIME_TYPES: dict[str, str] = {
     kind: {".png": "image/png", ".md": "text/markdown"}.get(suffix, "application/json")

@@ -25,6 +25,7 @@ VIEWS = {
     "attention": "Attention pattern",
     "logit-lens": "Logit lens",
     "circuit-graph": "Circuit graph",
+    "attribution-graph": "Attribution graph",
 }
 MAX_BYTES = 300_000
 

@@ -43,6 +43,8 @@ EXPECTED_TOOLS = {
     "fit_lens",
     "job_status",
     "job_cancel",
+    "attribution_graph",
+    "graph_intervene",
 }
 # fit_lens and the causal-swap tools write a lens to the cache folder (and the benchmark its artifact); job_cancel
 # stops a job. Every other tool is read-only.

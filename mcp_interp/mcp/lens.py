@@ -10,7 +10,10 @@ from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
 from mcp_interp import figures
+from mcp_interp.core.engine.dictionary import SparseAutoencoder
 from mcp_interp.core.engine.saelens import load_sae
+from mcp_interp.core.engine.transcoder_format import load_transcoders
+from mcp_interp.core.engine.transcoders import TranscoderFeature
 from mcp_interp.core.features.directions import load_direction
 from mcp_interp.core.lens import figures as lens_figures
 from mcp_interp.core.lens.attention import attention as measure_attention
@@ -139,6 +142,24 @@ async def induction(
     return kit.finish(result, f"top induction heads: {tops}. Figure: {result.figure_uri}", [link])
 
 
+def steered_feature(
+    model: LoadedModel, sae: str | None, transcoders: str | None, layer: int | None, feature: int | None
+) -> tuple[SparseAutoencoder, int] | TranscoderFeature | None:
+    """The SAE or transcoder feature `steer` was given, or None."""
+    if sae is not None and transcoders is not None:
+        raise InputError("Give `sae` or `transcoders` (with `feature`), not both.")
+    if transcoders is not None:
+        if feature is None or layer is None:
+            raise InputError("Give `transcoders`, `layer` and `feature` to steer along a transcoder feature.")
+        loaded = load_transcoders(transcoders, model)
+        if not 0 <= layer < loaded.n_layers:
+            raise InputError(f"layer {layer} does not exist; the transcoders have layers 0..{loaded.n_layers - 1}.")
+        return TranscoderFeature(loaded, layer, feature)
+    if (sae is None) != (feature is None):
+        raise InputError("Give both `sae` (the folder) and `feature` (its id) to steer along an SAE feature.")
+    return None if sae is None or feature is None else (load_sae(sae, model), feature)
+
+
 @family.tool()
 async def steer(
     prompt: str,
@@ -148,27 +169,32 @@ async def steer(
     ctx: ToolContext,
     positive: Annotated[str | None, Field(description="ActAdd: text added, e.g. 'Love'.")] = None,
     negative: Annotated[str | None, Field(description="ActAdd: text subtracted, e.g. 'Hate'.")] = None,
-    layer: Annotated[int | None, Field(description="ActAdd: the block whose input is steered (default ⌊L/3⌋).")] = None,
+    layer: Annotated[
+        int | None, Field(description="ActAdd: the block whose input is steered (default ⌊L/3⌋); or the transcoder's.")
+    ] = None,
     direction: Annotated[str | None, Field(description="'direction://…' from `probe` (at its resid_post).")] = None,
     sae: Annotated[str | None, Field(description="With `feature`: an SAELens-format folder.")] = None,
-    feature: Annotated[int | None, Field(description="An SAE feature: its decoder row is added.")] = None,
+    feature: Annotated[int | None, Field(description="An SAE or transcoder feature: its decoder row is added.")] = None,
+    transcoders: Annotated[
+        str | None, Field(description="With `layer`, `feature`: a transcoder set (circuit-tracer format).")
+    ] = None,
     max_new_tokens: Annotated[int, Field(ge=1)] = 20,
     seed: Annotated[int, Field(description="Seed of the random directions (decoding is greedy).")] = 0,
     random_draws: RandomDraws = 20,
 ) -> Annotated[CallToolResult, SteerResult]:
     """Steer greedy generation with activation addition (resid(positive) − resid(negative) at `layer`'s input), a
-    probe's `direction`, or an SAE `feature`; the next-token KL is compared with random directions of the same norm."""
+    probe's `direction`, or an SAE or transcoder `feature`; the next-token KL is compared with random directions of
+    the same norm."""
     kit = Toolkit.of(ctx)
 
     def make(model: LoadedModel) -> SteerJob:
-        if (sae is None) != (feature is None):
-            raise InputError("Give both `sae` (the folder) and `feature` (its id) to steer along an SAE feature.")
         stored = load_direction(direction, kit.direction_lookup, model) if direction is not None else None
-        chosen = None if sae is None or feature is None else (load_sae(sae, model), feature)
+        chosen = steered_feature(model, sae, transcoders, layer, feature)
+        act_add_layer = None if transcoders is not None else layer
         return SteerJob(
-            model=model, prompt=prompt, positive=positive, negative=negative, layer=layer, coefficient=coefficient,
-            max_new_tokens=max_new_tokens, seed=seed, direction=stored, direction_uri=direction,
-            feature=chosen, random_draws=random_draws,
+            model=model, prompt=prompt, positive=positive, negative=negative, layer=act_add_layer,
+            coefficient=coefficient, max_new_tokens=max_new_tokens, seed=seed, direction=stored,
+            direction_uri=direction, feature=chosen, random_draws=random_draws,
         )  # fmt: skip
 
     job, started = await kit.measured_job(ctx, make)

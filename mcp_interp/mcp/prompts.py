@@ -34,6 +34,11 @@ def test_causal_claim(claim: str) -> str:
     return render("test-causal-claim", claim=claim)
 
 
+@family.prompt(name="trace-prediction", description="Trace a prediction with an attribution graph and test its claims.")
+def trace_prediction(prompt: str, transcoders: str) -> str:
+    return render("trace-prediction", prompt=repr(prompt), transcoders=transcoders)
+
+
 @family.prompt(name="probe-property", description="Test whether a property is linearly represented, and used.")
 def probe_property(property: str) -> str:
     corpus = subject_number()

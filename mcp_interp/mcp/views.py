@@ -23,6 +23,7 @@ VIEWS = {
     "attention": "One head's query × key attention pattern, with a head selector.",
     "logit-lens": "Top-k tokens after every layer, the target's rank highlighted.",
     "circuit-graph": "Edges of edge_attribution or find_circuit by layer, with a k slider and measured faithfulness.",
+    "attribution-graph": "An attribution graph's top nodes by layer × position, a pruning slider, pinned features.",
 }
 
 

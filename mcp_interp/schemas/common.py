@@ -75,9 +75,16 @@ class SaeFeaturesRef(BaseModel):
     features: list[int]
 
 
-TargetSpec = str | DirectionRef | SaeFeaturesRef
+class TranscoderFeaturesRef(BaseModel):
+    transcoders: str = Field(description="circuit-tracer format: a folder or a cached hub id.")
+    layer: int
+    features: list[int]
+
+
+TargetSpec = str | DirectionRef | SaeFeaturesRef | TranscoderFeaturesRef
 TARGETS_DESCRIPTION = (
-    "Removed together: 'L9H3', 'L28MLP', 'L12ATTN', 'L28N17[,403]', {layer, direction}, {sae, features}."
+    "Removed together: 'L9H3', 'L28MLP', 'L12ATTN', 'L28N17[,403]', {layer, direction}, {sae, features}, "
+    "{transcoders, layer, features}."
 )
 METHOD_DESCRIPTION = "zero; mean: batch mean at the same position; resample: another prompt's (equal lengths)."
 

@@ -135,7 +135,9 @@ class SteerMeasurement(Measurement):
     positive: str | None = Field(default=None, description="ActAdd: the text whose residual is added.")
     negative: str | None = Field(default=None, description="ActAdd: the text whose residual is subtracted.")
     direction_uri: str | None = Field(default=None, description="The stored direction steered along, if any.")
-    sae_feature: str | None = Field(default=None, description="The SAE feature whose decoder row is added, if any.")
+    sae_feature: str | None = Field(
+        default=None, description="The SAE or transcoder feature whose decoder row is added, if any."
+    )
     layer: int
     site: str = Field(
         description="Where the vector is added: resid_pre of `layer` (ActAdd), resid_post of `layer` (a stored "

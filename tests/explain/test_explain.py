@@ -91,7 +91,7 @@ async def test_prompts_are_listed_and_rendered(tiny_client: Client) -> None:
     )
     claim = await tiny_client.get_prompt("test-causal-claim", {"claim": "L9H3 moves names"})
     probing = await tiny_client.get_prompt("probe-property", {"property": "subject number"})
-    assert names == {"explain-prediction", "find-circuit", "test-causal-claim", "probe-property"}
+    assert names == {"explain-prediction", "find-circuit", "test-causal-claim", "probe-property", "trace-prediction"}
     probe_text = probing.messages[0].content.text
     assert "subject number" in probe_text and "'The dog near the river' → singular" in probe_text
     text = rendered.messages[0].content.text

@@ -98,13 +98,14 @@ async def test_unknown_figure_ids_are_not_found(tiny_client: Client) -> None:
         "circuit://{circuit_id}",
         "direction://{direction_id}",
         "figure://{figure_id}",
+        "graph://{graph_id}",
         "job://{job_id}",
         "report://{report_id}",
         "result://{result_id}",
     ]
-    for kind in ("figure", "report", "artifact", "direction"):
+    for kind in ("figure", "report", "artifact", "direction", "graph"):
         for bad in ["0" * 32, "../../etc/passwd", "x" * 5000]:
-            with pytest.raises(Exception, match=r"(?i)not found|no (figure|report|artifact|direction)|unknown"):
+            with pytest.raises(Exception, match=r"(?i)not found|no (figure|report|artifact|direction|graph)|unknown"):
                 await tiny_client.read_resource(f"{kind}://{bad}")
 
 

@@ -197,6 +197,7 @@ def test_linked_tools_and_ui_resources_over_stdio(served: dict[str, Any]) -> Non
         "logit_lens": "ui://mcp-interp/logit-lens",
         "edge_attribution": "ui://mcp-interp/circuit-graph",
         "find_circuit": "ui://mcp-interp/circuit-graph",
+        "attribution_graph": "ui://mcp-interp/attribution-graph",
     }
     for name in linked:
         assert served["tools"][name]["_meta"]["ui/resourceUri"] == linked[name]  # the older flat key too

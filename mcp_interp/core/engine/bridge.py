@@ -416,3 +416,48 @@ def block_parts(bridge: Any, layer: int) -> BlockParts:
     block = bridge.blocks[layer]
     attn = block.attn
     return BlockParts(block.ln1, attn.q, attn.k, attn.v, attn.o, block.ln2, block.mlp)
+
+
+# --- the local replacement model (attribution graphs) -------------------------------------------
+
+FINAL_NORM_OUT = "ln_final.hook_out"  # the final norm's output: what the unembedding reads
+
+
+def hook_mlp_input(layer: int) -> str:
+    """Block ``layer``'s MLP input after its norm (normalised × the norm's weight): the TransformerLens
+    ``ReplacementMLP.hook_in`` that circuit-tracer's ``mlp.hook_in`` transcoders read."""
+    return f"blocks.{layer}.mlp.hook_in"
+
+
+def hook_mlp_output(layer: int) -> str:
+    """Block ``layer``'s MLP output before any post-MLP norm (Gemma's ``ln2_post``); on blocks without one
+    (Llama, Qwen, GPT-2) it is the same hook as ``hook_mlp_out``."""
+    return f"blocks.{layer}.mlp.hook_out"
+
+
+def hook_mlp_norm_normalized(layer: int) -> str:
+    """Block ``layer``'s MLP norm output before its weight (x / scale), TransformerLens' ``ln2.hook_normalized``."""
+    return f"blocks.{layer}.ln2.hook_normalized"
+
+
+def frozen_hooks(bridge: Any) -> list[str]:
+    """Every hook whose value the local replacement model freezes: each attention pattern and each norm's
+    scale (``*.hook_scale``: the blocks' norms, post-norms and Q/K norms where present, the final norm).
+
+    Why these: with the patterns and the norms' denominators held at their values from the real forward,
+    what remains between the residual stream's writers and readers is linear (value and output projections,
+    the norms' weights), which is what makes an attribution graph's edges exact direct effects.
+    """
+    names = set(bridge.hook_dict)
+    return sorted(n for n in names if n.endswith(".attn.hook_pattern") or n.endswith(".hook_scale"))
+
+
+def has_hook(bridge: Any, name: str) -> bool:
+    """Whether the bridge exposes a hook of this name (aliases included)."""
+    return name in bridge.hook_dict
+
+
+def final_norm_logits(bridge: Any, normed_rows: torch.Tensor) -> torch.Tensor:
+    """The unembedding of final-norm outputs ``[rows, d_model]`` → ``[rows, vocab]`` logits (the norm already
+    applied, e.g. read at ``FINAL_NORM_OUT``)."""
+    return bridge.unembed(normed_rows.unsqueeze(1))[:, 0]

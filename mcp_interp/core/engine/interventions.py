@@ -37,8 +37,10 @@ from mcp_interp.core.engine.saelens import load_sae
 from mcp_interp.core.engine.sites import Hook
 from mcp_interp.core.engine.specs import Head, PositionSpec, parse_block_part, parse_head, parse_neurons, position_mask
 from mcp_interp.core.engine.tokens import Batch, encode
+from mcp_interp.core.engine.transcoder_format import load_transcoders
+from mcp_interp.core.engine.transcoders import Transcoders
 from mcp_interp.errors import InputError
-from mcp_interp.schemas.common import DirectionRef, Intervention, SaeFeaturesRef
+from mcp_interp.schemas.common import DirectionRef, Intervention, SaeFeaturesRef, TranscoderFeaturesRef
 
 AblationMethod = Literal["zero", "mean", "resample"]
 MeanOver = Literal["per_position", "per_position_from_end"]
@@ -60,6 +62,15 @@ class Target(ABC):
     @abstractmethod
     def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
         """``values`` with this target's part replaced by ``part`` (a new tensor)."""
+
+    def read_hook(self) -> str:
+        """The hook whose value ``read`` takes: ``hook()``, except for targets read at one hook and written at
+        another (transcoder features: read from the MLP's input, written into its output)."""
+        return self.hook()
+
+    def shift(self, values: torch.Tensor, part: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+        """``values`` with this target's part moved from ``current`` (as ``read`` found it) to ``part``."""
+        return self.write(values, part)
 
     def key(self) -> tuple[Any, ...]:
         return (type(self).__name__, str(self))
@@ -189,6 +200,47 @@ class FeaturesTarget(Target):
 
 
 @dataclass(frozen=True)
+class TranscoderFeaturesTarget(Target):
+    """Features of one layer's transcoder, as their write into one output layer's MLP output (a cross-layer
+    transcoder's features are one target per layer they write to). The part is their activations, read from the
+    transcoder's input (``read_hook``) of the same forward; a new part adds (new − current) · W_dec rows to the MLP's
+    write at ``hook`` — the rest of the real MLP output is left as it is (circuit-tracer's ``feature_intervention``)."""
+
+    transcoders: Transcoders = field(compare=False)
+    source_layer: int
+    out_layer: int
+    features: tuple[int, ...]
+    source: str  # the transcoder set's folder
+
+    @property
+    def layer(self) -> int:  # type: ignore[override]
+        return self.source_layer
+
+    def __str__(self) -> str:
+        where = "" if self.out_layer == self.source_layer else f" (their write to layer {self.out_layer})"
+        return f"transcoder features {list(self.features)} of layer {self.source_layer}{where}"
+
+    def key(self) -> tuple[Any, ...]:
+        return ("transcoder", self.source, self.source_layer, self.out_layer, self.features)
+
+    def hook(self) -> str:
+        return self.transcoders.output_hooks[self.out_layer]
+
+    def read_hook(self) -> str:
+        return self.transcoders.input_hooks[self.source_layer]
+
+    def read(self, values: torch.Tensor) -> torch.Tensor:
+        return self.transcoders.encode(self.source_layer, values)[..., list(self.features)].to(values.dtype)
+
+    def write(self, values: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        raise TypeError("a transcoder target is written with shift(): its activations are read at another hook")
+
+    def shift(self, values: torch.Tensor, part: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+        rows = self.transcoders.decoder_rows(self.source_layer, list(self.features), self.out_layer)
+        return values + ((part - current).to(rows.dtype) @ rows).to(values.dtype)
+
+
+@dataclass(frozen=True)
 class Ablation:
     """What is removed (``targets``), how (``method``), where (``positions``, of each prompt's own tokens), the seed
     of every random choice it makes (the resample permutation and the random stand-ins of its baselines), and for
@@ -280,18 +332,28 @@ class PreparedAblation:
                 parts.append(part)
             return where, parts
 
+        held: dict[str, torch.Tensor] = {}  # values of read hooks that are not their target's write hook
+
         def make_hook(members: list[int]) -> Callable[[torch.Tensor, Any], torch.Tensor]:
             def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
                 where, parts = extend(values)
                 for i in members:
-                    part = targets[i].read(values)
+                    target = targets[i]
+                    part = target.read(values if target.read_hook() == target.hook() else held[target.read_hook()])
                     replacement = parts[i]
                     new_part = (
                         torch.zeros_like(part)
                         if replacement is None
                         else replacement.to(device=part.device, dtype=part.dtype)
                     )
-                    values = targets[i].write(values, torch.where(where.unsqueeze(-1), new_part, part))
+                    values = target.shift(values, torch.where(where.unsqueeze(-1), new_part, part), part)
+                return values
+
+            return hook
+
+        def keep(name: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+            def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+                held[name] = values
                 return values
 
             return hook
@@ -299,7 +361,9 @@ class PreparedAblation:
         by_hook: dict[str, list[int]] = {}
         for i, target in enumerate(targets):
             by_hook.setdefault(target.hook(), []).append(i)
-        return [(name, make_hook(members)) for name, members in by_hook.items()]
+        read_only = sorted({t.read_hook() for t in targets if t.read_hook() != t.hook()})
+        hooks: list[Hook] = [(name, keep(name)) for name in read_only]
+        return hooks + [(name, make_hook(members)) for name, members in by_hook.items()]
 
 
 def stacked_hooks(hook_lists: list[list[Hook]], rows: int) -> list[Hook]:
@@ -404,7 +468,7 @@ def prepare_ablation(
     replacements: list[torch.Tensor | None] = [None] * len(ablation.targets)
     mean_over: MeanOver | None = None
     if ablation.method in ("mean", "resample"):
-        names = sorted({t.hook() for t in ablation.targets})
+        names = sorted({t.read_hook() for t in ablation.targets})
         acts = clean if clean is not None and all(name in clean for name in names) else None
         if acts is None:
             acts = capture_forward(model.bridge, batch.input_ids, names).acts
@@ -416,7 +480,7 @@ def prepare_ablation(
             reference_mask = reference.attention_mask
             check_reference_lengths(batch, reference, mask)
         for i, target in enumerate(ablation.targets):
-            part = target.read(acts[target.hook()])
+            part = target.read(acts[target.read_hook()])
             if ablation.method == "mean":
                 donors = None if reference_acts is None else target.read(reference_acts[target.hook()])
                 replacements[i], mean_over = mean_replacement(part, batch.attention_mask, donors, reference_mask)
@@ -445,6 +509,8 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
         spec = spec.model_dump()
     if isinstance(spec, Mapping) and set(spec) == {"sae", "features"}:
         return sae_target(spec, model)
+    if isinstance(spec, Mapping) and set(spec) == {"transcoders", "layer", "features"}:
+        raise InputError("Transcoder feature targets expand to one target per output layer: use `parse_targets`.")
     if isinstance(spec, str):
         block_part = parse_block_part(spec, cfg.n_layers)
         if block_part is not None:
@@ -491,8 +557,46 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
         return DirectionTarget(layer, vector / norm)
     raise InputError(
         f"Target {spec!r} is not one of: 'L9H3' (a head), 'L28MLP', 'L12ATTN', 'L28N17' or 'L28N17,403' (neurons), "
-        "{'layer': 12, 'direction': [...]}, {'sae': '<folder>', 'features': [12]}."
+        "{'layer': 12, 'direction': [...]}, {'sae': '<folder>', 'features': [12]}, "
+        "{'transcoders': '<folder or hub id>', 'layer': 3, 'features': [12]}."
     )
+
+
+def parse_targets(spec: Any, cfg: Any, model: Any = None) -> list[Target]:
+    """``parse_target``, plus transcoder features ``{transcoders, layer, features}``, which are one target per layer
+    they write to (a per-layer transcoder's: one)."""
+    if isinstance(spec, TranscoderFeaturesRef):
+        spec = spec.model_dump()
+    if isinstance(spec, Mapping) and set(spec) == {"transcoders", "layer", "features"}:
+        return transcoder_targets(spec, model)
+    return [parse_target(spec, cfg, model)]
+
+
+def transcoder_targets(spec: Mapping[str, Any], model: Any) -> list[Target]:
+    """A transcoder set's features of one layer, as one target per output layer."""
+    if model is None:
+        raise InputError("Transcoder feature targets need the loaded model; this tool does not take them.")
+    transcoders = load_transcoders(spec["transcoders"], model)
+    layer, features = spec["layer"], spec["features"]
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < transcoders.n_layers:
+        raise InputError(
+            f"Transcoder target {dict(spec)!r}: layer {layer!r} does not exist; the transcoders have layers "
+            f"0..{transcoders.n_layers - 1}."
+        )
+    bad = [
+        f for f in features if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < transcoders.d_transcoder
+    ]
+    if not features or bad:
+        raise InputError(
+            f"Transcoder features {features!r}: give a non-empty list of feature ids 0..{transcoders.d_transcoder - 1}."
+        )
+    chosen = tuple(sorted(set(features)))
+    return [
+        TranscoderFeaturesTarget(
+            transcoders=transcoders, source_layer=layer, out_layer=j, features=chosen, source=transcoders.folder
+        )
+        for j in transcoders.output_layers(layer)
+    ]
 
 
 def sae_target(spec: Mapping[str, Any], model: Any) -> FeaturesTarget:
@@ -532,8 +636,8 @@ def ablation_from_spec(spec: Intervention | None, cfg: Any, model: Any = None) -
     limits.check("max_heads", len(spec.ablate), "Number of ablation targets")
     targets: dict[tuple[Any, ...], Target] = {}
     for item in spec.ablate:
-        target = parse_target(item, cfg, model)
-        targets.setdefault(target.key(), target)  # equal targets (a direction's vector counts) are ablated once
+        for target in parse_targets(item, cfg, model):
+            targets.setdefault(target.key(), target)  # equal targets (a direction's vector counts) are ablated once
     return Ablation(
         orthonormal_directions(list(targets.values())),
         spec.method,

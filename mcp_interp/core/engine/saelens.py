@@ -436,7 +436,7 @@ def _check_against(sae: SparseAutoencoder, model: LoadedModel) -> list[str]:
             f"{width} ({what}): the SAE was trained for another model{trained_on}. Use an SAE trained on this model."
         )
     notes = []
-    if sae.model_name and not _same_model(sae.model_name, model):
+    if sae.model_name and not same_model(sae.model_name, model):
         notes.append(
             f"The SAE's cfg.json names model {sae.model_name!r}, which does not look like the loaded model "
             f"{model.name!r}. Hub and local names of one model differ, so this is not an error; but if the SAE "
@@ -455,7 +455,8 @@ def _normalise_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
 
 
-def _same_model(sae_model: str, model: LoadedModel) -> bool:
+def same_model(sae_model: str, model: LoadedModel) -> bool:
+    """Whether a dictionary's recorded model name looks like the loaded model's (case and punctuation ignored)."""
     config = hf_config(model.bridge)
     names = [model.name, getattr(model.bridge.cfg, "model_name", None), getattr(config, "_name_or_path", None)]
     wanted = _normalise_name(sae_model)

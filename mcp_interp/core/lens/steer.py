@@ -34,6 +34,7 @@ from mcp_interp.core.engine.dictionary import SparseAutoencoder, splice_hooks
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.metrics import kl_divergence
 from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.transcoders import TranscoderFeature
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.features import StoredDirection
@@ -102,7 +103,7 @@ class SteerJob(Job[SteerMeasurement]):
     seed: int = 0
     direction: StoredDirection | None = None
     direction_uri: str | None = None
-    feature: tuple[SparseAutoencoder, int] | None = None
+    feature: tuple[SparseAutoencoder, int] | TranscoderFeature | None = None
     random_draws: int = stats.DEFAULT_DRAWS
     result: SteerMeasurement | None = field(default=None, init=False)
 
@@ -137,14 +138,15 @@ def steer_steps(
     seed: int = 0,
     direction: StoredDirection | None = None,
     direction_uri: str | None = None,
-    feature: tuple[SparseAutoencoder, int] | None = None,
+    feature: tuple[SparseAutoencoder, int] | TranscoderFeature | None = None,
     random_draws: int = stats.DEFAULT_DRAWS,
     into: list[SteerMeasurement] | None = None,
 ) -> Iterator[str]:
     """ActAdd (``positive``/``negative`` at resid_pre of ``layer``), a stored direction (at resid_post of its
-    layer, ``coefficient`` in units of its probe texts' projection spread) or an SAE feature (its decoder row
-    at the SAE's hook, ``coefficient`` = the activation added); greedy continuations with and without. Yields a
-    progress message per step; the measurement is appended to ``into``."""
+    layer, ``coefficient`` in units of its probe texts' projection spread), an SAE feature (its decoder row
+    at the SAE's hook, ``coefficient`` = the activation added) or a transcoder feature (its decoder row(s) added to
+    the MLP write(s) it feeds); greedy continuations with and without. Yields a progress message per step; the
+    measurement is appended to ``into``."""
     n_layers = model.bridge.cfg.n_layers
     chosen = sum(x is not None for x in (direction, feature)) + (positive is not None or negative is not None)
     if chosen > 1:
@@ -154,7 +156,7 @@ def steer_steps(
     if direction is not None:
         layer = direction.layer if layer is None else layer
     elif feature is not None:
-        layer = feature[0].layer
+        layer = feature.layer if isinstance(feature, TranscoderFeature) else feature[0].layer
     elif positive is None or negative is None:
         raise InputError(
             "Give `positive` and `negative` texts (activation addition), a stored `direction`, or an SAE `feature`."
@@ -224,7 +226,7 @@ def steer_steps(
         positive=positive,
         negative=negative,
         direction_uri=direction_uri,
-        sae_feature=None if feature is None else f"{feature[1]} of {feature[0].describe()}",
+        sae_feature=None if feature is None else _describe(feature),
         layer=layer,
         site=steering.site,
         coefficient=coefficient,
@@ -263,8 +265,16 @@ def _steering(
     negative: str | None,
     layer: int,
     direction: StoredDirection | None,
-    feature: tuple[SparseAutoencoder, int] | None,
+    feature: tuple[SparseAutoencoder, int] | TranscoderFeature | None,
 ) -> Steering:
+    if isinstance(feature, TranscoderFeature):
+        tc = feature.transcoders
+        if not 0 <= feature.feature < tc.d_transcoder:
+            raise InputError(f"Transcoder feature {feature.feature} does not exist; ids are 0..{tc.d_transcoder - 1}.")
+        layers = list(feature.out_layers)
+        site = f"{tc.feature_output_hook} of layer {layers[0]}" + (f" to {layers[-1]}" if len(layers) > 1 else "")
+        norm = float(_resid_at(model, prompt, tc.output_hooks[feature.layer]).norm())
+        return Steering(site, feature.vector, feature.hooks, norm)
     if feature is not None:
         sae, index = feature
         if not 0 <= index < sae.d_sae:
@@ -312,6 +322,10 @@ def random_next_token_kl(
     with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
         logits = model.bridge(torch.tensor([ids] * rows, device=model.device), return_type="logits")[:, -1]
     return [float(kl_divergence(base_logits, logits[j : j + 1]).value) for j in range(rows)]
+
+
+def _describe(feature: tuple[SparseAutoencoder, int] | TranscoderFeature) -> str:
+    return feature.describe() if isinstance(feature, TranscoderFeature) else f"{feature[1]} of {feature[0].describe()}"
 
 
 def _next_token_logits(model: LoadedModel, ids: list[int], hooks: list[Any]) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""Attribution graphs (circuit tracing): transcoders' features, the local replacement model, pruning, export."""
