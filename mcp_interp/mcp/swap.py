@@ -15,14 +15,13 @@ from mcp_interp.core.swap import artifact
 from mcp_interp.core.swap import figures as swap_figures
 from mcp_interp.core.swap.benchmark import SwapBenchmarkJob, prepare_benchmark
 from mcp_interp.core.swap.lenses import FitLensJob, default_fit
-from mcp_interp.core.swap.trial import trial_with_lens
+from mcp_interp.core.swap.trial import MAX_ALPHA, trial_with_lens
 from mcp_interp.mcp.arguments import Background
 from mcp_interp.mcp.toolkit import WRITES_CACHE, Family, ToolContext, Toolkit, error_boundary
 from mcp_interp.schemas.swap import (
     FitLensResult,
     FitSettings,
     PositionSetting,
-    RateSummary,
     SwapBenchmarkMeasurement,
     SwapBenchmarkResult,
     SwapSettings,
@@ -45,7 +44,14 @@ Position = Annotated[
     PositionSetting,
     Field(description="Edited token: 'concept' (the source word's last token), 'last' or an index."),
 ]
-Alpha = Annotated[float, Field(ge=-10, le=10, description="h += α·c_src·(v_target − v_source).")]
+Alpha = Annotated[
+    float,
+    Field(
+        ge=-MAX_ALPHA,
+        le=MAX_ALPHA,
+        description="h += α·c_src·(v_target − v_source); 1 = full substitution, > 1 extrapolates (controls alike).",
+    ),
+]
 K = Annotated[int, Field(ge=1, le=25, description="Atoms in the sparse decomposition.")]
 Seeds = Annotated[
     list[int],
@@ -112,33 +118,22 @@ async def causal_swap_trial(
     return kit.finish(result, summary, [])
 
 
-async def rates_figure(kit: Toolkit, measurement: SwapBenchmarkMeasurement, title: str) -> tuple[str, ResourceLink]:
-    """Real and control success rate by layer, with their exact intervals."""
-    by_layer = measurement.summary.by_layer
-
-    def rows(rates: list[RateSummary]) -> list[tuple[float | None, float, float, int]]:
-        return [(r.rate, r.ci_low, r.ci_high, r.n) for r in rates]
-
-    real, control = rows([s.real for s in by_layer]), rows([s.control for s in by_layer])
-    return await kit.figure(title, swap_figures.swap_rates_figure, measurement.summary.layers, real, control, title)
+async def layers_figure(kit: Toolkit, measurement: SwapBenchmarkMeasurement, title: str) -> tuple[str, ResourceLink]:
+    """Median margin gain and strict success rate by layer, real edits against their controls."""
+    m = len(measurement.settings.control_seeds)
+    return await kit.figure(title, swap_figures.swap_layers_figure, measurement.summary.by_layer, m, title)
 
 
 def benchmark_text(result: SwapBenchmarkResult, layers: list[int]) -> str:
-    """The one-paragraph summary: statuses, ledger size, both rates with intervals, the paired test, the URIs."""
+    """The one-paragraph summary: statuses, ledger size, the verdict (strict swap and specificity), the URIs."""
     summary, settings = result.summary, result.settings
     counts = ", ".join(f"{name} {n}" for name, n in summary.status_counts.items())
-
-    def fmt(r: RateSummary) -> str:
-        shown = "n/a" if r.rate is None else f"{r.rate:.3f}"
-        return f"{r.successes}/{r.n} = {shown} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
-
+    real = summary.real
     return (
-        f"causal_swap_benchmark ({settings.lens} lens, position {settings.position}, layers {layers}): {counts}; "
-        f"{len(result.exclusions)} exclusions. Real {fmt(summary.real)}, control {fmt(summary.control)}, "
-        f"{summary.n_independent_prompts} independent prompts; real vs matched controls, exact conditional test: "
-        f"{summary.paired.real_successes} real successes vs {summary.paired.expected_real_successes:.2f} expected, "
-        f"two-sided p = {summary.paired.p_value:.3g} (by prompt p = {summary.paired.by_prompt.p_value:.3g}). "
-        f"Figure: {result.figure_uri}; artifact: {result.artifact_uri}"
+        f"causal_swap_benchmark ({settings.lens} lens, position {settings.position}, layers {layers[0]}–{layers[-1]}): "
+        f"{counts}; {len(result.exclusions)} exclusions; {summary.n_independent_prompts} independent prompts; strict "
+        f"rate {real.successes}/{real.n} [{real.ci_low:.3f}, {real.ci_high:.3f}]. {summary.verdict} Figure: "
+        f"{result.figure_uri}; artifact: {result.artifact_uri}"
     )
 
 
@@ -196,7 +191,7 @@ async def causal_swap_benchmark(
     job = run.benchmark
     assert job is not None and job.result is not None
     title = f"causal swap ({settings.lens} lens, position {settings.position}): {model.name}"
-    job.result.figure_uri, figure_link = await rates_figure(kit, job.result, title)
+    job.result.figure_uri, figure_link = await layers_figure(kit, job.result, title)
     artifact_link = await store_artifact(kit, job, job.result, started)
     result = kit.with_provenance(SwapBenchmarkResult, job.result, started)
     return kit.finish(result, benchmark_text(result, job.layers), [figure_link, artifact_link])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mcp_interp.core.swap.controls import control_pool, distances_from, draw_control
+from mcp_interp.core.swap.controls import SharedPool, control_pool, distances_from, draw_control, draw_controls
 
 
 def line_dictionary() -> torch.Tensor:
@@ -29,7 +29,7 @@ def test_pool_is_exactly_the_tokens_within_tolerance() -> None:
     assert empty.candidates.numel() == 0
     assert empty.nearest_ratio == pytest.approx(0.025)  # id 5: |2.05 − 2| / 2
     with pytest.raises(ValueError):
-        draw_control(empty, 0)
+        draw_control(empty.candidates, 0)
 
 
 def test_draw_is_uniform_by_a_seeded_cpu_generator() -> None:
@@ -37,9 +37,9 @@ def test_draw_is_uniform_by_a_seeded_cpu_generator() -> None:
     pool = control_pool(dictionary, 0, 1, [], 0.1)
     for seed in range(10):
         expected_index = int(torch.randint(4, (1,), generator=torch.Generator().manual_seed(seed)))
-        assert draw_control(pool, seed) == [2, 3, 5, 8][expected_index]
-        assert draw_control(pool, seed) == draw_control(pool, seed)
-    picks = {draw_control(pool, seed) for seed in range(200)}
+        assert draw_control(pool.candidates, seed) == [2, 3, 5, 8][expected_index]
+        assert draw_control(pool.candidates, seed) == draw_control(pool.candidates, seed)
+    picks = {draw_control(pool.candidates, seed) for seed in range(200)}
     assert picks == {2, 3, 5, 8}
 
 
@@ -47,10 +47,10 @@ def test_draw_ignores_the_global_rng_and_the_dictionary_device_and_dtype() -> No
     dictionary = line_dictionary()
     pool = control_pool(dictionary, 0, 1, [], 0.1)
     torch.manual_seed(123)
-    first = [draw_control(pool, s) for s in range(5)]
+    first = [draw_control(pool.candidates, s) for s in range(5)]
     torch.manual_seed(456)
     torch.rand(1000)
-    assert [draw_control(pool, s) for s in range(5)] == first
+    assert [draw_control(pool.candidates, s) for s in range(5)] == first
     as_double = control_pool(dictionary.to(torch.float64), 0, 1, [], 0.1)
     assert as_double.candidates.tolist() == pool.candidates.tolist()
 
@@ -59,3 +59,33 @@ def test_distances_are_float64_euclidean() -> None:
     dictionary = torch.tensor([[3.0, 4.0], [0.0, 0.0], [6.0, 8.0]])
     distances = distances_from(dictionary, 1)
     assert distances.dtype == torch.float64 and distances.tolist() == [5.0, 0.0, 10.0]
+
+
+def test_a_swaps_controls_are_distinct_tokens_one_per_seed() -> None:
+    """Seeds whose first draws collide: the later seed draws again from its own generator, so the controls of one
+    swap are distinct tokens (two equal control columns would not be exchangeable with the real one)."""
+    candidates = torch.tensor([2, 3, 5, 8])
+    first = {s: draw_control(candidates, s) for s in range(12)}
+    a, b = next((a, b) for a in first for b in first if a < b and first[a] == first[b])
+    drawn = draw_controls(candidates, [a, b])
+    assert drawn[0] == first[a] and drawn[1] != drawn[0]
+    generator = torch.Generator().manual_seed(b)  # seed b's own stream, by hand: the first draw not taken
+    stream = [int(candidates[int(torch.randint(4, (1,), generator=generator))]) for _ in range(50)]
+    assert drawn[1] == next(t for t in stream if t != drawn[0])
+    assert sorted(draw_controls(candidates, [0, 1, 2, 3])) == [2, 3, 5, 8]
+    with pytest.raises(ValueError, match="4 candidate"):
+        draw_controls(candidates, [0, 1, 2, 3, 4])
+
+
+def test_the_shared_pool_is_the_tokens_matched_at_every_layer() -> None:
+    """Two layers' dictionaries in which different tokens match the target's displacement: only the tokens matched
+    at both stay (worked out by eye from the line distances)."""
+    layer_a = line_dictionary()  # source 0, target 1 at 2.0; tolerance 0.1 → ids 2, 3, 5, 8
+    xs_b = [0.0, 4.0, 3.7, 0.5, 4.3, 4.1, 4.0, 9.0, 4.2]  # target at 4.0; |d − 4| ≤ 0.4 → ids 2, 4, 5, 6, 8
+    layer_b = torch.tensor([[x, 0.0] for x in xs_b])
+    shared = SharedPool()
+    assert shared.size == 0 and shared.candidates is None
+    shared.add(3, control_pool(layer_a, 0, 1, [], 0.1))
+    shared.add(7, control_pool(layer_b, 0, 1, [8], 0.1))  # id 8 excluded at layer 7 only (e.g. active there)
+    assert shared.candidates is not None and shared.candidates.tolist() == [2, 5]
+    assert shared.layer_sizes == {3: 4, 7: 4} and shared.size == 2

@@ -40,6 +40,13 @@ async def test_benchmark_summary_agrees_with_its_own_artifact(
     check = assert_valid_structured(
         tools["verify_artifact"], await tiny_client.call_tool("verify_artifact", {"artifact_json": text})
     )
+    by_uri = assert_valid_structured(  # the stored artifact, named by its URI: nothing to paste
+        tools["verify_artifact"], await tiny_client.call_tool("verify_artifact", {"artifact_uri": out["artifact_uri"]})
+    )
+    assert by_uri["valid"] and by_uri["checks"] == check["checks"]
+    neither = await tiny_client.call_tool("verify_artifact", {})
+    missing = await tiny_client.call_tool("verify_artifact", {"artifact_uri": "artifact://" + "0" * 32})
+    assert "Pass one of `artifact_uri`" in error_text(neither) and "0" * 32 in error_text(missing)
     figure = await tiny_client.read_resource(out["figure_uri"])
     assert check["valid"] and check["altered"] == []
     assert figure.contents[0].mime_type == "image/png"
@@ -81,24 +88,23 @@ async def test_benchmark_summary_agrees_with_its_own_artifact(
     draws = [c["score"]["top1"] for t in executed for c in t["controls"]]
     assert summary["control"]["n"] == len(draws) == 3 * len(executed)
     assert summary["control"]["successes"] == sum(draws)
-    # The paired test's null, recomputed here by a plain dynamic programme over trials: the real arm of a trial with
-    # s successes among its 4 arms succeeds with probability s/4.
-    null = [1.0]
+    # The graded effect, recomputed from the artifact's trials: margin gain = edited − unedited target margin; per
+    # prompt and arm the mean over the prompt's trials; the specificity statistic is their real − control mean.
+    by_prompt: dict[tuple[str, str], list[list[float]]] = {}
     for t in executed:
-        q = (t["real"]["top1"] + sum(c["score"]["top1"] for c in t["controls"])) / 4
-        null = [a * (1 - q) + b * q for a, b in zip([*null, 0.0], [0.0, *null], strict=True)]
-    paired = summary["paired"]
-    assert paired["real_successes"] == real_wins
-    assert math.isclose(paired["p_real_better"], sum(null[real_wins:]), rel_tol=1e-9, abs_tol=1e-12)
-    assert math.isclose(paired["p_control_better"], sum(null[: real_wins + 1]), rel_tol=1e-9, abs_tol=1e-12)
-    assert math.isclose(paired["p_value"], min(1.0, 2 * min(sum(null[real_wins:]), sum(null[: real_wins + 1]))))
-    prompts_better = 0
-    for prompt in {(t["function"], t["source"]) for t in executed}:
-        mine = [t for t in executed if (t["function"], t["source"]) == prompt]
-        real_mean = sum(t["real"]["top1"] for t in mine) / len(mine)
-        control_mean = sum(c["score"]["top1"] for t in mine for c in t["controls"]) / (3 * len(mine))
-        prompts_better += real_mean > control_mean
-    assert paired["by_prompt"]["real_better"] == prompts_better
+        unedited = t["baseline"]["target_answer"]["margin"]
+        row = [t["real"]["margin"] - unedited, *(c["score"]["margin"] - unedited for c in t["controls"])]
+        assert t["margin_gain"] == pytest.approx(row[0]) and t["control_margin_gains"] == pytest.approx(row[1:])
+        by_prompt.setdefault((t["function"], t["source"]), []).append(row)
+    means = [[sum(column) / len(rows) for column in zip(*rows, strict=True)] for rows in by_prompt.values()]
+    gain = summary["specificity"]["margin_gain"]
+    assert gain["prompts"] == len(means)
+    assert gain["real"] == pytest.approx(sum(m[0] for m in means) / len(means))
+    assert gain["difference"] == pytest.approx(sum(m[0] - sum(m[1:]) / 3 for m in means) / len(means))
+    assert gain["real_above"] == sum(m[0] > max(m[1:]) for m in means)
+    beats = sum(all(row[0] > g for g in row[1:]) for rows in by_prompt.values() for row in rows)
+    assert summary["specificity"]["beats_all"] == beats and summary["specificity"]["chance"] == 0.25
+    assert f"in {beats}/{len(executed)} trials" in summary["verdict"]
     assert summary["n_independent_prompts"] == len({(t["function"], t["source"]) for t in executed})
     winners = {f"{t['function']}/{t['source']}" for t in executed if t["real"]["top1"]}
     assert summary["real_success_prompts"] == sorted(winners)
@@ -124,11 +130,11 @@ async def test_tampering_with_the_artifact_is_named(tiny_client: Client, tiny: L
 async def test_benchmark_errors_name_the_fix(
     tiny_client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "empty-cache"))  # no lens fitted here
+    monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "empty-cache"))  # no lens fitted here (an allowed root)
     no_lens = await tiny_client.call_tool(
         "causal_swap_trial",
         {"template": TEMPLATE, "source": "France", "target": "Canada", "source_answer": "six"}
-        | {"target_answer": "six", "layer": 0, "lens": "jacobian", "lens_path": str(tmp_path / "missing.pt")},
+        | {"target_answer": "six", "layer": 0, "lens": "jacobian", "lens_path": str(tmp_path / "empty-cache" / "x.pt")},
     )
     bad_layer = await tiny_client.call_tool("causal_swap_benchmark", {"layers": [2], "lens": "logit"})
     nothing = await tiny_client.call_tool(
@@ -223,3 +229,75 @@ async def test_the_default_benchmark_fits_the_default_lens_on_first_need(
     assert any("was fitted for this run" in n for n in first["notes"])
     assert second["lens"]["sha256"] == first["lens"]["sha256"]  # cached: the second run reuses it
     assert not any("was fitted for this run" in n for n in second["notes"])
+
+
+async def test_a_trial_without_a_cached_lens_says_what_fitting_costs_or_fits_when_asked(
+    tiny_client: Client, tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "cache"))
+    arguments = {
+        "template": TEMPLATE,
+        "source": "France",
+        "target": "Canada",
+        "source_answer": top_word(tiny, TEMPLATE, "France"),
+        "target_answer": top_word(tiny, TEMPLATE, "Canada"),
+        "layer": 1,
+    }
+    refused = error_text(await tiny_client.call_tool("causal_swap_trial", arguments))
+    assert "No Jacobian lens is cached" in refused and "fit_lens" in refused and "fit_if_missing" in refused
+    assert "backward passes for each of 8 texts" in refused  # the cost, in passes (and minutes on SmolLM2)
+    assert not (tmp_path / "cache" / "jacobian-lens").exists()  # nothing was fitted
+    messages: list[str] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+
+    tools = await tools_by_name(tiny_client)
+    fitted = assert_valid_structured(
+        tools["causal_swap_trial"],
+        await tiny_client.call_tool(
+            "causal_swap_trial", arguments | {"fit_if_missing": True}, progress_callback=on_progress
+        ),
+    )
+    assert sum("fitted text" in m for m in messages) == 8  # progress per fitted text
+    assert fitted["lens"]["kind"] == "jacobian" and any(
+        "Fitted the default Jacobian lens" in n for n in fitted["notes"]
+    )
+
+
+async def test_alpha_beyond_one_extrapolates_proportionally_up_to_its_bound(
+    tiny_client: Client, tiny: LoadedModel
+) -> None:
+    """The edit is strictly proportional to α (TransformerLens' solver), so α = 40 is 40 times the α = 1 edit, for the
+    real edit and every control; beyond ±100 the call is refused with the bound named."""
+    arguments = {
+        "template": TEMPLATE,
+        "source": "France",
+        "target": "Canada",
+        "source_answer": top_word(tiny, TEMPLATE, "France"),
+        "target_answer": top_word(tiny, TEMPLATE, "Canada"),
+        "layer": next(layer for layer in (0, 1) if source_active(tiny, "France", layer)),
+        "lens": "logit",
+        "position": "last",
+    }
+    one = (await tiny_client.call_tool("causal_swap_trial", arguments)).structured_content["trial"]
+    forty = (await tiny_client.call_tool("causal_swap_trial", arguments | {"alpha": 40.0})).structured_content["trial"]
+    assert one["status"] == forty["status"] == "executed"
+    assert forty["real_edit_norm"] == pytest.approx(40 * one["real_edit_norm"], rel=1e-4)
+    assert [c["edit_norm"] for c in forty["controls"]] == pytest.approx(
+        [40 * c["edit_norm"] for c in one["controls"]], rel=1e-4
+    )
+    assert any("extrapolates" in w for w in forty["real_patch"]["warnings"])  # recorded, per edit
+    too_far = error_text(await tiny_client.call_tool("causal_swap_trial", arguments | {"alpha": 101.0}))
+    assert "100" in too_far
+
+
+def source_active(model: LoadedModel, concept: str, layer: int) -> bool:
+    from mcp_interp.core.swap.lenses import identity_lens
+    from mcp_interp.core.swap.trial import edit_position, prompt_run
+
+    lens, _ = identity_lens(model)
+    ids, index = edit_position(model.tokenizer, TEMPLATE, concept, "last")
+    x = prompt_run(model, ids, index, [layer]).activations[layer]
+    token = model.tokenizer(" " + concept, add_special_tokens=False)["input_ids"][0]
+    return token in lens.decompose(model.bridge, x, layer, k=25).support.tolist()

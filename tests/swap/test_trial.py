@@ -14,7 +14,7 @@ import torch
 
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
-from mcp_interp.core.swap.controls import control_pool, distances_from, draw_control
+from mcp_interp.core.swap.controls import control_pool, distances_from, draw_controls
 from mcp_interp.core.swap.lenses import identity_lens
 from mcp_interp.core.swap.trial import causal_swap_trial, edit_position, edited_last_logits, never_drawn, prompt_run
 from mcp_interp.errors import InputError, NumericalError
@@ -104,7 +104,12 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
     answers = [record.baseline.source_answer.token_id, record.real.token_id]
     never = [*tok.all_special_ids, *range(len(tok), dictionary.shape[0])]
     pool = control_pool(dictionary, source, target, [*answers, *full_support, *never], 0.1)
-    assert [c.token_id for c in record.controls] == [draw_control(pool, s) for s in range(5)]
+    assert [c.token_id for c in record.controls] == draw_controls(pool.candidates, range(5))
+    assert record.control_pool_size == pool.candidates.numel()
+    # Margin gains: each edit's target-answer margin minus the unedited one (logits).
+    unedited = record.baseline.target_answer.margin
+    assert record.margin_gain == pytest.approx(record.real.margin - unedited)
+    assert record.control_margin_gains == pytest.approx([c.score.margin - unedited for c in record.controls])
     special = set(tok.all_special_ids)
     for control in record.controls:
         expected = float(distances_from(dictionary, source)[control.token_id])
@@ -352,3 +357,55 @@ def test_a_trial_with_two_token_answers_scores_every_step(tiny: LoadedModel) -> 
     ).trial
     assert excluded.status == "excluded_not_capable"
     assert excluded.baseline.source_answer.rank == 0 and excluded.baseline.source_answer.margin < 0
+
+
+def test_a_swaps_controls_are_one_token_per_seed_matched_at_every_layer(tiny: LoadedModel) -> None:
+    """The benchmark draws each swap's controls once, from the tokens that qualify at every layer its source is
+    active at: the same token per seed at each layer, matched there, never in that layer's support. On tiny the
+    logit lens finds France only at layer 1, so layer 0 gets a lens J₀ = I + w_F (h₀ − w_F)ᵀ / ‖w_F‖² whose France
+    atom is the layer-0 activation itself (France is then active there, and the two layers' dictionaries differ, so
+    the pools do too). The pools are rebuilt here from their definition, layer by layer."""
+    from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
+
+    from mcp_interp.schemas.swap import SwapCorpus
+    from tests.helpers import tiny_corpus
+
+    tok = tiny.tokenizer
+    france = tok(" France", add_special_tokens=False)["input_ids"][0]
+    prompt, index = edit_position(tok, TEMPLATE, "France", "last")
+    h0 = prompt_run(tiny, prompt, index, [0]).activations[0].float()
+    w = tiny.bridge.W_U[:, france].detach().float()
+    j0 = torch.eye(w.numel()) + torch.outer(w, h0 - w) / w.dot(w)
+    lens = JacobianLens({0: j0, 1: torch.eye(w.numel())}, n_prompts=0, d_model=w.numel())
+    _, info = identity_lens(tiny)
+    corpus = SwapCorpus.model_validate(tiny_corpus(tiny))
+    change = {"control_tolerance": 0.3}
+    job = SwapBenchmarkJob(
+        model=tiny, corpus=corpus, layers=[0, 1], lens=lens, lens_info=info, settings=settings(**change)
+    )
+    drain(job)
+    answers = {
+        w: tok(" " + a, add_special_tokens=False)["input_ids"][0] for w, a in corpus.functions[0].answers.items()
+    }
+    # tiny answers China and Egypt with France's own answer ('.'), so those swaps are ledgered: France → Canada
+    target = "Canada"
+    trials = [t for t in job.trials if (t.function, t.source, t.target) == ("own", "France", target)]
+    assert [t.status for t in trials] == ["executed", "executed"], [t.detail for t in trials]
+    target_id = tok(" " + target, add_special_tokens=False)["input_ids"][0]
+    pools = []
+    for layer in (0, 1):
+        x = prompt_run(tiny, prompt, index, [layer]).activations[layer]
+        support = lens.decompose(tiny.bridge, x, layer, k=25).support.tolist()
+        assert france in support
+        dictionary = lens.lens_vector_dictionary(tiny.bridge, layer)
+        never = [*tok.all_special_ids, *range(len(tok), dictionary.shape[0])]
+        excluded = [answers["France"], answers[target], *support, *never]
+        pools.append(set(control_pool(dictionary, france, target_id, excluded, 0.3).candidates.tolist()))
+    shared = sorted(pools[0] & pools[1])
+    assert pools[0] != pools[1] and len(shared) >= 5
+    expected = draw_controls(torch.tensor(shared), range(5))
+    for trial in trials:
+        assert trial.control_pool_size == len(shared)
+        assert [c.token_id for c in trial.controls] == expected
+        reference = trial.target_displacement
+        assert all(abs(c.displacement - reference) <= 0.3 * reference for c in trial.controls)

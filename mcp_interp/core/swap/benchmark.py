@@ -4,9 +4,12 @@ Each prompt is run once, unedited, and that run (its answer scores and the resid
 layer) is shared by all its trials. A prompt the model cannot answer (strict top-1) and a trial
 that cannot run (a word that is not one token, the same answer token for source and target, an
 incapable source, an unknown target) go to the exclusion ledger once, with the reason, and are
-never counted. The trials of one prompt at one layer edit the same run, so their edits (real and
-controls, all targets) go through one batched forward; steps then yield once per trial slot, and
-a cancelled job stops between prompts.
+never counted. Before any edit, one pass over the layers decomposes every prompt and narrows each
+swap's control pool to the tokens matched at every layer it is edited at (a swap's controls are
+one token per seed at all its layers: ``swap.controls``), within the first step. The trials of
+one prompt at one layer edit the same run, so their edits (real and controls, all targets) go
+through one batched forward; steps then yield once per trial slot, and a cancelled job stops
+between prompts.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.swap.controls import SharedPool
 from mcp_interp.core.swap.corpus import (
     Resolved,
     TrialKey,
@@ -36,7 +40,9 @@ from mcp_interp.core.swap.trial import (
     answer_score,
     capability_reason,
     check_settings,
+    chosen_controls,
     edit_position,
+    match_controls,
     new_record,
     plan_edit_trial,
     prompt_run,
@@ -99,8 +105,13 @@ class SwapBenchmarkJob:
 
     def _steps(self) -> Iterator[str]:
         runs, scores = self._baselines()
-        yield f"baselines: {len(runs)} prompts run, {len(self.exclusions)} excluded"
         blocked = self._blocked_trials(scores)
+        pools = self._match_controls(runs, blocked)
+        yield (
+            f"baselines: {len(runs)} prompts run, {len(self.exclusions)} excluded; controls matched at "
+            f"{len(self.layers)} layers"
+        )
+        controls = {key: chosen_controls(pool, self.settings.control_seeds) for key, pool in pools.items()}
         distances: dict[tuple[int, int], torch.Tensor] = {}
         for layer in self.layers:
             # The trials of one prompt at one layer edit the same run: their edits go through one batched forward.
@@ -111,7 +122,7 @@ class SwapBenchmarkJob:
                     if (key.function, key.source, key.target) in blocked:
                         done.append((key, None))
                         continue
-                    record, plan = self._plan(key, layer, runs, scores, distances)
+                    record, plan = self._plan(key, layer, runs, scores, distances, pools[key], controls[key])
                     self.trials.append(record)
                     done.append((key, record))
                     plans += [plan] if plan is not None else []
@@ -130,8 +141,31 @@ class SwapBenchmarkJob:
             settings=self.settings,
             lens=self.lens_info,
             summary=summarize(self.trials, self.layers, self.settings.control_seeds, n_slots),
-            exclusions=self.exclusions,
+            exclusions=[ledger_line(e) for e in self.exclusions],
             notes=self.notes + benchmark_notes(self.trials, self.settings),
+        )
+
+    def _match_controls(
+        self, runs: dict[tuple[str, str], PromptRun], blocked: dict[tuple[str, str, str], str]
+    ) -> dict[TrialKey, SharedPool]:
+        """Before any edit: each swap's control pool, narrowed layer by layer to the tokens matched at every layer
+        its source atom is active at (``swap.controls``: a control is one token for the whole swap). Decomposes
+        every prompt at every layer on the way (the edits reuse the decompositions)."""
+        pools = {key: SharedPool() for key in self.keys if (key.function, key.source, key.target) not in blocked}
+        for layer in self.layers:
+            distances: dict[tuple[int, int], torch.Tensor] = {}
+            for (function, source), group in itertools.groupby(pools, key=lambda k: (k.function, k.source)):
+                swaps = [(self._tokens(key), pools[key]) for key in group]
+                match_controls(self.model, self.lens, runs[(function, source)], layer, swaps, self.settings, distances)
+            self.lens.clear_device_cache()
+        return pools
+
+    def _tokens(self, key: TrialKey) -> TrialTokens:
+        return TrialTokens(
+            source_id=self.resolved.concept_ids[key.source],
+            target_id=self.resolved.concept_ids[key.target],
+            source_answer=self.resolved.answer_ids[(key.function, key.source)],
+            target_answer=self.resolved.answer_ids[(key.function, key.target)],
         )
 
     def _plan(
@@ -141,6 +175,8 @@ class SwapBenchmarkJob:
         runs: dict[tuple[str, str], PromptRun],
         scores: dict[tuple[str, str], AnswerScore],
         distances: dict[tuple[int, int], torch.Tensor],
+        pool: SharedPool,
+        controls: list[int] | None,
     ) -> tuple[TrialRecord, EditPlan | None]:
         """One trial's record and, when it executes, its solved edits (run later in the prompt's batch)."""
         tokenizer = self.model.tokenizer
@@ -153,13 +189,10 @@ class SwapBenchmarkJob:
             target_answer=self._score(run, self.resolved.answer_ids[(key.function, key.target)]),
             target_prompt_answer=scores[(key.function, key.target)],
         )
-        tokens = TrialTokens(
-            source_id=self.resolved.concept_ids[key.source],
-            target_id=self.resolved.concept_ids[key.target],
-            source_answer=self.resolved.answer_ids[(key.function, key.source)],
-            target_answer=self.resolved.answer_ids[(key.function, key.target)],
+        tokens = self._tokens(key)
+        plan = plan_edit_trial(
+            self.model, self.lens, run, layer, tokens, self.settings, record, distances, pool, controls
         )
-        plan = plan_edit_trial(self.model, self.lens, run, layer, tokens, self.settings, record, distances)
         return record, plan
 
     def _score(self, run: PromptRun, answer: tuple[int, ...]) -> AnswerScore:
@@ -177,11 +210,10 @@ class SwapBenchmarkJob:
         mismatched: set[str] = set()
         for function in self.corpus.functions:
             for concept in self.corpus.concepts:
-                prompt = prompt_text(function, concept)
                 reason = token_reason(self.resolved, self.corpus, function.name, concept)
                 if reason is not None:
                     self.exclusions.append(
-                        Exclusion(kind="prompt", function=function.name, concept=concept, prompt=prompt, reason=reason)
+                        Exclusion(kind="prompt", function=function.name, source=concept, reason=reason)
                     )
                     continue
                 ids, position = edit_position(tokenizer, function.template, concept, self.settings.position)
@@ -196,12 +228,8 @@ class SwapBenchmarkJob:
                         Exclusion(
                             kind="prompt",
                             function=function.name,
-                            concept=concept,
-                            prompt=prompt,
+                            source=concept,
                             reason="not capable: " + capability_reason(score),
-                            rank=score.rank,
-                            margin=score.margin,
-                            top_token=score.top_token,
                         )
                     )
         if mismatched:
@@ -330,3 +358,11 @@ def prepare_benchmark(
     return BenchmarkRun(
         model=model, corpus=corpus_object, layers=layers, lens_kind=lens_kind, lens_path=lens_path, settings=settings
     )
+
+
+def ledger_line(exclusion: Exclusion) -> str:
+    """One exclusion in words, as a result lists it (the artifact keeps the structured ledger)."""
+    where = f"{exclusion.function}/{exclusion.source}"
+    if exclusion.kind == "trial":
+        where = f"{where}→{exclusion.target}"
+    return f"{exclusion.kind} {where}: {exclusion.reason}"

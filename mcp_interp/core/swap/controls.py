@@ -8,17 +8,30 @@ vector is as far from the source's as the target's is:
 
 so a real success cannot be explained by "any edit of that size breaks the answer". The
 source, the target, both answers and every atom of the active support are never drawn (nor, by
-the caller, special tokens and unembedding rows beyond the tokenizer's vocabulary). The
-draw is uniform over the qualifying ids (sorted ascending) with a seeded **CPU**
-``torch.Generator``, so a seed names the same token on every device. Distances are computed in
-float64 on the CPU for the same reason. An empty candidate set is reported, never papered over
-by widening the tolerance.
+the caller, special tokens and unembedding rows beyond the tokenizer's vocabulary).
+
+**One control token per seed for a whole swap, at every layer.** The real arm of a swap
+(function, source, target) is the same token — the target — at every layer it is edited at, so
+each control is one token too: drawn once per seed from the tokens that qualify at *every* one of
+those layers (``SharedPool``, the intersection of the per-layer pools; the Jacobian lens's
+dictionary ``v_t = J_ℓᵀ W_U[:, t]`` and the active support both change with ℓ, so a token matched
+at one layer need not be at another). Then, under the null that the target is just another
+displacement-matched token, the columns real, control₁ … control_m of a prompt's trials are
+exchangeable *as columns* — which is what the prompt-level relabelling test in ``swap.summary``
+needs; a control redrawn per trial would make the real column one token and the control
+columns many, and a token effect shared by the real column's trials then looks like an effect.
+
+The draw is uniform over the qualifying ids (sorted ascending) with a seeded **CPU**
+``torch.Generator``, so a seed names the same token on every device; the controls of one swap
+are distinct tokens (a seed whose draw repeats an earlier seed's token draws again from its
+own generator). Distances are computed in float64 on the CPU for the same reason. An empty
+candidate set is reported, never papered over by widening the tolerance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -70,10 +83,47 @@ def control_pool(
     )
 
 
-def draw_control(pool: ControlPool, seed: int) -> int:
-    """One token id drawn uniformly from the pool with a CPU generator seeded by ``seed``."""
-    if pool.candidates.numel() == 0:
-        raise ValueError("the control pool is empty")
+@dataclass
+class SharedPool:
+    """The tokens that qualify as a control of one swap at every layer added so far: the intersection of the
+    per-layer pools (``add`` one per layer the swap is edited at, then ``draw``)."""
+
+    candidates: torch.Tensor | None = None  # ascending ids; None until a layer is added
+    layer_sizes: dict[int, int] = field(default_factory=dict)  # each layer's own pool size
+    nearest_ratio: float | None = None  # the worst layer's closest relative mismatch (why a pool is empty)
+
+    def add(self, layer: int, pool: ControlPool) -> None:
+        self.layer_sizes[layer] = int(pool.candidates.numel())
+        if pool.nearest_ratio is not None:
+            self.nearest_ratio = max(self.nearest_ratio or 0.0, pool.nearest_ratio)
+        if self.candidates is None:
+            self.candidates = pool.candidates
+        else:
+            self.candidates = self.candidates[torch.isin(self.candidates, pool.candidates)]
+
+    @property
+    def size(self) -> int:
+        return 0 if self.candidates is None else int(self.candidates.numel())
+
+
+def draw_control(candidates: torch.Tensor, seed: int, taken: Sequence[int] = ()) -> int:
+    """One token id drawn uniformly from ``candidates`` with a CPU generator seeded by ``seed``; a draw in ``taken``
+    is redrawn from the same generator (so the tokens of one swap's seeds are distinct)."""
+    if candidates.numel() <= len(set(taken) & set(candidates.tolist())):
+        raise ValueError("the control pool has no token left to draw")
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
-    index = int(torch.randint(pool.candidates.numel(), (1,), generator=generator))
-    return int(pool.candidates[index])
+    while True:
+        token = int(candidates[int(torch.randint(candidates.numel(), (1,), generator=generator))])
+        if token not in taken:
+            return token
+
+
+def draw_controls(candidates: torch.Tensor, seeds: Sequence[int]) -> list[int]:
+    """One distinct control token per seed, in seed order (``draw_control``); needs at least ``len(seeds)``
+    candidates."""
+    if candidates.numel() < len(seeds):
+        raise ValueError(f"{candidates.numel()} candidate token(s) for {len(seeds)} seeds")
+    tokens: list[int] = []
+    for seed in seeds:
+        tokens.append(draw_control(candidates, seed, tokens))
+    return tokens

@@ -1,44 +1,56 @@
-"""Figures of the causal-swap family: success rates by layer."""
+"""Figures of the causal-swap family: the graded effect and the strict success rate by layer."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mcp_interp.core.engine.stats import clopper_pearson
 from mcp_interp.figures import DPI, LOCK, plt, png
+from mcp_interp.schemas.swap import LayerSummary
 
 
-def swap_rates_figure(
-    layers: Sequence[int],
-    real: Sequence[tuple[float | None, float, float, int]],
-    control: Sequence[tuple[float | None, float, float, int]],
-    title: str,
-) -> bytes:
-    """Success rate by layer, real edit vs controls, with exact 95% intervals as error bars.
+def swap_layers_figure(rows: Sequence[LayerSummary], m: int, title: str) -> bytes:
+    """By edited layer, real edit vs its ``m`` controls: the median margin gain (logits; > 0 = toward the target's
+    answer), the strict success rate with exact 95 % intervals, and the number of executed trials.
 
-    Each entry is (rate or None, ci_low, ci_high, n); layers with n = 0 are drawn as an empty
-    marker at the bottom so "nothing executed here" is visible rather than absent.
+    A layer with no executed trial is marked with an x at 0 so "nothing executed here" is visible, not absent. The
+    rates' intervals treat a layer's trials as independent (descriptive; the tests are in the summary).
     """
+    layers = [row.layer for row in rows]
     with LOCK:
-        fig, (top, bottom) = plt.subplots(
-            2, 1, figsize=(8, 5), dpi=DPI, sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+        fig, (gain, rate, count) = plt.subplots(
+            3, 1, figsize=(8, 6.5), dpi=DPI, sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]}
         )
         try:
-            offsets = {"real edit": (-0.15, real, "tab:red"), "controls": (0.15, control, "tab:grey")}
-            for label, (shift, rows, colour) in offsets.items():
-                xs = [layer + shift for layer, row in zip(layers, rows, strict=True) if row[0] is not None]
-                ys = [row[0] for row in rows if row[0] is not None]
-                low = [row[0] - row[1] for row in rows if row[0] is not None]
-                high = [row[2] - row[0] for row in rows if row[0] is not None]
-                top.errorbar(xs, ys, yerr=[low, high], fmt="o", color=colour, capsize=3, label=label)
-                bottom.bar([layer + shift for layer in layers], [row[3] for row in rows], width=0.3, color=colour)
-            empty = [layer for layer, row in zip(layers, real, strict=True) if row[3] == 0]
-            top.scatter(empty, [0.0] * len(empty), marker="x", color="black", label="no executed trial")
-            top.set_ylim(-0.05, 1.05)
-            top.set_ylabel("success rate (target top-1)")
-            top.set_title(title, fontsize=9)
-            top.legend(fontsize=8)
-            bottom.set_ylabel("n (trials | draws)")
-            bottom.set_xlabel("edited layer (block output)")
+            real = [(row.layer - 0.15, row.real_median_gain, row.real_successes, row.executed) for row in rows]
+            control = [
+                (row.layer + 0.15, row.control_median_gain, row.control_successes, row.executed * m) for row in rows
+            ]
+            for label, colour, values in (("real edit", "tab:red", real), (f"controls ({m})", "tab:grey", control)):
+                done = [(x, g, k, n) for x, g, k, n in values if n > 0 and g is not None]
+                gain.plot([v[0] for v in done], [v[1] for v in done], "o", color=colour, label=label)
+                points = [(x, k / n, *clopper_pearson(k, n)) for x, _, k, n in done]
+                rate.errorbar(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    yerr=[[p[1] - p[2] for p in points], [p[3] - p[1] for p in points]],
+                    fmt="o",
+                    color=colour,
+                    capsize=3,
+                )
+                count.bar([v[0] for v in values], [v[3] for v in values], width=0.3, color=colour)
+            empty = [row.layer for row in rows if row.executed == 0]
+            gain.scatter(empty, [0.0] * len(empty), marker="x", color="black", label="no executed trial")
+            gain.axhline(0.0, color="black", linewidth=0.6)
+            gain.set_ylabel("median margin gain (logits)")
+            gain.set_title(title, fontsize=9)
+            gain.legend(fontsize=8)
+            rate.set_ylim(-0.05, 1.05)
+            rate.set_ylabel("strict top-1 rate")
+            count.set_ylabel("edits")
+            count.set_xlabel("edited layer (block output)")
+            if len(layers) <= 32:
+                count.set_xticks(layers)
             fig.tight_layout()
             return png(fig)
         finally:

@@ -1,12 +1,23 @@
-"""Summarising executed causal-swap trials: rates with exact intervals, the paired tests, notes.
+"""Summarising executed causal-swap trials: the strict success rate, the graded specificity, their tests, notes.
 
-Model-free: it reads ``TrialRecord``s only, so tests can feed it records built by hand. The
-statistics themselves (and the choices behind them) are in ``swap.stats``.
+Model-free: it reads ``TrialRecord``s only, so tests can feed it records built by hand. Three questions, each
+answered by the same prompt-level relabelling test (``engine.stats.relabel_test``; the choice is explained in
+``swap.stats``), each on one number per (prompt, arm) — a prompt is (function, source), its arms the real edit and
+one control per seed, each summarised over the prompt's executed trials (every target and layer):
+
+* **swap** — the headline rule: the strict top-1 success rate of the target's answer (``swap_test``);
+* **specificity** — the mean margin gain (edited − unedited margin of the target's answer, logits; > 0 = toward
+  the target): does the real edit move the answer more than a displacement-matched control does?
+* **beats all** — the fraction of trials in which an arm's margin gain is above every other arm's; by chance
+  1/(m + 1) for each arm.
+
+A benchmark can show "no swap" (0 strict successes, p = 1) with a specific graded effect (the real edit raises the
+target's margin more than its controls, p small): the verdict says both, so neither reads as the other.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import statistics
 from collections.abc import Sequence
 
 from mcp_interp.core.engine import stats as verdicts
@@ -14,85 +25,140 @@ from mcp_interp.core.swap import stats
 from mcp_interp.core.swap.trial import EXECUTED, INACTIVE, NO_CONTROL, TRIAL_STATUSES
 from mcp_interp.schemas.swap import (
     LayerSummary,
-    PairedTest,
-    PromptLevelTest,
+    PromptTest,
     RateSummary,
-    SeedMcNemar,
-    SeedRate,
-    SeedSpread,
+    Specificity,
     SwapSettings,
     SwapSummary,
     TrialRecord,
 )
 
+ALPHA = verdicts.ALPHA
 
-def rate_summary(successes: Sequence[bool], prompts: set[tuple[str, str]]) -> RateSummary:
+
+def rate_summary(successes: Sequence[bool]) -> RateSummary:
     r = verdicts.rate(successes)
-    return RateSummary(
-        successes=r.successes, n=r.n, rate=r.rate, ci_low=r.low, ci_high=r.high, n_independent_prompts=len(prompts)
+    return RateSummary(successes=r.successes, n=r.n, rate=r.rate, ci_low=r.low, ci_high=r.high)
+
+
+def prompt_test(arms: list[list[float]], seed: int, draws: int) -> PromptTest:
+    """``relabel_test`` on one value per (prompt, arm), real arm first, as the schema reports it."""
+    test = verdicts.relabel_test(arms, seed=seed, draws=draws)
+    return PromptTest(
+        real=test.real_mean,
+        control=test.control_mean,
+        difference=test.statistic,
+        p_value=test.p_value,
+        p_greater=test.p_greater,
+        draws=test.draws,
     )
 
 
-def summarize(trials: Sequence[TrialRecord], layers: Sequence[int], seeds: Sequence[int], excluded: int) -> SwapSummary:
-    """Rates, intervals and the paired test over executed trials. Model-free (tests feed records)."""
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(
+    trials: Sequence[TrialRecord],
+    layers: Sequence[int],
+    seeds: Sequence[int],
+    excluded: int,
+    seed: int = 0,
+    draws: int = verdicts.RELABEL_DRAWS,
+) -> SwapSummary:
+    """Rates, intervals and the three prompt-level tests over executed trials. ``seed`` and ``draws`` drive the
+    Monte Carlo relabellings when exact enumeration is too large (its p-values are valid for any seed)."""
     executed = [t for t in trials if t.status == EXECUTED]
     prompts = {(t.function, t.source) for t in executed}
+    clusters = [(t.function, t.source) for t in executed]
     real = [bool(t.real and t.real.top1) for t in executed]
     control_rows = [[c.score.top1 for c in t.controls] for t in executed]
-    by_seed = []
-    per_seed_tests = []
-    for i, seed in enumerate(seeds):
-        column = [row[i] for row in control_rows]
-        by_seed.append(SeedRate(seed=seed, rate=rate_summary(column, prompts)))
-        test = verdicts.mcnemar(real, column)
-        per_seed_tests.append(
-            SeedMcNemar(seed=seed, real_only=test.real_better, control_only=test.control_better, p_value=test.p_value)
-        )
-    seed_rates = [s.rate.rate for s in by_seed if s.rate.rate is not None]
-    mean, sd, low, high = stats.spread(seed_rates) if seed_rates else (None, None, None, None)
-    paired = stats.exchangeable_test(real, control_rows)
-    clustered = stats.prompt_level_test(real, control_rows, [f"{t.function}/{t.source}" for t in executed])
-    by_layer = []
-    for layer in layers:
-        at = [t for t in trials if t.layer == layer]
-        done = [t for t in at if t.status == EXECUTED]
-        layer_prompts = {(t.function, t.source) for t in done}
-        by_layer.append(
-            LayerSummary(
-                layer=layer,
-                executed=len(done),
-                skipped_source_inactive=sum(t.status == INACTIVE for t in at),
-                skipped_no_control_token=sum(t.status == NO_CONTROL for t in at),
-                real=rate_summary([bool(t.real and t.real.top1) for t in done], layer_prompts),
-                control=rate_summary([c.score.top1 for t in done for c in t.controls], layer_prompts),
-            )
-        )
+    gains = [[gain_of(t), *t.control_margin_gains] for t in executed]
+    successes = [[float(r), *map(float, row)] for r, row in zip(real, control_rows, strict=True)]
+    swap = prompt_test(stats.arm_means(successes, clusters), seed, draws)
+    specificity = specificity_of(gains, clusters, len(seeds), seed, draws)
+    real_rate = rate_summary(real)
     return SwapSummary(
+        verdict=verdict(real_rate, swap, specificity, len(seeds), len(prompts)),
         status_counts={status: sum(t.status == status for t in trials) for status in TRIAL_STATUSES},
-        layers=list(layers),
-        layers_executed=[s.layer for s in by_layer if s.executed],
-        real=rate_summary(real, prompts),
-        control=rate_summary([c for row in control_rows for c in row], prompts),
-        control_by_seed=by_seed,
-        control_seed_spread=SeedSpread(mean=mean, sd=sd, min=low, max=high),
-        paired=PairedTest(
-            test="exact conditional test: under H0 each trial's real edit is exchangeable with its matched controls, "
-            "so given s_i successes among its m + 1 arms it succeeds with probability s_i/(m + 1); the count of real "
-            "successes has a Poisson-binomial null",
-            real_successes=paired.real_successes,
-            expected_real_successes=paired.expected,
-            informative_trials=paired.informative_trials,
-            p_real_better=paired.p_real_better,
-            p_control_better=paired.p_control_better,
-            p_value=paired.p_value,
-            per_seed=per_seed_tests,
-            by_prompt=PromptLevelTest(**dataclasses.asdict(clustered)),
-        ),
-        by_layer=by_layer,
+        real=real_rate,
+        control=rate_summary([c for row in control_rows for c in row]),
+        swap_test=swap,
+        specificity=specificity,
+        by_layer=[layer_summary(trials, layer) for layer in layers],
         n_independent_prompts=len(prompts),
         real_success_prompts=sorted({f"{t.function}/{t.source}" for t in executed if t.real and t.real.top1}),
         excluded_trials=excluded,
         target_was_active=sum(bool(t.target_was_active) for t in executed),
+    )
+
+
+def gain_of(trial: TrialRecord) -> float:
+    if trial.margin_gain is None or not trial.control_margin_gains:
+        raise ValueError(f"executed trial {trial.function}/{trial.source}→{trial.target} has no margin gains")
+    return trial.margin_gain
+
+
+def specificity_of(
+    gains: list[list[float]], clusters: list[tuple[str, str]], m: int, seed: int, draws: int
+) -> Specificity:
+    """The margin-gain and beats-all tests; ``gains[i]`` is trial i's arms (real first), ``m`` controls each."""
+    beats = [stats.beats_all(row) for row in gains]
+    wins = sum(int(row[0]) for row in beats)
+    return Specificity(
+        real_median_gain=median([row[0] for row in gains]),
+        control_median_gain=median([g for row in gains for g in row[1:]]),
+        margin_gain=prompt_test(stats.arm_means(gains, clusters), seed, draws),
+        beats_all=wins,
+        chance=1 / (m + 1),
+        beats_all_test=prompt_test(stats.arm_means(beats, clusters), seed + 1, draws),
+    )
+
+
+def layer_summary(trials: Sequence[TrialRecord], layer: int) -> LayerSummary:
+    at = [t for t in trials if t.layer == layer]
+    done = [t for t in at if t.status == EXECUTED]
+    return LayerSummary(
+        layer=layer,
+        executed=len(done),
+        skipped=sum(t.status in (INACTIVE, NO_CONTROL) for t in at),
+        real_successes=sum(bool(t.real and t.real.top1) for t in done),
+        control_successes=sum(c.score.top1 for t in done for c in t.controls),
+        real_median_gain=median([gain_of(t) for t in done]),
+        control_median_gain=median([g for t in done for g in t.control_margin_gains]),
+    )
+
+
+def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: int, prompts: int) -> str:
+    """Both answers in words, each worded from its own p-value (two-sided, α = 0.05) and never from a rate alone."""
+    if not real.n:
+        return "No trial executed: nothing was tested (see status_counts)."
+    if swap.p_value <= ALPHA and swap.difference > 0:
+        strict = "the real edits swap the answer more often than their controls"
+    elif swap.p_value <= ALPHA:
+        strict = "the controls swap the answer more often than the real edits"
+    else:
+        strict = "no swap beyond the controls"
+    gain = specificity.margin_gain
+    if gain.p_value <= ALPHA and gain.difference > 0:
+        graded = "specific: the real edits raise the target answer's margin more than their controls"
+    elif gain.p_value <= ALPHA:
+        graded = "anti-specific: the controls raise the target answer's margin more than the real edits"
+    else:
+        graded = "no specific effect: the real edits move the target answer's margin like their controls"
+    rate = specificity.beats_all / real.n
+    real_gain, control_gain = specificity.real_median_gain, specificity.control_median_gain
+    medians = (
+        f"median margin gain real {real_gain:+.3f}, controls {control_gain:+.3f}; "
+        if real_gain is not None and control_gain is not None
+        else ""
+    )
+    return (
+        f"Strict swap: {real.successes}/{real.n} real edits made the target's answer the top-1 — {strict} "
+        f"(prompt-level p = {swap.p_value:.3g}, {prompts} prompts). Graded: {graded} ({medians}per-prompt mean "
+        f"real − control {gain.difference:+.3f} logits, p = {gain.p_value:.3g}); the real edit beat all {m} controls "
+        f"in {specificity.beats_all}/{real.n} trials ({rate:.3f} vs chance {specificity.chance:.3f}, "
+        f"p = {specificity.beats_all_test.p_value:.3g})."
     )
 
 
@@ -101,9 +167,9 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
     notes = []
     if executed:
         notes.append(
-            "Trials of one prompt at several layers and targets are not independent; the Clopper–Pearson intervals "
-            "treat them as if they were, so read every rate next to its n_independent_prompts (the paired tests are "
-            "conditional on every arm's outcome and stay valid; paired.by_prompt weights prompts equally)."
+            "Trials of one prompt at several layers and targets are not independent: the Clopper–Pearson intervals "
+            "treat them as if they were (read them next to n_independent_prompts); the p-values do not — each test "
+            "summarises a prompt's trials per arm and relabels which arm is real once per prompt."
         )
     winners = {(t.function, t.source) for t in executed if t.real and t.real.top1}
     if 0 < len(winners) < 3:
@@ -128,8 +194,8 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
     prompts = {(t.function, t.source) for t in executed}
     if executed and len(prompts) < 5:
         notes.append(
-            f"The {len(executed)} executed trials come from only {len(prompts)} distinct prompt(s): trials sharing a "
-            "prompt are not independent, so the intervals overstate the evidence."
+            f"The {len(executed)} executed trials come from only {len(prompts)} distinct prompt(s): a prompt-level "
+            "test over so few prompts has little power, and its smallest possible p-value is large."
         )
     if settings.lens == "logit":
         notes.append("Lens: logit lens (J = I); atoms are unembedding columns, which ignore the final norm.")

@@ -12,8 +12,12 @@ layer ℓ makes the model answer as if the prompt were about *target*. A trial:
    the active support the trial is ``skipped_source_inactive``. Otherwise the library's anchored
    coordinate patch (``solve_coordinate_patch``, mode ``substitute``: h += α·c_src·(v_tgt − v_src))
    is applied and the target's answer scored.
-3. **Displacement-matched controls**, one per seed, edited and scored identically
-   (``swap.controls``); no qualifying token → ``skipped_no_control_token``.
+3. **Displacement-matched controls**, one token per seed for the whole swap (function, source,
+   target), matched at every layer it is edited at (``swap.controls``), edited and scored
+   identically; too few qualifying tokens → ``skipped_no_control_token``.
+4. **Graded effect.** Beside strict success, each edit's ``margin gain``: the target answer's
+   margin after the edit minus before it (logits; > 0 = the edit moved the answer toward the
+   target's), for the real edit (``margin_gain``) and each control (``control_margin_gains``).
 
 Implementation note: the real and control edits of one trial differ only in the target atom, so
 their patched activations are computed with the library's ``solve_coordinate_patch`` (what
@@ -25,7 +29,6 @@ cheaper. Any other error propagates: a skip status is only ever one of the two n
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,7 +40,7 @@ from pydantic import ValidationError
 from mcp_interp.core.engine.bridge import hook_out
 from mcp_interp.core.engine.tokens import token_ids
 from mcp_interp.core.swap import stats
-from mcp_interp.core.swap.controls import ControlPool, control_pool, distances_from, draw_control
+from mcp_interp.core.swap.controls import SharedPool, control_pool, distances_from, draw_controls
 from mcp_interp.core.swap.corpus import prompt_text, single_token, word_tokens
 from mcp_interp.core.swap.lenses import resolve_lens
 from mcp_interp.errors import InputError, NumericalError
@@ -48,7 +51,6 @@ from mcp_interp.schemas.swap import (
     Atom,
     ControlDraw,
     LensInfo,
-    PatchDiagnostics,
     SwapFunction,
     SwapSettings,
     SwapTrialMeasurement,
@@ -61,6 +63,12 @@ INACTIVE: Final = "skipped_source_inactive"
 NO_CONTROL: Final = "skipped_no_control_token"
 TRIAL_STATUSES = (EXECUTED, INACTIVE, NO_CONTROL)
 SUPPORT_SHOWN = 10
+# α = 1 moves the source's whole coordinate to the target (the substitution); α in [0, 1] interpolates inside the
+# non-negative decomposition and |α| > 1 extrapolates past it (the solver warns; the warning is recorded per edit).
+# The edit is exactly proportional to α, real and controls alike, so a dose-response over α stays controlled. At
+# α = 1 the default benchmark's edits are ~4.5 in norm and move the target's margin by well under a logit, while a
+# swap needs ~8, so α is allowed far past 1; the bound only keeps a typo (α = 1e6) from being a run of NaNs.
+MAX_ALPHA = 100.0
 
 
 def check_settings(model: LoadedModel, settings: SwapSettings, layers: Sequence[int], lens_info: LensInfo) -> None:
@@ -70,6 +78,8 @@ def check_settings(model: LoadedModel, settings: SwapSettings, layers: Sequence[
         raise InputError("`control_seeds` must be distinct.")
     if not 1 <= settings.k <= 25:
         raise InputError(f"`k` (atoms in the sparse decomposition) must be between 1 and 25, got {settings.k}.")
+    if not -MAX_ALPHA <= settings.alpha <= MAX_ALPHA:
+        raise InputError(f"`alpha` must be within ±{MAX_ALPHA:g} (1 = full substitution), got {settings.alpha}.")
     if not settings.control_tolerance >= 0:
         raise InputError(f"`control_tolerance` must be >= 0, got {settings.control_tolerance}.")
     if not layers:
@@ -145,7 +155,6 @@ def answer_score(tokenizer: Any, logits: torch.Tensor, answer: int | Sequence[in
         token=tokenizer.decode(tokens),
         token_id=tokens[0],
         n_tokens=len(tokens),
-        logit=score.logit,
         rank=score.rank,
         margin=score.margin,
         top1=score.strict_top1,
@@ -211,17 +220,6 @@ def edited_logits(
     return require_finite(logits[:, len(run.ids) - 1 :].float().cpu(), model.tokenizer, run.ids, where)
 
 
-def patch_diagnostics(patch: Any, raised: list[str]) -> PatchDiagnostics:
-    condition = float(patch.basis_condition_number)
-    return PatchDiagnostics(
-        source_target_cosine=float(patch.source_target_cosine),
-        basis_rank=int(patch.basis_rank),
-        basis_condition_number=condition if math.isfinite(condition) else None,
-        residual_max_delta=float(patch.residual_max_delta),
-        warnings=raised,
-    )
-
-
 def require_finite(logits: torch.Tensor, tokenizer: Any, ids: list[int], where: str) -> torch.Tensor:
     """Refuse to score non-finite logits: a NaN must never be counted as a failed swap."""
     if not bool(torch.isfinite(logits).all()):
@@ -237,7 +235,7 @@ def top_atoms(tokenizer: Any, decomposition: Any, dictionary: torch.Tensor) -> l
     coordinates = decomposition.coordinates.detach().float().cpu().tolist()
     norms = torch.linalg.vector_norm(dictionary[decomposition.support.to(dictionary.device)].float(), dim=1).cpu()
     atoms = [
-        Atom(token=tokenizer.decode([t]), token_id=int(t), coordinate=c, contribution=c * float(n))
+        Atom(token=tokenizer.decode([t]), coordinate=c, contribution=c * float(n))
         for t, c, n in zip(support, coordinates, norms.tolist(), strict=True)
     ]
     return sorted(atoms, key=lambda a: -a.contribution)[:SUPPORT_SHOWN]
@@ -267,7 +265,64 @@ class EditPlan:
     distances: torch.Tensor
     patched: torch.Tensor  # [1 + seeds, d_model]: the edited activations, real first
     patches: list[Any]
-    diagnostics: list[PatchDiagnostics]
+    warnings: list[list[str]]  # the solver's, per edit (real first)
+
+
+def decomposition_at(model: LoadedModel, lens: Any, run: PromptRun, layer: int, k: int) -> Any:
+    """The sparse decomposition of the prompt's activation at ``layer`` (computed once per run and layer)."""
+    if layer not in run.decompositions:
+        dictionary = lens.lens_vector_dictionary(model.bridge, layer)
+        x = run.activations[layer].float().to(dictionary.device)
+        run.decompositions[layer] = lens.decompose(model.bridge, x, layer, k=k)
+    return run.decompositions[layer]
+
+
+def source_distances(
+    dictionary: torch.Tensor, layer: int, source_id: int, cache: dict[tuple[int, int], torch.Tensor]
+) -> torch.Tensor:
+    """‖v_t − v_source‖ at ``layer`` for every t; ``cache`` maps (layer, source id) to it (it depends on nothing else,
+    so a benchmark shares it across prompts and targets of one layer)."""
+    key = (layer, source_id)
+    if key not in cache:
+        cache[key] = distances_from(dictionary, source_id)
+    return cache[key]
+
+
+def match_controls(
+    model: LoadedModel,
+    lens: Any,
+    run: PromptRun,
+    layer: int,
+    swaps: Sequence[tuple[TrialTokens, SharedPool]],
+    settings: SwapSettings,
+    distance_cache: dict[tuple[int, int], torch.Tensor],
+) -> None:
+    """Narrow each swap's shared control pool to the tokens that also qualify at ``layer`` — when its source atom is
+    active there (the only layers it is edited at). Every swap of ``swaps`` is one target of this run's prompt.
+
+    A control must be displacement-matched at every layer its swap is edited at, since it stays the same token at
+    all of them (``swap.controls``); the active support is excluded per layer, as for a single layer."""
+    dictionary = lens.lens_vector_dictionary(model.bridge, layer)
+    support = [int(t) for t in decomposition_at(model, lens, run, layer, settings.k).support.tolist()]
+    for tokens, shared in swaps:
+        if tokens.source_id not in support:
+            continue
+        distances = source_distances(dictionary, layer, tokens.source_id, distance_cache)
+        excluded = {*tokens.source_answer, *tokens.target_answer, *support}
+        excluded.update(never_drawn(model.tokenizer, dictionary.shape[0]))
+        shared.add(
+            layer,
+            control_pool(
+                dictionary, tokens.source_id, tokens.target_id, excluded, settings.control_tolerance, distances
+            ),
+        )
+
+
+def chosen_controls(shared: SharedPool, seeds: Sequence[int]) -> list[int] | None:
+    """One distinct control token per seed from a swap's shared pool, or None when it has fewer tokens than seeds."""
+    if shared.candidates is None or shared.size < len(seeds):
+        return None
+    return draw_controls(shared.candidates, seeds)
 
 
 def plan_edit_trial(
@@ -279,25 +334,22 @@ def plan_edit_trial(
     settings: SwapSettings,
     record: TrialRecord,
     distance_cache: dict[tuple[int, int], torch.Tensor],
+    shared: SharedPool,
+    controls: list[int] | None,
 ) -> EditPlan | None:
-    """Step 2 of a trial: decompose, check the source is active, draw controls and solve every edit. Returns None
-    (with ``record`` skipped and explained) when the trial cannot execute. Separate from the forward so a benchmark
-    can run the edits of several trials of one prompt and layer in one batch.
-
-    ``distance_cache`` maps (layer, source id) to ‖v_t − v_source‖ for every t (it depends on nothing
-    else, so a benchmark shares it across prompts and targets of one layer).
-    """
+    """Step 2 of a trial: decompose, check the source is active and solve every edit — toward the target and toward
+    the swap's ``controls`` (drawn by ``chosen_controls`` from ``shared``, the pool matched at every layer the swap is
+    edited at; None when too few tokens qualify). Returns None (with ``record`` skipped and explained) when the trial
+    cannot execute. Separate from the forward so a benchmark can run the edits of several trials of one prompt and
+    layer in one batch."""
     from transformer_lens.tools.analysis.jacobian_lens_coordinate_patch import solve_coordinate_patch
 
     tokenizer = model.tokenizer
     dictionary = lens.lens_vector_dictionary(model.bridge, layer)
     x = run.activations[layer].float().to(dictionary.device)
-    if layer not in run.decompositions:
-        run.decompositions[layer] = lens.decompose(model.bridge, x, layer, k=settings.k)
-    decomposition = run.decompositions[layer]
+    decomposition = decomposition_at(model, lens, run, layer, settings.k)
     support = [int(t) for t in decomposition.support.tolist()]
     record.support = top_atoms(tokenizer, decomposition, dictionary)
-    record.support_size = len(support)
     if tokens.source_id not in support:
         shown = ", ".join(repr(a.token) for a in record.support)
         record.status = INACTIVE
@@ -307,29 +359,23 @@ def plan_edit_trial(
         )
         return None
     record.source_coordinate = float(decomposition.coordinates[support.index(tokens.source_id)])
-    key = (layer, tokens.source_id)
-    if key not in distance_cache:
-        distance_cache[key] = distances_from(dictionary, tokens.source_id)
-    distances = distance_cache[key]
-    excluded = {*tokens.source_answer, *tokens.target_answer, *support}
-    excluded.update(never_drawn(tokenizer, dictionary.shape[0]))
-    pool: ControlPool = control_pool(
-        dictionary, tokens.source_id, tokens.target_id, excluded, settings.control_tolerance, distances
-    )
-    record.target_displacement = pool.reference_distance
-    record.control_pool_size = int(pool.candidates.numel())
-    if pool.candidates.numel() == 0:
-        nearest = "no token left to compare" if pool.nearest_ratio is None else f"{pool.nearest_ratio:.4f}"
+    distances = source_distances(dictionary, layer, tokens.source_id, distance_cache)
+    record.target_displacement = float(distances[tokens.target_id])
+    record.control_pool_size = shared.size
+    if controls is None:
+        sizes = shared.layer_sizes.values()
+        nearest = "no token left to compare" if shared.nearest_ratio is None else f"{shared.nearest_ratio:.4f}"
         record.status = NO_CONTROL
         record.detail = (
-            f"no token's displacement from the source matches ‖v_target − v_source‖ = {pool.reference_distance:.4f} "
-            f"within tolerance {settings.control_tolerance} (closest relative mismatch: {nearest}); the tolerance is "
-            "never widened silently — pass a larger control_tolerance to allow looser controls"
+            f"{shared.size} token(s) for {len(settings.control_seeds)} control seeds: a control must match "
+            f"‖v_target − v_source‖ (here {record.target_displacement:.4f}) within tolerance "
+            f"{settings.control_tolerance} at every layer this swap is edited at ({len(shared.layer_sizes)} layers, "
+            f"{min(sizes)}–{max(sizes)} tokens qualify at each; closest relative mismatch at the worst: {nearest}); "
+            "the tolerance is never widened silently — pass a larger control_tolerance to allow looser controls"
         )
         return None
-    controls = [draw_control(pool, seed) for seed in settings.control_seeds]
     edits = [tokens.target_id, *controls]
-    patches, diagnostics = [], []
+    patches, said = [], []
     for edit in edits:
         with warnings.catch_warnings(record=True) as raised:
             warnings.simplefilter("always")
@@ -337,9 +383,9 @@ def plan_edit_trial(
                 x, dictionary, tokens.source_id, edit, decomposition=decomposition, k=settings.k, alpha=settings.alpha
             )
         patches.append(patch)
-        diagnostics.append(patch_diagnostics(patch, [str(w.message) for w in raised]))
+        said.append([str(w.message) for w in raised])  # rank deficiency, poor conditioning, alpha extrapolating
     patched = torch.stack([x + patch.delta for patch in patches])
-    return EditPlan(record, tokens, controls, distances, patched, patches, diagnostics)
+    return EditPlan(record, tokens, controls, distances, patched, patches, said)
 
 
 def run_edits(model: LoadedModel, run: PromptRun, layer: int, plans: Sequence[EditPlan]) -> list[EditLogits]:
@@ -377,7 +423,6 @@ def score_edit_trial(model: LoadedModel, plan: EditPlan, logits: EditLogits, set
     record.real_source_answer = answer_score(tokenizer, logits.source, tokens.source_answer)
     record.target_was_active = not patches[0].target_was_appended
     record.real_edit_norm = float(torch.linalg.vector_norm(patches[0].delta))
-    record.real_patch = plan.diagnostics[0]
     record.controls = [
         ControlDraw(
             seed=seed,
@@ -386,10 +431,15 @@ def score_edit_trial(model: LoadedModel, plan: EditPlan, logits: EditLogits, set
             displacement=float(plan.distances[token]),
             edit_norm=float(torch.linalg.vector_norm(patch.delta)),
             score=answer_score(tokenizer, logits.target[i + 1], tokens.target_answer),
-            patch=plan.diagnostics[i + 1],
         )
         for i, (seed, token, patch) in enumerate(zip(settings.control_seeds, plan.controls, patches[1:], strict=True))
     ]
+    names = ["real", *(f"seed {seed}" for seed in settings.control_seeds)]
+    record.warnings = [f"{name}: {said}" for name, edit in zip(names, plan.warnings, strict=True) for said in edit]
+    assert record.baseline is not None  # every caller scores the unedited run first
+    unedited = record.baseline.target_answer.margin
+    record.margin_gain = record.real.margin - unedited
+    record.control_margin_gains = [c.score.margin - unedited for c in record.controls]
 
 
 def causal_swap_trial(
@@ -448,7 +498,10 @@ def causal_swap_trial(
         record.detail = "target fact not known: " + capability_reason(baseline.target_prompt_answer)
     else:
         try:
-            plan = plan_edit_trial(model, lens, run, layer, tokens, settings, record, {})
+            shared, distances = SharedPool(), dict[tuple[int, int], torch.Tensor]()
+            match_controls(model, lens, run, layer, [(tokens, shared)], settings, distances)
+            controls = chosen_controls(shared, settings.control_seeds)
+            plan = plan_edit_trial(model, lens, run, layer, tokens, settings, record, distances, shared, controls)
             if plan is not None:
                 score_edit_trial(model, plan, run_edits(model, run, layer, [plan])[0], settings)
         finally:
@@ -456,9 +509,12 @@ def causal_swap_trial(
     if record.status == EXECUTED:
         assert record.real is not None
         wins = sum(c.score.top1 for c in record.controls)
+        assert record.margin_gain is not None
+        beaten = sum(record.margin_gain > g for g in record.control_margin_gains)
         notes.append(
             f"One trial is an anecdote: real edit {'succeeded' if record.real.top1 else 'failed'}, "
-            f"{wins}/{len(record.controls)} controls succeeded. Use causal_swap_benchmark for rates with intervals."
+            f"{wins}/{len(record.controls)} controls succeeded; margin gain {record.margin_gain:+.3f} logits, above "
+            f"{beaten} of {len(record.controls)} controls'. Use causal_swap_benchmark for tests against the controls."
         )
     return SwapTrialMeasurement(trial=record, settings=settings, lens=lens_info, notes=notes)
 
