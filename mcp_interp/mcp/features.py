@@ -37,16 +37,13 @@ async def probe(
     ] = "logistic",
     test_fraction: Annotated[float, Field(description="Held out.")] = 0.25,
     seed: Annotated[int, Field(description="Seed of the split and the controls.")] = 0,
-    control: Annotated[bool, Field(description="Run the controls (p-values, selectivity).")] = True,
-    control_draws: Annotated[int, Field(description="Draws per control, 19 to 100.")] = 20,
-    groups: Annotated[
-        list[str | int] | None, Field(description="One group id per text: whole groups are held out.")
-    ] = None,
+    control: Annotated[bool, Field(description="Run the controls.")] = True,
+    control_draws: Annotated[int, Field(description="Per control, 19 to 100.")] = 20,
+    groups: Annotated[list[str | int] | None, Field(description="One id per text; groups held out whole.")] = None,
     background: Background = False,
 ) -> Annotated[CallToolResult, ProbeResult]:
-    """Linear probes of resid_post per layer (one forward pass): held-out accuracy with an exact interval, a
-    shuffled-label control and, when the labels are a function of one token or group, Hewitt & Liang's type-keyed
-    control, with p-values and selectivity; each direction stored as direction:// for `ablate` and `steer`."""
+    """Linear probes of resid_post per layer: held-out accuracy, shuffled-label and (labels a function of a token or
+    group) type-keyed controls with p-values, selectivity; directions stored as direction://."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(

@@ -10,60 +10,48 @@ from mcp_interp.schemas.common import Measurement, Provenance
 
 
 class ProbeLayer(BaseModel):
-    layer: int = Field(description="Block whose resid_post was read.")
-    accuracy: float = Field(description="Held-out accuracy, 0..1.")
-    ci_low: float = Field(description="Exact (Clopper–Pearson) 95 % interval of accuracy, texts as independent.")
+    layer: int = Field(description="resid_post of this block.")
+    accuracy: float = Field(description="Held-out, 0..1.")
+    ci_low: float = Field(description="Exact 95 % interval of accuracy (held-out texts independent).")
     ci_high: float
-    train_accuracy: float = Field(description="On the training texts (≫ accuracy = overfitting).")
-    shuffled_accuracy: float | None = Field(default=None, description="Mean accuracy of the shuffled-label control.")
-    shuffled_p: float | None = Field(
-        default=None, description="(1 + #shuffled draws ≥ accuracy)/(draws + 1): beats chance at this layer if ≤ 0.05."
-    )
-    control_accuracy: float | None = Field(default=None, description="Mean accuracy of the `control_kind` draws.")
-    selectivity: float | None = Field(default=None, description="accuracy − control_accuracy, −1..1.")
-    selectivity_ci: list[float] | None = Field(default=None, description="95 % t interval over the control draws.")
-    selectivity_p: float | None = Field(
-        default=None, description="As shuffled_p, against the control draws: selective at this layer if ≤ 0.05."
-    )
-    direction_uri: str | None = Field(default=None, description="direction://… for `ablate` and `steer`.")
-    direction_norm: float = Field(description="Norm of the direction before normalising.")
-    direction_accuracy: float = Field(
-        description="Held-out accuracy of the stored direction alone (threshold: training classes' midpoint)."
-    )
-    projection_gap: float = Field(
-        description="Held-out (mean projection of labels[1] − of labels[0]) / std; ≤ 0: the direction fails."
-    )
+    train_accuracy: float
+    shuffled_accuracy: float | None = Field(default=None, description="Shuffled-label control, mean of the draws.")
+    shuffled_p: float | None = Field(default=None, description="Rank p of accuracy among those draws.")
+    control_accuracy: float | None = Field(default=None, description="Mean of the control_kind draws.")
+    selectivity: float | None = Field(default=None, description="accuracy − control_accuracy.")
+    selectivity_ci: list[float] | None = Field(default=None, description="95 % t interval over the draws.")
+    selectivity_p: float | None = Field(default=None, description="Rank p among the control draws.")
+    direction_uri: str | None = Field(default=None, description="direction://… for ablate and steer.")
+    direction_norm: float = Field(description="Before normalising.")
+    direction_accuracy: float = Field(description="Held-out accuracy of the stored direction alone.")
+    projection_gap: float = Field(description="Held-out class gap along it / std; ≤ 0: it fails.")
 
 
 class ProbeMeasurement(Measurement):
     method: Literal["logistic", "diff_means"] = Field(
-        description="logistic: LogisticRegression (L2, C=1) on standardised residuals, direction w/σ; diff_means: "
-        "direction μ₁ − μ₀, texts classified by shrunk LDA, Σ⁻¹(μ₁ − μ₀)."
+        description="logistic: L2 logistic regression, direction w/σ; diff_means: direction μ₁ − μ₀, texts "
+        "classified by shrunk LDA."
     )
-    position: str | int = Field(description="Token read ('last', an index) or 'mean'.")
-    labels: list[str] = Field(description="Directions point from the first to the second.")
+    position: str | int
+    labels: list[str] = Field(description="Directions point toward the second.")
     n_texts: int
     n_train: int
     n_test: int
     split: Literal["labels", "key", "random", "groups"] = Field(
-        description="Held-out texts stratified by label, by the key type, at random, or whole groups."
+        description="Held out: stratified by label or key type, random, or whole groups."
     )
     chance: float = Field(description="Held-out majority-label rate.")
     seed: int
     control_kind: Literal["type_keyed", "shuffled_labels"] | None = Field(
-        default=None,
-        description="Selectivity's control: type_keyed (Hewitt & Liang: each key type a random label) when the "
-        "labels are a function of `control_key`, else shuffled_labels.",
+        default=None, description="type_keyed (Hewitt & Liang) when the labels are a function of control_key."
     )
-    control_key: str | None = Field(default=None, description="What the labels are a function of, e.g. token 1.")
-    control_draws: int = Field(description="Draws of each control (0: none).")
+    control_key: str | None = Field(default=None, description="e.g. token 1 (40 types: …).")
+    control_draws: int
     layers: list[ProbeLayer]
-    best_layer: int = Field(description="Highest held-out accuracy (ties: earliest).")
-    best_ci_adjusted: list[float] = Field(description="best_layer's exact interval at level 1 − 0.05/L: cite this.")
-    layers_beating_chance: list[int] = Field(
-        description="Family-wise over layers, p ≤ 0.05 against the shuffled-label control."
-    )
-    layers_selective: list[int] = Field(description="Family-wise over layers, p ≤ 0.05 against the control.")
+    best_layer: int = Field(description="Highest accuracy.")
+    best_ci_adjusted: list[float] = Field(description="Its exact interval at level 1 − 0.05/L: cite this.")
+    layers_beating_chance: list[int] = Field(description="Family-wise p ≤ 0.05 vs the shuffled-label control.")
+    layers_selective: list[int] = Field(description="Family-wise p ≤ 0.05 vs the control.")
     figure_uri: str | None = None
 
 

@@ -83,7 +83,7 @@ class ProbeJob:
         y, classes = probe.encode_labels(self.labels)
         groups = None if self.groups is None else probe.encode_groups(self.groups, len(texts))
         tokens = [token_ids(self.model.tokenizer, text) for text in texts]
-        names = [self.model.tokenizer.convert_ids_to_tokens(ids) for ids in tokens]
+        names = [[self.model.tokenizer.decode([i]) for i in ids] for ids in tokens]  # for the notes: ' dog'
         read = -1 if self.position == "last" else self.position if isinstance(self.position, int) else None
         key = probe.find_key(tokens, y, read, groups, names)
         split = probe.split_texts(
