@@ -34,13 +34,15 @@ async def probe(
         Literal["logistic", "diff_means"],
         Field(description="logistic regression, or the class means' difference (classified with LDA)."),
     ] = "logistic",
-    test_fraction: Annotated[float, Field(description="Held out, stratified.")] = 0.25,
+    test_fraction: Annotated[float, Field(description="Held out.")] = 0.25,
     seed: Annotated[int, Field(description="Seed of the split and the controls.")] = 0,
-    control: Annotated[bool, Field(description="Fit a control task and report selectivity.")] = True,
+    control: Annotated[bool, Field(description="Run the controls.")] = True,
+    control_draws: Annotated[int, Field(description="Per control, 19 to 100.")] = 20,
+    groups: Annotated[list[str | int] | None, Field(description="One id per text; groups held out whole.")] = None,
     background: Background = False,
 ) -> Annotated[CallToolResult, ProbeResult]:
-    """Linear probes of resid_post per layer (one forward pass): held-out accuracy with an exact interval, a
-    control task and selectivity; each direction stored as direction:// for `ablate`, interventions and `steer`."""
+    """Linear probes of resid_post per layer: held-out accuracy, shuffled-label and (labels a function of a token or
+    group) type-keyed controls with p-values, selectivity; directions stored as direction://."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
@@ -67,14 +69,28 @@ async def probe(
     )
     links.append(link)
     result = kit.with_provenance(ProbeResult, measurement, started)
+    return kit.finish(result, probe_summary(result), links)
+
+
+def probe_summary(result: ProbeResult) -> str:
+    """The best layer's accuracy and, from the p-values only, whether it beats chance and is selective."""
     best = next(r for r in result.layers if r.layer == result.best_layer)
-    selectivity = "" if best.selectivity is None else f", selectivity {best.selectivity:+.3f} ({result.control_kind})"
-    summary = (
-        f"probe: best layer {best.layer}, held-out accuracy {best.accuracy:.3f} [{best.ci_low:.3f}, "
-        f"{best.ci_high:.3f}] on {result.n_test} texts (chance {result.chance:.3f}){selectivity}. Direction: "
-        f"{best.direction_uri}. Figure: {result.figure_uri}"
+    low, high = result.best_ci_adjusted
+    text = (
+        f"probe: best layer {best.layer}, held-out accuracy {best.accuracy:.3f} (Bonferroni interval [{low:.3f}, "
+        f"{high:.3f}]) on {result.n_test} texts, chance {result.chance:.3f}."
     )
-    return kit.finish(result, summary, links)
+    if best.selectivity is not None and best.selectivity_ci is not None and best.selectivity_p is not None:
+        control = "type-keyed control" if result.control_kind == "type_keyed" else "shuffled-label control"
+        key = f" on {result.control_key}" if result.control_key else ""
+        verdict = "selective" if best.selectivity_p <= 0.05 else "not shown selective"
+        text += (
+            f" Selectivity over the {control}{key}: {best.selectivity:+.3f} [{best.selectivity_ci[0]:+.3f}, "
+            f"{best.selectivity_ci[1]:+.3f}], p = {best.selectivity_p:.3g} ({verdict}); shuffled-label p = "
+            f"{best.shuffled_p:.3g}. Family-wise over {len(result.layers)} layers: beat chance "
+            f"{len(result.layers_beating_chance)}, selective {len(result.layers_selective)}."
+        )
+    return f"{text} Direction: {best.direction_uri}. Figure: {result.figure_uri}"
 
 
 SaeFolder = Annotated[

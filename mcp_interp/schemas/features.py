@@ -10,61 +10,49 @@ from mcp_interp.schemas.common import Measurement, Provenance
 
 
 class ProbeLayer(BaseModel):
-    layer: int = Field(description="Block whose output residual stream (resid_post) was read.")
-    accuracy: float = Field(description="Held-out accuracy, 0..1 (fraction of held-out texts classified right).")
-    ci_low: float = Field(description="Lower end of the exact (Clopper–Pearson) 95 % interval of `accuracy`.")
-    ci_high: float = Field(description="Upper end of the exact 95 % interval of `accuracy`.")
-    train_accuracy: float = Field(description="Accuracy on the training texts (≫ accuracy = overfitting).")
-    control_accuracy: float | None = Field(
-        default=None, description="Held-out accuracy of the same probe on the control task (see `control_kind`)."
-    )
-    permuted_accuracy: float | None = Field(
-        default=None, description="Held-out accuracy with the labels shuffled across texts (≈ chance if all is well)."
-    )
-    selectivity: float | None = Field(
-        default=None,
-        description="accuracy − control_accuracy, −1..1: what the representation adds over the control task. "
-        "Near 0 = the control task is solved as well (e.g. by memorising word identity).",
-    )
-    direction_uri: str | None = Field(
-        default=None, description="direction://… — the fitted direction (unit vector), usable by `ablate` and `steer`."
-    )
-    direction_norm: float = Field(description="Norm of the fitted direction before normalising (residual units).")
-    projection_gap: float = Field(
-        description="(mean projection of the second label − of the first) / std of the projections, on the held-out "
-        "texts: how far apart unseen texts of the two classes sit along the direction, in std units."
-    )
+    layer: int = Field(description="resid_post of this block.")
+    accuracy: float = Field(description="Held-out, 0..1.")
+    ci_low: float = Field(description="Exact 95 % interval of accuracy (held-out texts independent).")
+    ci_high: float
+    train_accuracy: float
+    shuffled_accuracy: float | None = Field(default=None, description="Shuffled-label control, mean of the draws.")
+    shuffled_p: float | None = Field(default=None, description="Rank p of accuracy among those draws.")
+    control_accuracy: float | None = Field(default=None, description="Mean of the control_kind draws.")
+    selectivity: float | None = Field(default=None, description="accuracy − control_accuracy.")
+    selectivity_ci: list[float] | None = Field(default=None, description="95 % t interval over the draws.")
+    selectivity_p: float | None = Field(default=None, description="Rank p among the control draws.")
+    direction_uri: str | None = Field(default=None, description="direction://… for ablate and steer.")
+    direction_norm: float = Field(description="Before normalising.")
+    direction_accuracy: float = Field(description="Held-out accuracy of the stored direction alone.")
+    projection_gap: float = Field(description="Held-out class gap along it / std; ≤ 0: it fails.")
 
 
 class ProbeMeasurement(Measurement):
     method: Literal["logistic", "diff_means"] = Field(
-        description="logistic: scikit-learn LogisticRegression (lbfgs, L2, C=1) on standardised residuals; "
-        "diff_means: the direction is the difference of the class means; texts are classified with those means "
-        "under the shared covariance (LDA, Ledoit-Wolf shrinkage: Marks & Tegmark's mass-mean probe)."
+        description="logistic: L2 logistic regression, direction w/σ; diff_means: direction μ₁ − μ₀, texts "
+        "classified by shrunk LDA."
     )
-    position: str | int = Field(description="Where each text was read: 'last', 'mean', or a token index.")
-    labels: list[str] = Field(description="The two classes; every direction points from the first to the second.")
+    position: str | int
+    labels: list[str] = Field(description="Directions point toward the second.")
     n_texts: int
     n_train: int
     n_test: int
-    chance: float = Field(description="Accuracy of always answering the held-out majority label, 0..1.")
-    seed: int = Field(description="Seed of the split and the control tasks.")
-    control_kind: Literal["word_identity", "permuted"] | None = Field(
-        default=None,
-        description="word_identity (Hewitt & Liang): each word type read gets a random fixed label — used when the "
-        "labels are a function of the token read; permuted: labels shuffled across texts. None when control=False.",
+    split: Literal["labels", "key", "random", "groups"] = Field(
+        description="Held out: stratified by label or key type, random, or whole groups."
     )
-    word_level: bool = Field(description="True when every token read carries a single label (word-level labels).")
+    chance: float = Field(description="Held-out majority-label rate.")
+    seed: int
+    control_kind: Literal["type_keyed", "shuffled_labels"] | None = Field(
+        default=None, description="type_keyed (Hewitt & Liang) when the labels are a function of control_key."
+    )
+    control_key: str | None = Field(default=None, description="e.g. token 1 (40 types: …).")
+    control_draws: int
     layers: list[ProbeLayer]
-    best_layer: int = Field(description="The layer with the highest held-out accuracy (ties: the earliest).")
-    best_ci_adjusted: list[float] = Field(
-        description="[low, high]: best_layer's exact interval at the Bonferroni level 1 − 0.05/(number of layers), "
-        "because it was selected by the same held-out texts. Cite this one for the best layer."
-    )
-    layers_beating_chance: list[int] = Field(
-        description="Layers whose Bonferroni-level interval lies above chance (none = no evidence of a readout)."
-    )
-    figure_uri: str | None = Field(default=None, description="Accuracy (with interval), control and chance by layer.")
+    best_layer: int = Field(description="Highest accuracy.")
+    best_ci_adjusted: list[float] = Field(description="Its exact interval at level 1 − 0.05/L: cite this.")
+    layers_beating_chance: list[int] = Field(description="Family-wise p ≤ 0.05 vs the shuffled-label control.")
+    layers_selective: list[int] = Field(description="Family-wise p ≤ 0.05 vs the control.")
+    figure_uri: str | None = None
 
 
 class ProbeResult(Provenance, ProbeMeasurement):
@@ -81,8 +69,10 @@ class StoredDirection(BaseModel):
     norm: float = Field(description="Its norm before normalising.")
     method: str = Field(description="How it was found, e.g. 'probe:logistic'.")
     labels: list[str] = Field(description="It points from labels[0] toward labels[1].")
-    accuracy: float | None = Field(default=None, description="The probe's held-out accuracy at this layer.")
-    selectivity: float | None = None
+    accuracy: float | None = Field(
+        default=None, description="Held-out accuracy of this direction alone (midpoint threshold), not the probe's."
+    )
+    selectivity: float | None = Field(default=None, description="The probe's selectivity at this layer.")
     projection_std: float = Field(
         description="Std of x·vector over the probe's texts: the unit of `steer`'s coefficient for this direction."
     )
