@@ -56,6 +56,7 @@ DEFAULT_MAX: dict[str, int] = {
     "result": 500,
     "circuit": 500,
     "job": 500,
+    "graph": 200,  # a pruned attribution graph's Neuronpedia JSON is up to a few MB
 }
 TOMBSTONES = ".evicted"  # per kind: one small JSON file per evicted id
 REFS_SUFFIX = ".refs"  # beside an entry: the URIs it references, one JSON list

@@ -77,7 +77,10 @@ class LensInfo(BaseModel):
     sha256: str | None = Field(description="Of the lens file.")
     path: str | None
     source_layers: list[int] = Field(description="Blocks whose output it can edit.")
-    settings: dict[str, Any] = Field(default_factory=dict, description="Fit corpus, texts, settings.")
+    corpus: str | None = None
+    corpus_sha256: str | None = None
+    n_prompts: int = Field(default=0, description="Texts fitted on.")
+    settings: dict[str, Any] = Field(default_factory=dict)
 
 
 class FitSettings(BaseModel):

@@ -58,7 +58,9 @@ def test_probe_on_subject_number_against_scikit_learn(embedded: LoadedModel) -> 
     row = lda_job.result.layers[0]
     z_mean, z_scale = x[train, 0].mean(axis=0), x[train, 0].std(axis=0)
     lda = LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto").fit((x[train, 0] - z_mean) / z_scale, y[train])
-    assert row.accuracy == pytest.approx(float((lda.predict((x[test, 0] - z_mean) / z_scale) == y[test]).mean()), abs=0.011)
+    assert row.accuracy == pytest.approx(
+        float((lda.predict((x[test, 0] - z_mean) / z_scale) == y[test]).mean()), abs=0.011
+    )
     means = x[train, 0][y[train] == 1].mean(axis=0) - x[train, 0][y[train] == 0].mean(axis=0)
     projection = x[:, 0] @ means
     threshold = (projection[train][y[train] == 1].mean() + projection[train][y[train] == 0].mean()) / 2

@@ -259,8 +259,17 @@ def load_lens_file(path: Path, model: LoadedModel) -> tuple[Any, LensInfo]:
             f"The lens file {str(path)!r} was fitted on weights with fingerprint {fitted_on}, but the loaded model "
             f"{model.name} has {model.fingerprint}: fit a lens for this model with fit_lens."
         )
-    settings = {**lens.metadata, "n_prompts": lens.n_prompts}  # corpus, fit settings, mcp_interp provenance
-    info = LensInfo(kind="jacobian", sha256=digest, path=str(path), source_layers=lens.source_layers, settings=settings)
+    settings = {k: v for k, v in lens.metadata.items() if k not in ("corpus", "n_prompts")}
+    info = LensInfo(
+        kind="jacobian",
+        sha256=digest,
+        path=str(path),
+        source_layers=lens.source_layers,
+        corpus=lens.metadata.get("corpus"),
+        corpus_sha256=ours.get("corpus_sha256"),
+        n_prompts=lens.n_prompts,
+        settings=settings,
+    )
     return lens, info
 
 
