@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from mcp_interp.schemas.common import (
     METHOD_DESCRIPTION,
@@ -20,21 +20,53 @@ from mcp_interp.schemas.common import (
 )
 
 Prompts = Annotated[list[str], Field(description="Read at each prompt's last token.")]
+# The intervention and component unions are published by shape (validated in full on arrival, errors naming the
+# fix): their fields are in the server's instructions, and inlined they were a fifth of the tool definitions.
+INTERVENTION_SHAPE = {
+    "type": ["object", "null"],
+    "properties": {
+        "ablate": {"type": "array", "items": {"type": ["string", "object"]}},
+        "method": {"enum": ["zero", "mean", "resample"]},
+        "positions": {"type": ["string", "array"]},
+        "seed": {"type": "integer"},
+        "reference_prompts": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["ablate"],
+}
 OptionalIntervention = Annotated[
-    Intervention | None, Field(description='e.g. {"ablate": ["L9H3", "L28MLP"], "method": "mean"}.')
+    Intervention | None,
+    WithJsonSchema(INTERVENTION_SHAPE),
+    Field(description='e.g. {"ablate": ["L9H3", "L28MLP"], "method": "mean"}.'),
 ]
 Answers = Annotated[str | list[str], Field(description="One single-token answer for all prompts, or one per prompt.")]
 OtherAnswers = Annotated[str | list[str], Field(description="Like `correct`.")]
+# Answers of any length are published by shape only (validated in full when a call arrives): the nested union
+# of strings and {any_of} objects, inlined in a dozen tools, was a tenth of the model-facing definitions.
+ANSWER_SHAPE = {"type": ["string", "array", "object"]}
 SequenceAnswers = Annotated[
     AnswerSpec | list[AnswerSpec],
+    WithJsonSchema(ANSWER_SHAPE),
     Field(description="One answer for all prompts or one per prompt: a string (any length) or {any_of: [...]}."),
 ]
-OtherSequenceAnswers = Annotated[AnswerSpec | list[AnswerSpec], Field(description="Like `correct`.")]
+OtherSequenceAnswers = Annotated[
+    AnswerSpec | list[AnswerSpec], WithJsonSchema(ANSWER_SHAPE), Field(description="Like `correct`.")
+]
 CleanPrompts = Annotated[list[str], Field(description="Prompts showing the behaviour.")]
 CorruptPrompts = Annotated[list[str], Field(description="One per clean prompt, same token length.")]
-OptionalCorrect = Annotated[AnswerSpec | list[AnswerSpec] | None, Field(description="Correct answer(s).")]
-OptionalIncorrect = Annotated[AnswerSpec | list[AnswerSpec] | None, Field(description="Incorrect answer(s).")]
-Targets = Annotated[list[TargetSpec], Field(description=TARGETS_DESCRIPTION)]
+OPTIONAL_ANSWER_SHAPE = {"type": ["string", "array", "object", "null"]}
+OptionalCorrect = Annotated[
+    AnswerSpec | list[AnswerSpec] | None, WithJsonSchema(OPTIONAL_ANSWER_SHAPE), Field(description="Correct answer(s).")
+]
+OptionalIncorrect = Annotated[
+    AnswerSpec | list[AnswerSpec] | None,
+    WithJsonSchema(OPTIONAL_ANSWER_SHAPE),
+    Field(description="Incorrect answer(s)."),
+]
+Targets = Annotated[
+    list[TargetSpec],
+    WithJsonSchema({"type": "array", "items": {"type": ["string", "object"]}}),
+    Field(description=TARGETS_DESCRIPTION),
+]
 AblationMethodArgument = Annotated[AblationMethod, Field(description=METHOD_DESCRIPTION)]
 AblationPositions = Annotated[PositionsSpec, Field(description="'all', 'last' (the answer) or token indices.")]
 ResampleSeed = Annotated[int, Field(description="Seeds resampling and random baselines.")]

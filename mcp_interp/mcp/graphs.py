@@ -52,10 +52,9 @@ async def attribution_graph(
     top_k: Annotated[int, Field(description="Top features listed with per-token activations, 1..50.")] = 10,
     background: Background = False,
 ) -> Annotated[CallToolResult, AttributionGraphResult]:
-    """Attribution graph (circuit tracing, Ameisen et al. 2025, circuit-tracer's algorithm): MLPs replaced by
-    transcoders, attention and norms frozen, error nodes making it exact; direct effects of features, errors and
-    tokens on each other and the target logits, pruned by influence. Full graph as Neuronpedia JSON (graph://);
-    edges are direct effects — test a claim with graph_intervene."""
+    """Attribution graph (circuit tracing, Ameisen et al. 2025): MLPs as transcoders, attention and norms frozen,
+    error nodes keep it exact; direct effects between features, errors, tokens and target logits, pruned by
+    influence; Neuronpedia JSON at graph://. Test a claim with graph_intervene."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(ctx, lambda model: AttributionGraphJob(model=model, **arguments))

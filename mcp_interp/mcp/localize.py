@@ -93,9 +93,8 @@ async def patch(
     top: Top = 20,
     background: Background = False,
 ) -> Annotated[CallToolResult, PatchResult]:
-    """Activation patching of one component at every layer × position: where the information flows. Each cell
-    scores the fraction of the clean−corrupt gap it restores (denoise) or destroys (noise); positions before the
-    first difference are 0, not run. The grid, top cells in words, a heatmap."""
+    """Activation patching of one component at every layer × position: each cell is the fraction of the
+    clean−corrupt gap it restores (denoise) or destroys (noise); positions before the first difference are 0."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(

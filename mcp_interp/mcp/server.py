@@ -40,7 +40,8 @@ Conventions, the same in every tool:
   tokenizers want the leading space, ' Mary'); one token is read from the logits, several tokens or
   {"any_of": [...]} by teacher-forced log-probability. Minimal pairs need equal token lengths.
 - Components: 'L9H3' (a head), 'L28MLP', 'L12ATTN', 'L28N17' or 'L28N17,403' (neurons), {layer,
-  direction} (a residual direction: floats or 'direction://…'), {sae, features} (SAE features).
+  direction} (a residual direction: floats or 'direction://…'), {sae, features} (SAE features: a
+  SAELens folder or cached hub id), {transcoders, layer, features} (transcoder features).
 - Interventions (`intervention`, and `ablate`'s fields): {"ablate": [components], "method": "zero" |
   "mean" (the prompts' mean at the same distance from the end; `reference_prompts` to average others) |
   "resample" (another prompt's, seeded), "positions": "all" | "last" | [indices], "seed"}.
@@ -49,7 +50,8 @@ Conventions, the same in every tool:
 - Results fit a context window: ranked lists keep the top `top` items (default 20); when anything is
   cut, `result_uri` (result://…) holds the complete result, one resources/read away.
 - Handles are accepted back: direction:// (probe) in interventions and `steer`, circuit://
-  (find_circuit) in `circuit_faithfulness`, artifact:// in `verify_artifact`. An evicted handle says so.
+  (find_circuit) in `circuit_faithfulness`, artifact:// in `verify_artifact`; graph:// is the full
+  attribution graph (Neuronpedia JSON). An evicted handle says so.
 - Long tools take `background: true`: they return a job:// at once; `job_status` reports state,
   progress and, when done, the result; `job_cancel` stops it at its next step.
 - Verdicts come from p-values: a direction, SAE feature, steering vector or circuit is ranked among

@@ -171,9 +171,8 @@ async def causal_swap_benchmark(
     require_target_known: TargetKnown = True,
     background: Background = False,
 ) -> Annotated[CallToolResult, SwapBenchmarkResult]:
-    """The causal-swap protocol over a corpus at every layer: real and control success rates with exact
-    intervals, the exclusion ledger, the paired test of real edits against their controls, a figure and a
-    fingerprinted artifact://. ~6 min on the embedded model (plus ~4 for the first lens fit)."""
+    """The causal-swap protocol over a corpus at every layer: real vs control success with exact intervals and
+    prompt-level tests, the exclusion ledger, a fingerprinted artifact://. ~6 min embedded (use background)."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     started = time.perf_counter()

@@ -408,6 +408,12 @@ def compact_tool_schemas(server: MCPServer[Any], name: str) -> None:
             schema["$defs"]["ModelRef"] = MODEL_REF
         for field_name in COMMON_RESULT_FIELDS & set(schema.get("properties", {})):
             schema["properties"][field_name].pop("description", None)
+        # A result's own fields keep their descriptions; the nested types (rows, cells, nodes) are published by shape
+        # only: they were half of tools/list, and their meanings are in mcp_interp/schemas and the README.
+        defs = schema.get("$defs", {})
+        for def_name in defs:
+            if not (name == "model_info" and def_name == "ModelRef"):
+                defs[def_name] = _undescribed(defs[def_name])
         tool.fn_metadata.output_schema = schema
         tool.__dict__.pop("output_schema", None)  # the record caches the schema it first read
 

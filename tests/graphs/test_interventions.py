@@ -17,7 +17,7 @@ from mcp_interp.core.graphs.intervene import graph_intervene
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import AblationSpec
+from mcp_interp.schemas.common import Intervention
 from tests.graphs.common import PROMPT, clt_weights, plt_weights, write_clt, write_plt
 
 PROMPTS = [PROMPT, "when tom and james went to the park , james gave a ball to"]
@@ -61,7 +61,7 @@ def test_ablating_transcoder_features_equals_a_hand_hook(tiny: LoadedModel, tmp_
     raw = plt_weights(3, 64, 32, seed=8)
     folder = write_plt(tmp_path, raw)
     features = [1, 4, 9, 20]
-    spec = AblationSpec(targets=[{"transcoders": folder, "layer": 1, "features": features}])  # type: ignore[list-item]
+    spec = Intervention(ablate=[{"transcoders": folder, "layer": 1, "features": features}])  # type: ignore[list-item]
     result = ablate(tiny, PROMPTS, spec, "mary", "john")
     assert result.targets == ["transcoder features [1, 4, 9, 20] of layer 1"]
     expected = logit_diff(tiny, PROMPTS, removal_hooks(raw, 1, features, clt=False))
@@ -73,7 +73,7 @@ def test_ablating_transcoder_features_equals_a_hand_hook(tiny: LoadedModel, tmp_
 def test_a_cross_layer_features_removal_reaches_every_layer_it_writes(tiny: LoadedModel, tmp_path: Path) -> None:
     raw = clt_weights(3, 64, 24, seed=9)
     folder = write_clt(tmp_path, raw)
-    spec = AblationSpec(targets=[{"transcoders": folder, "layer": 0, "features": [2, 3, 5]}], positions="last")  # type: ignore[list-item]
+    spec = Intervention(ablate=[{"transcoders": folder, "layer": 0, "features": [2, 3, 5]}], positions="last")  # type: ignore[list-item]
     result = ablate(tiny, PROMPTS, spec, "mary", "john")
     assert len(result.targets) == 3  # its write to layers 0, 1 and 2
     ids = encode(tiny.tokenizer, PROMPTS).input_ids
@@ -87,7 +87,7 @@ def test_a_cross_layer_features_removal_reaches_every_layer_it_writes(tiny: Load
 def test_mean_ablation_replaces_the_activations_by_their_batch_mean(tiny: LoadedModel, tmp_path: Path) -> None:
     raw = plt_weights(3, 64, 32, seed=10)
     folder = write_plt(tmp_path, raw)
-    spec = AblationSpec(targets=[{"transcoders": folder, "layer": 2, "features": [0, 7]}], method="mean")  # type: ignore[list-item]
+    spec = Intervention(ablate=[{"transcoders": folder, "layer": 2, "features": [0, 7]}], method="mean")  # type: ignore[list-item]
     result = ablate(tiny, PROMPTS, spec, "mary", "john")
     ids = encode(tiny.tokenizer, PROMPTS).input_ids
     with torch.no_grad():
@@ -117,7 +117,7 @@ def test_graph_intervene_model_run_equals_ablate_at_that_position(tiny: LoadedMo
         tiny, PROMPT, folder, [{"layer": 1, "position": 6, "feature": feature, "value": 0.0}], ["mary", "john"],
         freeze_attention=False,
     )  # fmt: skip
-    spec = AblationSpec(targets=[{"transcoders": folder, "layer": 1, "features": [feature]}], positions=[6])  # type: ignore[list-item]
+    spec = Intervention(ablate=[{"transcoders": folder, "layer": 1, "features": [feature]}], positions=[6])  # type: ignore[list-item]
     ablated = ablate(tiny, [PROMPT], spec, "mary", "john")
     mary, john = measured.targets
     assert ablated.after.logit_diff is not None and ablated.before.logit_diff is not None
@@ -160,4 +160,4 @@ def test_bad_transcoder_targets_are_refused(tiny: LoadedModel, tmp_path: Path) -
         ({"transcoders": folder, "layer": 0, "features": []}, r"non-empty list"),
     ):
         with pytest.raises(InputError, match=message):
-            ablate(tiny, PROMPTS, AblationSpec(targets=[spec]), "mary", "john")  # type: ignore[list-item]
+            ablate(tiny, PROMPTS, Intervention(ablate=[spec]), "mary", "john")  # type: ignore[list-item]
