@@ -13,9 +13,9 @@ descriptions are short and say a sign, range or unit once; the README and ``core
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from mcp_interp.schemas.common import Measurement, Provenance
 
@@ -98,70 +98,82 @@ class FitSettings(BaseModel):
 
 
 # --- trials ----------------------------------------------------------------------------------
-# An LLM reads these schemas with all 30 tools' at once: descriptions say a sign, range or unit once, in ASCII.
+# Field descriptions are an LLM's only guide to these numbers: each says sign, range or unit once, where it is needed.
 
 
 class AnswerScore(BaseModel):
     token: str
-    token_id: int
-    n_tokens: int = Field(default=1, description=">1: every step scored, teacher-forced.")
-    rank: int = Field(description="0 = top-1.")
-    margin: float = Field(description="Logit minus best other's (min over steps); >0 = top-1.")
-    top1: bool = Field(description="Success: margin > 0.")
-    top_token: str
+    token_id: int = Field(description="Its first token.")
+    n_tokens: int = Field(default=1, description="> 1: scored teacher-forced, every step.")
+    logit: float = Field(description="First token's.")
+    rank: int = Field(description="Tokens with a strictly larger logit; 0 = top-1.")
+    margin: float = Field(description="Answer logit − best other (min over steps), logits; > 0 = strict top-1.")
+    top1: bool = Field(description="margin > 0: the swap's success rule (a tie fails).")
+    top_token: str = Field(description="The model's top token (at the first failing step).")
 
 
 class Atom(BaseModel):
     token: str
-    coordinate: float
-    contribution: float = Field(description="coordinate * atom norm.")
+    token_id: int
+    coordinate: float = Field(description="Sparse coordinate, ≥ 0.")
+    contribution: float = Field(description="coordinate × ‖atom‖.")
+
+
+class PatchDiagnostics(BaseModel):
+    source_target_cosine: float
+    basis_rank: int
+    basis_condition_number: float | None = Field(description="null = rank deficient.")
+    residual_max_delta: float = Field(description="Change of the anchored residual (≈ 0).")
+    warnings: list[str] = Field(default_factory=list, description="The solver's, verbatim.")
 
 
 class ControlDraw(BaseModel):
     seed: int
     token: str
     token_id: int
-    displacement: float = Field(description="Matched to target_displacement.")
-    edit_norm: float
-    score: AnswerScore = Field(description="Target answer after this edit.")
+    displacement: float = Field(description="‖v_control − v_source‖ (matched to the target's).")
+    edit_norm: float = Field(description="‖Δh‖.")
+    score: AnswerScore = Field(description="The target answer after this control edit.")
+    patch: PatchDiagnostics | None = None
 
 
 class TrialBaseline(BaseModel):
-    source_answer: AnswerScore = Field(description="Unedited, as all three.")
-    target_answer: AnswerScore = Field(description="In the source prompt.")
-    target_prompt_answer: AnswerScore | None = Field(default=None, description="In the target's prompt.")
+    source_answer: AnswerScore = Field(description="Unedited.")
+    target_answer: AnswerScore = Field(description="In the unedited source prompt.")
+    target_prompt_answer: AnswerScore | None = Field(default=None, description="In the target's own prompt.")
 
 
 class TrialRecord(BaseModel):
     function: str
     source: str
     target: str
-    layer: int
+    layer: int = Field(description="Its block's output is edited.")
     prompt: str
-    position: int
+    position: int = Field(description="Edited token index.")
     position_token: str
     status: TrialStatus
     detail: str | None = Field(default=None, description="Why skipped or excluded.")
     baseline: TrialBaseline | None = None
-    source_coordinate: float | None = None
-    support: list[Atom] = Field(default_factory=list, description="Active atoms, top 10.")
-    target_displacement: float | None = Field(default=None, description="|v_target - v_source|.")
-    control_pool_size: int | None = Field(default=None, description="Matched at all this swap's layers.")
-    real: AnswerScore | None = Field(default=None, description="Target answer after the real edit.")
+    source_coordinate: float | None = Field(default=None, description="c_src.")
+    support: list[Atom] = Field(default_factory=list, description="Active atoms (top 10).")
+    support_size: int | None = None
+    target_displacement: float | None = Field(default=None, description="‖v_target − v_source‖.")
+    control_pool_size: int | None = Field(default=None, description="Tokens matched at every layer of this swap.")
+    real: AnswerScore | None = Field(default=None, description="The target answer after the real edit.")
     margin_gain: float | None = Field(
-        default=None, description="real.margin - baseline.target_answer.margin, logits; >0 = toward the target."
+        default=None, description="real.margin − baseline.target_answer.margin, logits; > 0 = toward the target."
     )
-    control_margin_gains: list[float] = Field(default_factory=list, description="Same, per control.")
-    target_was_active: bool | None = Field(default=None, description="Edit overwrote an active target atom.")
+    control_margin_gains: list[float] = Field(default_factory=list, description="The same per control seed.")
+    target_was_active: bool | None = Field(
+        default=None, description="The edit overwrote an active target atom: its size differs from the controls'."
+    )
     real_edit_norm: float | None = None
-    real_source_answer: AnswerScore | None = None
+    real_patch: PatchDiagnostics | None = None
+    real_source_answer: AnswerScore | None = Field(default=None, description="The source answer after the edit.")
     controls: list[ControlDraw] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list, description="The patch solver's, per edit.")
 
 
-# TransformerLens JacobianLens anchored coordinate patch, mode 'substitute': h += alpha * c_src * (v_target - v_source)
-# at one layer and one position (recorded in the artifact's protocol).
-MECHANISM = "coordinate_patch"
+MECHANISM = "coordinate_patch"  # TransformerLens JacobianLens anchored coordinate patch, mode 'substitute'
 
 
 class SwapSettings(BaseModel):
@@ -172,23 +184,13 @@ class SwapSettings(BaseModel):
     control_seeds: list[int]
     control_tolerance: float
     require_target_known: bool
-
-
-# The protocol's settings and its lens in a result, published by shape once (the tools' arguments, and fit_lens's
-# result) and elsewhere as an object — as the toolkit does for ModelRef — so each output schema stays under 4 KB.
-Settings = Annotated[
-    SwapSettings,
-    WithJsonSchema({"type": "object", "description": "The protocol arguments (lens, position, alpha, k, control_*)."}),
-]
-Lens = Annotated[
-    LensInfo, WithJsonSchema({"type": "object", "description": "kind, sha256, path, source_layers, settings."})
-]
+    mechanism: str = Field(default=MECHANISM, description="h += α·c_src·(v_target − v_source), one layer and position.")
 
 
 class SwapTrialMeasurement(Measurement):
     trial: TrialRecord
-    settings: Settings
-    lens: Lens
+    settings: SwapSettings
+    lens: LensInfo
 
 
 class SwapTrialResult(Provenance, SwapTrialMeasurement):
@@ -202,72 +204,98 @@ class RateSummary(BaseModel):
     successes: int
     n: int
     rate: float | None
-    ci_low: float = Field(description="Clopper-Pearson 95%.")
+    ci_low: float = Field(description="Clopper–Pearson 95%, trials taken as independent.")
     ci_high: float
+    n_independent_prompts: int
 
 
 class PromptTest(BaseModel):
-    """Per (prompt, arm) values; real arm relabelled per prompt."""
+    """Real arm vs controls: per prompt one value per arm over its trials; which arm is real relabelled per prompt."""
 
-    real: float = Field(description="Mean over prompts.")
-    control: float
-    difference: float = Field(description="real - control.")
+    real: float = Field(description="Mean over prompts, real arm.")
+    control: float = Field(description="Mean over prompts, controls.")
+    difference: float = Field(description="real − control; > 0 = real above its controls.")
+    prompts: int
+    real_above: int = Field(description="Prompts where the real arm tops every control arm.")
     p_value: float = Field(description="Two-sided.")
-    p_greater: float = Field(description="real > control.")
-    draws: int = Field(description="0 = exact.")
+    p_greater: float = Field(description="One-sided, real > control.")
+    method: Literal["exact", "monte_carlo"]
+    draws: int = Field(description="Monte Carlo relabellings (0 = exact).")
 
 
 class Specificity(BaseModel):
-    real_median_gain: float | None = Field(description="Of margin_gain, logits.")
-    control_median_gain: float | None
-    margin_gain: PromptTest
-    beats_all: int = Field(description="Trials where the real gain tops every control's.")
-    chance: float = Field(description="1/(controls + 1).")
-    beats_all_test: PromptTest
+    """Graded effect: margin gain (TrialRecord.margin_gain, logits) of the real edit against its controls."""
+
+    real_median_gain: float | None = Field(description="Over executed trials.")
+    control_median_gain: float | None = Field(description="Over control edits.")
+    margin_gain: PromptTest = Field(description="On per-prompt mean margin gains.")
+    beats_all: int = Field(description="Trials where the real gain exceeds all m controls'.")
+    trials: int
+    beats_all_rate: float | None
+    chance: float = Field(description="1/(m + 1).")
+    beats_all_test: PromptTest = Field(description="On per-prompt fractions of trials each arm beats all others.")
+
+
+class SeedSpread(BaseModel):
+    mean: float | None
+    sd: float | None
+    min: float | None
+    max: float | None
 
 
 class LayerSummary(BaseModel):
     layer: int
     executed: int
-    skipped: int
+    skipped_source_inactive: int
+    skipped_no_control_token: int
     real_successes: int
-    control_successes: int
+    control_successes: int = Field(description="Of executed × seeds.")
     real_median_gain: float | None
     control_median_gain: float | None
 
 
 class Exclusion(BaseModel):
-    kind: Literal["prompt", "trial"]
+    kind: Literal["prompt", "trial"] = Field(description="trial: (function, source, target) at every layer.")
     function: str
-    source: str
+    concept: str | None = None
+    source: str | None = None
     target: str | None = None
+    prompt: str | None = None
     reason: str
+    rank: int | None = None
+    margin: float | None = None
+    top_token: str | None = None
 
 
 class SwapSummary(BaseModel):
-    verdict: str = Field(description="Strict swap and specificity, from their p-values.")
+    verdict: str = Field(description="Strict swap and specificity, each from its p-value.")
     status_counts: dict[str, int]
-    real: RateSummary = Field(description="Strict success of real edits: the headline.")
-    control: RateSummary
-    swap_test: PromptTest = Field(description="On strict success.")
+    layers: list[int]
+    layers_executed: list[int]
+    real: RateSummary = Field(description="Strict success of real edits: the headline rule.")
+    control: RateSummary = Field(description="Over every control edit.")
+    control_seed_spread: SeedSpread = Field(description="Of per-seed control success rates.")
+    swap_test: PromptTest = Field(description="On per-prompt strict success rates.")
     specificity: Specificity
     by_layer: list[LayerSummary]
-    n_independent_prompts: int
+    n_independent_prompts: int = Field(description="Prompts (function, source) behind the executed trials.")
     real_success_prompts: list[str]
-    excluded_trials: int = Field(description="Layer slots ledgered.")
+    excluded_trials: int = Field(description="Layer slots in the ledger.")
     target_was_active: int
 
 
 class SwapBenchmarkMeasurement(Measurement):
     corpus: str
-    settings: Settings
-    lens: Lens
+    settings: SwapSettings
+    lens: LensInfo
     summary: SwapSummary
-    exclusions: list[str] = Field(description="The ledger; artifact: structured.")
+    exclusions: list[Exclusion]
     figure_uri: str | None = None
-    artifact_uri: str | None = None
+    artifact_uri: str | None = Field(default=None, description="artifact://… every trial, fingerprinted.")
     artifact_path: str | None = None
-    fingerprints: dict[str, str] = Field(default_factory=dict, description="SHA-256 per artifact block.")
+    fingerprints: dict[str, Any] = Field(
+        default_factory=dict, description="SHA-256 per artifact block; 'protocol' is equal for equal protocols."
+    )
 
 
 class SwapBenchmarkResult(Provenance, SwapBenchmarkMeasurement):

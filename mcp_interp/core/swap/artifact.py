@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_interp.core.swap.lenses import canonical_json, sha256_hex
 from mcp_interp.schemas.common import ModelRef
-from mcp_interp.schemas.swap import MECHANISM, BlockCheck, VerifyArtifactResult
+from mcp_interp.schemas.swap import BlockCheck, VerifyArtifactResult
 
 if TYPE_CHECKING:
     from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
@@ -83,7 +83,7 @@ def benchmark_document(
         "lens": job.lens_info.model_dump(mode="json"),
         "settings": settings.model_dump(mode="json"),
         "layers": job.layers,
-        "mechanism": MECHANISM,
+        "mechanism": settings.mechanism,
         **DEFINITIONS,
     }
     run = {
@@ -95,7 +95,7 @@ def benchmark_document(
     }
     results = {
         "summary": job.result.summary.model_dump(mode="json"),
-        "exclusions": [e.model_dump(mode="json") for e in job.exclusions],
+        "exclusions": [e.model_dump(mode="json") for e in job.result.exclusions],
         "trials": [t.model_dump(mode="json") for t in job.trials],
     }
     return build(protocol, run, results)

@@ -141,7 +141,7 @@ class SwapBenchmarkJob:
             settings=self.settings,
             lens=self.lens_info,
             summary=summarize(self.trials, self.layers, self.settings.control_seeds, n_slots),
-            exclusions=[ledger_line(e) for e in self.exclusions],
+            exclusions=self.exclusions,
             notes=self.notes + benchmark_notes(self.trials, self.settings),
         )
 
@@ -210,10 +210,11 @@ class SwapBenchmarkJob:
         mismatched: set[str] = set()
         for function in self.corpus.functions:
             for concept in self.corpus.concepts:
+                prompt = prompt_text(function, concept)
                 reason = token_reason(self.resolved, self.corpus, function.name, concept)
                 if reason is not None:
                     self.exclusions.append(
-                        Exclusion(kind="prompt", function=function.name, source=concept, reason=reason)
+                        Exclusion(kind="prompt", function=function.name, concept=concept, prompt=prompt, reason=reason)
                     )
                     continue
                 ids, position = edit_position(tokenizer, function.template, concept, self.settings.position)
@@ -228,8 +229,12 @@ class SwapBenchmarkJob:
                         Exclusion(
                             kind="prompt",
                             function=function.name,
-                            source=concept,
+                            concept=concept,
+                            prompt=prompt,
                             reason="not capable: " + capability_reason(score),
+                            rank=score.rank,
+                            margin=score.margin,
+                            top_token=score.top_token,
                         )
                     )
         if mismatched:
@@ -358,11 +363,3 @@ def prepare_benchmark(
     return BenchmarkRun(
         model=model, corpus=corpus_object, layers=layers, lens_kind=lens_kind, lens_path=lens_path, settings=settings
     )
-
-
-def ledger_line(exclusion: Exclusion) -> str:
-    """One exclusion in words, as a result lists it (the artifact keeps the structured ledger)."""
-    where = f"{exclusion.function}/{exclusion.source}"
-    if exclusion.kind == "trial":
-        where = f"{where}→{exclusion.target}"
-    return f"{exclusion.kind} {where}: {exclusion.reason}"

@@ -27,6 +27,7 @@ from mcp_interp.schemas.swap import (
     LayerSummary,
     PromptTest,
     RateSummary,
+    SeedSpread,
     Specificity,
     SwapSettings,
     SwapSummary,
@@ -36,9 +37,11 @@ from mcp_interp.schemas.swap import (
 ALPHA = verdicts.ALPHA
 
 
-def rate_summary(successes: Sequence[bool]) -> RateSummary:
+def rate_summary(successes: Sequence[bool], prompts: set[tuple[str, str]]) -> RateSummary:
     r = verdicts.rate(successes)
-    return RateSummary(successes=r.successes, n=r.n, rate=r.rate, ci_low=r.low, ci_high=r.high)
+    return RateSummary(
+        successes=r.successes, n=r.n, rate=r.rate, ci_low=r.low, ci_high=r.high, n_independent_prompts=len(prompts)
+    )
 
 
 def prompt_test(arms: list[list[float]], seed: int, draws: int) -> PromptTest:
@@ -48,8 +51,11 @@ def prompt_test(arms: list[list[float]], seed: int, draws: int) -> PromptTest:
         real=test.real_mean,
         control=test.control_mean,
         difference=test.statistic,
+        prompts=test.clusters,
+        real_above=test.real_above,
         p_value=test.p_value,
         p_greater=test.p_greater,
+        method="exact" if test.method == "exact" else "monte_carlo",
         draws=test.draws,
     )
 
@@ -74,15 +80,21 @@ def summarize(
     real = [bool(t.real and t.real.top1) for t in executed]
     control_rows = [[c.score.top1 for c in t.controls] for t in executed]
     gains = [[gain_of(t), *t.control_margin_gains] for t in executed]
+    by_seed = [verdicts.rate([row[i] for row in control_rows]).rate for i in range(len(seeds))]
+    seed_rates = [r for r in by_seed if r is not None]
+    mean, sd, low, high = stats.spread(seed_rates) if seed_rates else (None, None, None, None)
     successes = [[float(r), *map(float, row)] for r, row in zip(real, control_rows, strict=True)]
     swap = prompt_test(stats.arm_means(successes, clusters), seed, draws)
     specificity = specificity_of(gains, clusters, len(seeds), seed, draws)
-    real_rate = rate_summary(real)
+    real_rate = rate_summary(real, prompts)
     return SwapSummary(
-        verdict=verdict(real_rate, swap, specificity, len(seeds), len(prompts)),
+        verdict=verdict(real_rate, swap, specificity, len(seeds)),
         status_counts={status: sum(t.status == status for t in trials) for status in TRIAL_STATUSES},
+        layers=list(layers),
+        layers_executed=sorted({t.layer for t in executed}),
         real=real_rate,
-        control=rate_summary([c for row in control_rows for c in row]),
+        control=rate_summary([c for row in control_rows for c in row], prompts),
+        control_seed_spread=SeedSpread(mean=mean, sd=sd, min=low, max=high),
         swap_test=swap,
         specificity=specificity,
         by_layer=[layer_summary(trials, layer) for layer in layers],
@@ -110,6 +122,8 @@ def specificity_of(
         control_median_gain=median([g for row in gains for g in row[1:]]),
         margin_gain=prompt_test(stats.arm_means(gains, clusters), seed, draws),
         beats_all=wins,
+        trials=len(gains),
+        beats_all_rate=wins / len(gains) if gains else None,
         chance=1 / (m + 1),
         beats_all_test=prompt_test(stats.arm_means(beats, clusters), seed + 1, draws),
     )
@@ -121,7 +135,8 @@ def layer_summary(trials: Sequence[TrialRecord], layer: int) -> LayerSummary:
     return LayerSummary(
         layer=layer,
         executed=len(done),
-        skipped=sum(t.status in (INACTIVE, NO_CONTROL) for t in at),
+        skipped_source_inactive=sum(t.status == INACTIVE for t in at),
+        skipped_no_control_token=sum(t.status == NO_CONTROL for t in at),
         real_successes=sum(bool(t.real and t.real.top1) for t in done),
         control_successes=sum(c.score.top1 for t in done for c in t.controls),
         real_median_gain=median([gain_of(t) for t in done]),
@@ -129,7 +144,7 @@ def layer_summary(trials: Sequence[TrialRecord], layer: int) -> LayerSummary:
     )
 
 
-def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: int, prompts: int) -> str:
+def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: int) -> str:
     """Both answers in words, each worded from its own p-value (two-sided, α = 0.05) and never from a rate alone."""
     if not real.n:
         return "No trial executed: nothing was tested (see status_counts)."
@@ -146,7 +161,7 @@ def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: in
         graded = "anti-specific: the controls raise the target answer's margin more than the real edits"
     else:
         graded = "no specific effect: the real edits move the target answer's margin like their controls"
-    rate = specificity.beats_all / real.n
+    rate = specificity.beats_all_rate or 0.0
     real_gain, control_gain = specificity.real_median_gain, specificity.control_median_gain
     medians = (
         f"median margin gain real {real_gain:+.3f}, controls {control_gain:+.3f}; "
@@ -155,9 +170,9 @@ def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: in
     )
     return (
         f"Strict swap: {real.successes}/{real.n} real edits made the target's answer the top-1 — {strict} "
-        f"(prompt-level p = {swap.p_value:.3g}, {prompts} prompts). Graded: {graded} ({medians}per-prompt mean "
+        f"(prompt-level p = {swap.p_value:.3g}, {swap.prompts} prompts). Graded: {graded} ({medians}per-prompt mean "
         f"real − control {gain.difference:+.3f} logits, p = {gain.p_value:.3g}); the real edit beat all {m} controls "
-        f"in {specificity.beats_all}/{real.n} trials ({rate:.3f} vs chance {specificity.chance:.3f}, "
+        f"in {specificity.beats_all}/{specificity.trials} trials ({rate:.3f} vs chance {specificity.chance:.3f}, "
         f"p = {specificity.beats_all_test.p_value:.3g})."
     )
 

@@ -29,6 +29,7 @@ cheaper. Any other error propagates: a skip status is only ever one of the two n
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from mcp_interp.schemas.swap import (
     Atom,
     ControlDraw,
     LensInfo,
+    PatchDiagnostics,
     SwapFunction,
     SwapSettings,
     SwapTrialMeasurement,
@@ -155,6 +157,7 @@ def answer_score(tokenizer: Any, logits: torch.Tensor, answer: int | Sequence[in
         token=tokenizer.decode(tokens),
         token_id=tokens[0],
         n_tokens=len(tokens),
+        logit=score.logit,
         rank=score.rank,
         margin=score.margin,
         top1=score.strict_top1,
@@ -220,6 +223,17 @@ def edited_logits(
     return require_finite(logits[:, len(run.ids) - 1 :].float().cpu(), model.tokenizer, run.ids, where)
 
 
+def patch_diagnostics(patch: Any, raised: list[str]) -> PatchDiagnostics:
+    condition = float(patch.basis_condition_number)
+    return PatchDiagnostics(
+        source_target_cosine=float(patch.source_target_cosine),
+        basis_rank=int(patch.basis_rank),
+        basis_condition_number=condition if math.isfinite(condition) else None,
+        residual_max_delta=float(patch.residual_max_delta),
+        warnings=raised,
+    )
+
+
 def require_finite(logits: torch.Tensor, tokenizer: Any, ids: list[int], where: str) -> torch.Tensor:
     """Refuse to score non-finite logits: a NaN must never be counted as a failed swap."""
     if not bool(torch.isfinite(logits).all()):
@@ -235,7 +249,7 @@ def top_atoms(tokenizer: Any, decomposition: Any, dictionary: torch.Tensor) -> l
     coordinates = decomposition.coordinates.detach().float().cpu().tolist()
     norms = torch.linalg.vector_norm(dictionary[decomposition.support.to(dictionary.device)].float(), dim=1).cpu()
     atoms = [
-        Atom(token=tokenizer.decode([t]), coordinate=c, contribution=c * float(n))
+        Atom(token=tokenizer.decode([t]), token_id=int(t), coordinate=c, contribution=c * float(n))
         for t, c, n in zip(support, coordinates, norms.tolist(), strict=True)
     ]
     return sorted(atoms, key=lambda a: -a.contribution)[:SUPPORT_SHOWN]
@@ -265,7 +279,7 @@ class EditPlan:
     distances: torch.Tensor
     patched: torch.Tensor  # [1 + seeds, d_model]: the edited activations, real first
     patches: list[Any]
-    warnings: list[list[str]]  # the solver's, per edit (real first)
+    diagnostics: list[PatchDiagnostics]
 
 
 def decomposition_at(model: LoadedModel, lens: Any, run: PromptRun, layer: int, k: int) -> Any:
@@ -350,6 +364,7 @@ def plan_edit_trial(
     decomposition = decomposition_at(model, lens, run, layer, settings.k)
     support = [int(t) for t in decomposition.support.tolist()]
     record.support = top_atoms(tokenizer, decomposition, dictionary)
+    record.support_size = len(support)
     if tokens.source_id not in support:
         shown = ", ".join(repr(a.token) for a in record.support)
         record.status = INACTIVE
@@ -375,7 +390,7 @@ def plan_edit_trial(
         )
         return None
     edits = [tokens.target_id, *controls]
-    patches, said = [], []
+    patches, diagnostics = [], []
     for edit in edits:
         with warnings.catch_warnings(record=True) as raised:
             warnings.simplefilter("always")
@@ -383,9 +398,9 @@ def plan_edit_trial(
                 x, dictionary, tokens.source_id, edit, decomposition=decomposition, k=settings.k, alpha=settings.alpha
             )
         patches.append(patch)
-        said.append([str(w.message) for w in raised])  # rank deficiency, poor conditioning, alpha extrapolating
+        diagnostics.append(patch_diagnostics(patch, [str(w.message) for w in raised]))
     patched = torch.stack([x + patch.delta for patch in patches])
-    return EditPlan(record, tokens, controls, distances, patched, patches, said)
+    return EditPlan(record, tokens, controls, distances, patched, patches, diagnostics)
 
 
 def run_edits(model: LoadedModel, run: PromptRun, layer: int, plans: Sequence[EditPlan]) -> list[EditLogits]:
@@ -423,6 +438,7 @@ def score_edit_trial(model: LoadedModel, plan: EditPlan, logits: EditLogits, set
     record.real_source_answer = answer_score(tokenizer, logits.source, tokens.source_answer)
     record.target_was_active = not patches[0].target_was_appended
     record.real_edit_norm = float(torch.linalg.vector_norm(patches[0].delta))
+    record.real_patch = plan.diagnostics[0]
     record.controls = [
         ControlDraw(
             seed=seed,
@@ -431,11 +447,10 @@ def score_edit_trial(model: LoadedModel, plan: EditPlan, logits: EditLogits, set
             displacement=float(plan.distances[token]),
             edit_norm=float(torch.linalg.vector_norm(patch.delta)),
             score=answer_score(tokenizer, logits.target[i + 1], tokens.target_answer),
+            patch=plan.diagnostics[i + 1],
         )
         for i, (seed, token, patch) in enumerate(zip(settings.control_seeds, plan.controls, patches[1:], strict=True))
     ]
-    names = ["real", *(f"seed {seed}" for seed in settings.control_seeds)]
-    record.warnings = [f"{name}: {said}" for name, edit in zip(names, plan.warnings, strict=True) for said in edit]
     assert record.baseline is not None  # every caller scores the unedited run first
     unedited = record.baseline.target_answer.margin
     record.margin_gain = record.real.margin - unedited
