@@ -32,6 +32,7 @@ from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
 from tests.architectures.builders import MATRIX, PARALLEL, POST_NORM
 from tests.features.test_sae import random_weights, write_sae
+from tests.graphs.common import plt_weights, write_plt
 from tests.helpers import (
     EXPECTED_TOOLS,
     IOI_CLEAN,
@@ -56,19 +57,23 @@ NEURONS = [
     ("ablate", "neuron targets 'L1N0,3'"),
     ("sae", "an SAE on blocks.L.mlp.hook_post"),
 ]
-PER_HEAD, ADDITIVE, MID, MLP = (
+PER_HEAD, ADDITIVE, MID, MLP, UNCAPPED = (
     "per-head attention hooks",
     "additive head writes",
     "a residual stream between attention and MLP (resid_mid)",
     "MLP neurons",
+    "uncapped logits",
 )
+GRAPHS = [("attribution_graph", None)]
 
 
 def expected_missing(arch: str) -> dict[tuple[str, str | None], str]:
     """(first tool, option) → the feature this architecture lacks, from what it is (see ``builders``)."""
     missing: dict[tuple[str, str | None], str] = {}
     if arch == "gptj":  # TransformerLens runs GPT-J's attention as one opaque module
-        missing |= dict.fromkeys(EDGE_TOOLS, PER_HEAD)
+        missing |= dict.fromkeys(EDGE_TOOLS + GRAPHS, PER_HEAD)
+    if arch == "gemma2":  # soft-capped logits: the graph's linear logit read-out is not the model's
+        missing |= dict.fromkeys(GRAPHS, UNCAPPED)
     if arch in POST_NORM:
         missing |= dict.fromkeys(EDGE_TOOLS, ADDITIVE)
     if arch in PARALLEL:
@@ -83,7 +88,7 @@ class Caller:
 
     def __init__(self, client: Client, tools: dict[str, Tool], capabilities: list[dict[str, Any]]) -> None:
         self.client, self.tools, self.called = client, tools, set()
-        self.missing = {(c["tools"][0], c["option"]): c for c in capabilities if not c["available"]}
+        self.missing = {(tool, c["option"]): c for c in capabilities if not c["available"] for tool in c["tools"]}
 
     async def ok(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         self.called.add(name)
@@ -178,8 +183,30 @@ async def test_every_tool_runs_or_refuses_naming_the_feature(
         await features(call, model, tmp_path)
         await swap(call, model)
         await jobs(call)
+        await graphs(call, model, tmp_path)
     assert set(tools) - call.called == set(), "every tool the server lists is called on every architecture"
     assert call.called >= EXPECTED_TOOLS
+
+
+async def graphs(call: Caller, model: LoadedModel, tmp_path: Path) -> None:
+    """attribution_graph and graph_intervene with random per-layer transcoders: where model_info says they run, the
+    replacement model reproduces the real logits and zeroing a feature moves each logit directly by what its edges
+    predict."""
+    cfg = model.bridge.cfg
+    folder = write_plt(tmp_path / "transcoders", plt_weights(cfg.n_layers, cfg.d_model, 32, seed=3))
+    graph = await call.depends("attribution_graph", None, {"prompt": CLEAN[0], "transcoders": folder})
+    if graph.is_error:
+        await call.depends("graph_intervene", None, {"prompt": CLEAN[0], "transcoders": folder, "features": []})
+        return
+    content = graph.structured_content
+    assert content is not None and content["replacement_logit_error"] <= 1e-3
+    top = content["top_features"][0]
+    change = {"layer": top["layer"], "position": top["position"], "feature": top["feature"], "value": 0.0}
+    result = await call.depends(
+        "graph_intervene", None, {"prompt": CLEAN[0], "transcoders": folder, "features": [change]}
+    )
+    intervened = result.structured_content
+    assert intervened is not None and intervened["max_prediction_error"] < 1e-4
 
 
 async def jobs(call: Caller) -> None:
@@ -313,7 +340,8 @@ async def features(call: Caller, model: LoadedModel, tmp_path: Path) -> None:
     cfg = model.bridge.cfg
     texts = [f"{name} went to {place}" for name in ("mary", "john", "tom", "bob") for place in ("paris", "france")]
     labels = ["city", "country"] * 4
-    await call.ok("probe", {"texts": texts, "labels": labels, "layers": [1]})
+    # Twice over: the split stratifies by the place (the labels are a function of it) and needs 2 of each held out.
+    await call.ok("probe", {"texts": texts * 2, "labels": labels * 2, "layers": [1]})
     post = write_sae(tmp_path / "sae_post", random_weights(32, 0, d_in=cfg.d_model), "blocks.1.hook_resid_post")
     await call.ok("sae", {"text": CLEAN[0], "sae": post})
     await call.ok("sae_features", {"texts": CLEAN, "sae": post, "features": [0, 1]})

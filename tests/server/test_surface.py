@@ -77,8 +77,8 @@ def typical_calls(tiny: LoadedModel, sae: str) -> dict[str, dict[str, Any]]:
         "circuit_faithfulness": {**PAIR, "top_k": 20},
         "find_circuit": {**PAIR, "top": 5},  # more edges than that: its complete result is a result://
         "probe": {
-            "texts": ["mary went", "john went", "tom went", "alice went", "kate went", "sam went"] * 2,
-            "labels": [0, 1, 0, 1, 0, 1] * 2,
+            "texts": ["mary went", "john went", "tom went", "alice went", "kate went", "sam went"] * 4,
+            "labels": [0, 1, 0, 1, 0, 1] * 4,  # a function of the name: the split keeps each name on both sides
         },
         "sae": {"text": CLEAN[0], "sae": sae},
         "sae_features": {"texts": CLEAN, "sae": sae, "features": [1, 2]},

@@ -20,6 +20,11 @@ The features:
   GPT-J, Phi), where attention and MLP both read the block's input.
 * **MLP neurons** — absent on mixture-of-experts blocks, whose ``mlp.hook_post`` is the experts' combined
   output (d_model wide), not a layer of neurons.
+* **uncapped logits** — an attribution graph's logit nodes are linear read-outs of the residual stream; Gemma-2
+  soft-caps its logits (c · tanh(x / c)), so the graph's edges would explain the pre-cap logits while its checks
+  compare capped ones (measured on a tiny Gemma-2: replacement error 7.7e-3 against ≤ 1e-3 elsewhere). Graphs also
+  need per-head attention hooks: on GPT-J's opaque attention the frozen pattern is not the one the module applies
+  (the graph mispredicted its own frozen run by 2.1e-2).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from mcp_interp.core.engine.bridge import (
     attention_classes,
     attention_output_scale,
     attention_write_norm,
+    final_logit_softcap,
     hf_model,
     mixture_of_experts,
     per_head_attention_hooks,
@@ -75,6 +81,16 @@ def _parallel_block(bridge: Any) -> str | None:
     )
 
 
+def _capped_logits(bridge: Any) -> str | None:
+    cap = final_logit_softcap(bridge)
+    if cap is None:
+        return None
+    return (
+        f"this model soft-caps its logits ({cap:g} · tanh(x / {cap:g})), which the replacement model's linear logit "
+        "read-out does not reproduce"
+    )
+
+
 def _experts(bridge: Any) -> str | None:
     layers = [layer for layer in range(bridge.cfg.n_layers) if mixture_of_experts(bridge, layer)]
     if not layers:
@@ -99,6 +115,7 @@ FEATURES: dict[str, Feature] = {
     "additive_heads": Feature("additive head writes", _normed_head_sum),
     "resid_mid": Feature("a residual stream between attention and MLP (resid_mid)", _parallel_block),
     "mlp_neurons": Feature("MLP neurons", _experts),
+    "uncapped_logits": Feature("uncapped logits", _capped_logits),
 }
 
 EDGES = ("per_head_hooks", "additive_heads")
@@ -126,6 +143,12 @@ USES: dict[str, Use] = {
     "path_patch": Use(("path_patch",), None, EDGES, EDGE_INSTEAD),
     "circuit_faithfulness": Use(("circuit_faithfulness",), None, EDGES, EDGE_INSTEAD),
     "find_circuit": Use(("find_circuit",), None, EDGES, EDGE_INSTEAD),
+    "attribution_graph": Use(
+        ("attribution_graph", "graph_intervene"),
+        None,
+        ("per_head_hooks", "uncapped_logits"),
+        "Transcoder features still work as `ablate` targets and in `steer`; dla decomposes the logits before the cap.",
+    ),
     "patch_resid_mid": Use(
         ("patch",), "component='resid_mid'", ("resid_mid",), "Patch resid_pre, attn_out or mlp_out instead."
     ),

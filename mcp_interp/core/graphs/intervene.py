@@ -27,6 +27,7 @@ from typing import Any, Literal
 import torch
 
 from mcp_interp.core.engine.bridge import frozen_hooks
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.metrics import kl_divergence
 from mcp_interp.core.engine.sites import Hook
 from mcp_interp.core.engine.transcoders import Transcoders
@@ -221,6 +222,7 @@ def graph_intervene(
     freeze_attention: bool = True,
 ) -> GraphInterveneMeasurement:
     """Set or scale features and report every target logit's change in the three runs (module docstring)."""
+    require(model.bridge, "attribution_graph")
     if not isinstance(freeze_attention, bool):
         raise InputError(f"`freeze_attention` must be true or false, got {freeze_attention!r}.")
     prepared = prepare(model, prompt, transcoders)

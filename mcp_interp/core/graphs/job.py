@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.graphs.graph import AttributionGraph, neuronpedia_json
 from mcp_interp.core.graphs.intervene import replacement_logit_error
@@ -96,6 +97,7 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
             )
 
     def steps(self) -> Iterator[str]:
+        require(self.model.bridge, "attribution_graph")
         self._check()
         clock = Clock()
         prepared = prepare(self.model, self.prompt, self.transcoders)

@@ -34,8 +34,6 @@ from mcp_interp.schemas.swap import (
     TrialRecord,
 )
 
-ALPHA = verdicts.ALPHA
-
 
 def rate_summary(successes: Sequence[bool], prompts: set[tuple[str, str]]) -> RateSummary:
     r = verdicts.rate(successes)
@@ -148,16 +146,16 @@ def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: in
     """Both answers in words, each worded from its own p-value (two-sided, α = 0.05) and never from a rate alone."""
     if not real.n:
         return "No trial executed: nothing was tested (see status_counts)."
-    if swap.p_value <= ALPHA and swap.difference > 0:
+    if swap.p_value <= verdicts.ALPHA and swap.difference > 0:
         strict = "the real edits swap the answer more often than their controls"
-    elif swap.p_value <= ALPHA:
+    elif swap.p_value <= verdicts.ALPHA:
         strict = "the controls swap the answer more often than the real edits"
     else:
         strict = "no swap beyond the controls"
     gain = specificity.margin_gain
-    if gain.p_value <= ALPHA and gain.difference > 0:
+    if gain.p_value <= verdicts.ALPHA and gain.difference > 0:
         graded = "specific: the real edits raise the target answer's margin more than their controls"
-    elif gain.p_value <= ALPHA:
+    elif gain.p_value <= verdicts.ALPHA:
         graded = "anti-specific: the controls raise the target answer's margin more than the real edits"
     else:
         graded = "no specific effect: the real edits move the target answer's margin like their controls"
