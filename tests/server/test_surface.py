@@ -16,6 +16,7 @@ from mcp.types import PromptReference, ResourceTemplateReference
 from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
 from tests.features.test_sae import random_weights, write_sae
+from tests.graphs.common import plt_weights, write_plt
 from tests.helpers import EXPECTED_TOOLS, TEMPLATE, assert_valid_structured, tiny_corpus, tools_by_name, top_word
 
 pytestmark = pytest.mark.anyio
@@ -50,7 +51,7 @@ async def test_tools_list_fits_its_budgets(tiny_client: Client) -> None:
     assert compact(logit_diff["inputSchema"]) < 2_500  # was 5.7 KB with the answer and intervention unions inlined
 
 
-def typical_calls(tiny: LoadedModel, sae: str) -> dict[str, dict[str, Any]]:
+def typical_calls(tiny: LoadedModel, sae: str, transcoders: str) -> dict[str, dict[str, Any]]:
     """One ordinary call of every tool that computes something (job tools and get_figure follow handles)."""
     capital = {
         "template": TEMPLATE,
@@ -81,6 +82,12 @@ def typical_calls(tiny: LoadedModel, sae: str) -> dict[str, dict[str, Any]]:
             "labels": [0, 1, 0, 1, 0, 1] * 4,  # a function of the name: the split keeps each name on both sides
         },
         "sae": {"text": CLEAN[0], "sae": sae},
+        "attribution_graph": {"prompt": CLEAN[0], "transcoders": transcoders},
+        "graph_intervene": {
+            "prompt": CLEAN[0],
+            "transcoders": transcoders,
+            "features": [{"layer": 1, "position": -1, "feature": 0, "value": 1.0}],
+        },
         "sae_features": {"texts": CLEAN, "sae": sae, "features": [1, 2]},
         "logit_lens": {"prompt": CLEAN[0]},
         "dla": {"prompt": CLEAN[0], "answer": "mary", "baseline": "john"},
@@ -110,8 +117,9 @@ async def test_every_tool_returns_a_small_result_and_a_short_summary(
     tiny: LoadedModel, tiny_client: Client, tmp_path: Path, cache_folder: Path
 ) -> None:
     sae = write_sae(tmp_path / "sae", random_weights(32, seed=1), hook="blocks.1.hook_resid_post")
+    transcoders = write_plt(tmp_path / "transcoders", plt_weights(3, 64, 32, seed=1))
     tools = await tools_by_name(tiny_client)
-    calls = typical_calls(tiny, sae)
+    calls = typical_calls(tiny, sae, transcoders)
     sizes = {}
     for name, arguments in calls.items():
         result = await tiny_client.call_tool(name, arguments)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mcp_interp.models import LoadedModel
 from tests.features.test_sae import random_weights, write_sae
+from tests.graphs.common import plt_weights, write_plt
 from tests.helpers import EXPECTED_TOOLS
 from tests.server.test_surface import typical_calls
 
@@ -34,7 +35,8 @@ def node_and_sdk() -> tuple[str, Path]:
 def test_every_tool_through_the_typescript_sdk(tiny: LoadedModel, tmp_path: Path) -> None:
     node, sdk = node_and_sdk()
     sae = write_sae(tmp_path / "sae", random_weights(32, seed=1), hook="blocks.1.hook_resid_post")
-    typical = typical_calls(tiny, sae)
+    transcoders = write_plt(tmp_path / "transcoders", plt_weights(3, 64, 32, seed=1))
+    typical = typical_calls(tiny, sae, transcoders)
     calls = [{"tool": name, "arguments": arguments} for name, arguments in typical.items()]
     calls.append({"tool": "patch_heads", "arguments": {**typical["patch_heads"], "background": True}})
     env = {
