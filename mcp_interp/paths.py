@@ -53,7 +53,7 @@ def client_path(value: str, argument: str) -> Path:
         raise InputError(f"`{argument}` must be a path, got {value!r}.")
     try:
         resolved = Path(value).expanduser().resolve(strict=False)  # symlinks followed before the check
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):  # ValueError: a NUL byte, which no file's name holds
         resolved = None
     roots = allowed_roots()
     if resolved is None or not any(resolved == root or root in resolved.parents for root in roots):
@@ -63,3 +63,14 @@ def client_path(value: str, argument: str) -> Path:
             "files under one of them, or start the server with --allow-root DIR (repeatable)."
         )
     return resolved
+
+
+def existing_inside(value: str) -> Path | None:
+    """``value`` resolved, if it lies inside an allowed root and exists there; None otherwise — the same None for a
+    path outside the roots whether or not it exists (for tools that read a name as a path when there is such a
+    folder, else as a hub id: outside the roots it is always the hub id, so the answer tells nothing)."""
+    try:
+        path = client_path(value, "path")
+        return path if path.exists() else None
+    except (InputError, OSError):
+        return None

@@ -12,8 +12,9 @@ invalid JSON, a batch, or a string with a lone surrogate waits until its timeout
 on an outgoing lone surrogate, taking the server down). This one has the same ``(read_stream, write_stream)``
 contract and parses valid traffic with the SDK's own adapter, but answers what it rejects, as JSON-RPC says:
 
-* not JSON → ``-32700`` (parse error), ``id: null``; a JSON array (a batch: none since 2025-06-18), or JSON that is
-  not a request → ``-32600`` (invalid request), with the request's id when it has one, else null;
+* not JSON (``NaN`` and ``Infinity`` included, which the SDK's parser takes) → ``-32700`` (parse error), ``id: null``;
+  a JSON array (a batch: none since 2025-06-18), or JSON that is not a request → ``-32600`` (invalid request), with
+  the request's id when it has one, else null;
 * a lone UTF-16 surrogate (``"\\ud800"``) in a ``tools/call``'s arguments → a tool error saying which argument;
   elsewhere → ``-32700`` with the request's id (the stdlib can read the id where the SDK's parser cannot);
 * malformed notifications and responses are logged and dropped (nothing may answer them);
@@ -104,6 +105,17 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _strict_json(line: str) -> bool:
+    """False for a line that uses NaN or Infinity: not JSON (RFC 8259), though the SDK's parser accepts them."""
+    if "NaN" not in line and "Infinity" not in line:
+        return True
+    try:
+        json.loads(line, parse_constant=_no_constants)
+    except ValueError:
+        return False
+    return True
+
+
 def answer_to(line: str) -> JSONRPCError | JSONRPCResponse | None:
     """What to send back for a line the SDK's parser rejected; None when nothing may answer it."""
     try:
@@ -181,6 +193,8 @@ async def answering_stdio(stdin: BinaryIO, stdout: BinaryIO) -> AsyncIterator[St
                 try:
                     message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                 except ValidationError:
+                    message = None
+                if message is None or not _strict_json(line):
                     answer = answer_to(line)
                     code = getattr(getattr(answer, "error", None), "code", "tool error" if answer else "dropped")
                     log.warning("rejected an input line (%s): %.200r", code, line)

@@ -108,6 +108,7 @@ async def path_patch(
     )
     result = kit.with_provenance(PathPatchResult, job.result, started)
     top = "; ".join(f"{r.receiver} {r.recovered:+.3f}" for r in result.receivers[:5] if r.recovered is not None)
+    top = top or "none (every fraction is undefined: see the notes)"
     summary = (
         f"path_patch {sender} → {component}: clean {result.clean_logit_diff.value:+.3f}, corrupt "
         f"{result.corrupt_logit_diff.value:+.3f}; top paths by recovered fraction: {top}. Heatmap: {result.figure_uri}"

@@ -178,7 +178,8 @@ def test_what_does_not_fit_is_refused_with_the_reason(tiny: LoadedModel, tmp_pat
     (tmp_path / "empty").mkdir()
     assert "has no config.yaml" in refusal(tiny, tmp_path / "empty")
     assert "is a file" in refusal(tiny, tmp_path / "two" / "config.yaml")
-    assert "is not a folder on this machine" in refusal(tiny, "/nonexistent/transcoders")
+    assert "is not a folder on this machine" in refusal(tiny, tmp_path / "nonexistent" / "transcoders")
+    assert "names a path outside the folders" in refusal(tiny, "/nonexistent/transcoders")  # outside the roots
 
 
 def test_a_foreign_model_name_is_a_note(tiny: LoadedModel, tmp_path: Path) -> None:

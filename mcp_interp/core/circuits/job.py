@@ -98,6 +98,12 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
             "Edge attribution is a first-order (gradient) estimate, not a measurement: verify the edges you cite "
             "with exact path patching or a faithfulness test.",
         ]
+        if gap == 0:
+            notes.append(
+                "Clean and corrupt give the same logit difference (a gap of 0; identical pairs do): every edge's "
+                "score is 0 by construction, not evidence that no edge matters. Choose pairs whose corrupt prompt "
+                "changes the answer."
+            )
         if graph.n_kv_heads != graph.n_heads:
             notes.append(
                 f"Grouped-query attention: {graph.n_heads} query heads share {graph.n_kv_heads} key/value groups, so "

@@ -214,6 +214,11 @@ class PathPatchJob(Job[PathPatchMeasurement]):
             )
         rows.sort(key=lambda row: -abs(row.recovered or 0.0))
         notes = ["Exact: each receiver's run is a real forward with the sender's clean write added to that input only."]
+        if float(clean_m.mean()) == float(corrupt_m.mean()):
+            notes.append(
+                "Clean and corrupt give the same logit difference (a gap of 0; identical pairs do): every recovered "
+                "fraction is undefined (null). Choose pairs whose corrupt prompt changes the answer."
+            )
         if self.component != "q" and width != cfg.n_heads:
             notes.append(
                 f"Grouped-query attention: a {self.component} receiver is a key/value group ('L9KV1'), shared by "

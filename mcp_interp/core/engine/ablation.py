@@ -70,6 +70,13 @@ def ablation_outcome(
         if not_top:
             what = "The correct answer" if all(a.kind == "token" for a in good) else "The correct answer's first token"
             notes.append(f"{what} is not the clean top-1 for examples {not_top}.")
+    if good is not None and bad is not None:
+        same = [i for i in range(n) if good[i].alternatives == bad[i].alternatives]
+        if same:
+            notes.append(
+                f"Examples {same}: correct and incorrect are the same answer, so the logit difference is 0 by "
+                "construction, with and without the ablation."
+            )
     sequences = any(a.kind != "token" for a in tracked + (bad or []))
     if sequences:
         notes.append(

@@ -60,7 +60,7 @@ from mcp_interp.core.engine.sites import Site
 from mcp_interp.core.engine.tokens import adds_bos
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.paths import client_path
+from mcp_interp.paths import client_path, existing_inside
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"
@@ -177,7 +177,7 @@ def _resolve_folder(folder: str) -> Path:
             f"`sae` must be a local SAE folder (SAELens format) or a cached hub id 'org/repo[/subfolder]', got "
             f"{folder!r}."
         )
-    if not Path(folder).expanduser().exists() and _HUB_ID.match(folder.strip()):
+    if _HUB_ID.match(folder.strip()) and existing_inside(folder) is None:  # no look outside the roots
         return hub_cached_folder(folder.strip()).resolve()  # the hub cache: an allowed root
     path = client_path(folder, "sae")  # outside the allowed roots: one refusal, whatever is there
     if path.is_file():

@@ -57,6 +57,7 @@ from mcp_interp.core.engine.saelens import same_model
 from mcp_interp.core.engine.transcoders import TRANSCODER_KINDS, ActivationName, Transcoders
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
+from mcp_interp.paths import client_path, existing_inside
 
 CONFIG_FILE = "config.yaml"
 MAX_CACHED_SETS = 2  # transcoder sets kept in memory (30 × 1024 features on d_model 576 is ~140 MB)
@@ -120,7 +121,9 @@ def resolve_source(source: str) -> Location:
             "`transcoders` must be a local folder in circuit-tracer's format (config.yaml + layer files) or a hub id "
             f"such as 'mntss/transcoder-Llama-3.2-1B', got {source!r}."
         )
-    path = Path(source).expanduser()
+    if not source.startswith(("/", ".", "~")) and existing_inside(source) is None:
+        return _hub_location(ALIASES.get(source, source))  # not a folder this server may read: a hub id
+    path = client_path(source, "transcoders")  # outside the allowed roots: one refusal, whatever is there
     try:
         is_file, is_dir = path.is_file(), path.is_dir()
     except (OSError, ValueError) as exc:  # ValueError: a path the OS cannot represent (a NUL byte)
@@ -133,12 +136,10 @@ def resolve_source(source: str) -> Location:
             return Location(_config_folder(path.resolve()), str(path.resolve()), "folder")
         except OSError as exc:
             raise InputError(f"`transcoders` {source!r} cannot be read on this machine ({exc}).") from None
-    if source.startswith(("/", ".", "~")):
-        raise InputError(
-            f"`transcoders` {source!r} is not a folder on this machine. Pass a local folder in circuit-tracer's format "
-            "or a hub id ('org/repo', 'org/repo/subfolder') that is in the local Hugging Face cache."
-        )
-    return _hub_location(ALIASES.get(source, source))
+    raise InputError(
+        f"`transcoders` {source!r} is not a folder on this machine. Pass a local folder in circuit-tracer's format "
+        "or a hub id ('org/repo', 'org/repo/subfolder') that is in the local Hugging Face cache."
+    )
 
 
 def _config_folder(path: Path) -> Path:

@@ -62,8 +62,12 @@ class ExplainJob(Job[ExplainMeasurement]):
 
         if not 1 <= self.top_k <= 20:
             raise InputError(f"top_k must be between 1 and 20, got {self.top_k}.")
-        resolve_answer(self.model.tokenizer, self.answer)
-        resolve_answer(self.model.tokenizer, self.baseline)
+        if resolve_answer(self.model.tokenizer, self.answer) == resolve_answer(self.model.tokenizer, self.baseline):
+            raise InputError(
+                f"answer {self.answer!r} and baseline {self.baseline!r} are the same token: there is no preference "
+                "between them to explain (their logit difference is 0 by construction). Pass a different baseline, "
+                "e.g. the answer the model should not give."
+            )
         started = time.perf_counter()
         self.lens = logit_lens(self.model, self.prompt, self.answer)
         self.stage_seconds["logit_lens"] = time.perf_counter() - started

@@ -175,6 +175,11 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
             f"This model soft-caps its final logits ({cap:g}·tanh(x/{cap:g})): the decomposed quantity is the logit "
             "difference before the cap (`measured` included), since the cap is not linear."
         )
+    if baseline_id == answer_id:
+        notes.append(
+            "The answer and the baseline are the same token: logit(answer) − logit(baseline) and every component's "
+            "term are 0 by construction. Pass a different baseline (or none, for the raw logit)."
+        )
     if baseline_id is None:
         notes.append(
             "Without a baseline the decomposed quantity is a raw logit, which shifts with every token's logit; "
