@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from mcp_interp import paths
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.saelens import load_sae
 from mcp_interp.core.engine.tokens import token_ids
@@ -117,6 +118,7 @@ def bench_sae(model: LoadedModel, repeats: int = 5) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "sae"
         folder.mkdir()
+        paths.configure([*paths.stdio_defaults(), folder])  # the script names its own folder, as --allow-root would
         write_random_sae(folder, int(model.bridge.cfg.d_model), hook, model.name)
         size_mb = (folder / "sae_weights.safetensors").stat().st_size / 1e6
         print(f"\nSAE: {D_SAE} features at {hook} (d_in {model.bridge.cfg.d_model}), weights {size_mb:.0f} MB")

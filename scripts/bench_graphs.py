@@ -29,6 +29,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
+from mcp_interp import paths
 from mcp_interp.core.engine.bridge import hook_mlp_input, hook_mlp_out
 from mcp_interp.core.engine.tokens import encode
 from mcp_interp.core.graphs.job import DEFAULT_MAX_FEATURE_NODES, MAX_FEATURE_NODES, AttributionGraphJob
@@ -155,6 +156,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        paths.configure([*paths.stdio_defaults(), folder])  # the script names its own folder, as --allow-root would
         if (folder / "config.yaml").is_file():
             print(f"reusing the transcoders in {folder}", flush=True)
         else:
