@@ -70,7 +70,8 @@ def main() -> int:
     templates = inspect("--method", "resources/templates/list")["resourceTemplates"]
     assert {t["uriTemplate"] for t in templates} >= {"figure://{figure_id}", "report://{report_id}"}
     prompts = inspect("--method", "prompts/list")["prompts"]
-    assert {p["name"] for p in prompts} == {"explain-prediction", "find-circuit", "test-causal-claim", "probe-property"}
+    names = {"explain-prediction", "find-circuit", "test-causal-claim", "probe-property", "trace-prediction"}
+    assert {p["name"] for p in prompts} == names
 
     # MCP Apps: linked tools carry _meta.ui.resourceUri; each ui:// resource reads back as an app's HTML.
     linked = {name: tool["_meta"]["ui"]["resourceUri"] for name, tool in tools.items() if "ui" in tool.get("_meta", {})}
