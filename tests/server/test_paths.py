@@ -5,10 +5,6 @@ The tools that take a path (``sae``, ``transcoders``) give no existence oracle o
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +17,7 @@ from mcp_interp.core.engine.transcoder_format import resolve_source
 from mcp_interp.errors import InputError
 from tests.features.test_sae import random_weights, write_sae
 from tests.helpers import assert_valid_structured, error_text, tools_by_name
+from tests.transport.test_http import start as start_http  # one way to start the HTTP server
 
 OUTSIDE = "names a path outside the folders this server may read"
 
@@ -239,33 +236,6 @@ def test_a_transcoder_folder_outside_the_roots_is_refused(cwd_outside: Path) -> 
 
 
 # --- over HTTP, end to end -----------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_http(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    # The inherited MCP_INTERP_ALLOW_ROOT (tests' temporary folders) would allow tmp_path over stdio.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MCP_INTERP_OUTPUT": str(tmp_path / "out")}
-    env.pop("MCP_INTERP_AUTH_TOKEN", None)
-    command = [sys.executable, "-m", "mcp_interp", "serve", "--model", "tiny", "--transport", "http"]
-    process = subprocess.Popen(
-        [*command, "--port", str(port), *extra], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(process.stderr.read().decode() if process.stderr else "server exited")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return process, port
-        time.sleep(0.2)
-    process.kill()
-    raise TimeoutError("HTTP server did not start")
 
 
 async def call_sae(port: int, sae: str) -> tuple[object, object]:
