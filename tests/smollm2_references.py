@@ -43,14 +43,21 @@ class Setting:
     width: int
 
 
-def setting(model: LoadedModel) -> Setting:
+def setting(
+    model: LoadedModel,
+    clean_texts: list[str] = CLEAN,
+    corrupt_texts: list[str] = CORRUPT,
+    correct: list[str] = CORRECT,
+    incorrect: list[str] = INCORRECT,
+) -> Setting:
+    """The reference pairs (the first two IOI pairs unless others are given), as TransformerLens sees them."""
     tokenizer = model.tokenizer
-    clean = [tokenizer(text).input_ids for text in CLEAN]
-    corrupt = [tokenizer(text).input_ids for text in CORRUPT]
+    clean = [tokenizer(text).input_ids for text in clean_texts]
+    corrupt = [tokenizer(text).input_ids for text in corrupt_texts]
     assert len({len(ids) for ids in clean + corrupt}) == 1, "the reference pairs are unpadded"
     clean_ids, corrupt_ids = torch.tensor(clean), torch.tensor(corrupt)
-    good = torch.tensor([tokenizer(c, add_special_tokens=False).input_ids[0] for c in CORRECT])
-    bad = torch.tensor([tokenizer(c, add_special_tokens=False).input_ids[0] for c in INCORRECT])
+    good = torch.tensor([tokenizer(c, add_special_tokens=False).input_ids[0] for c in correct])
+    bad = torch.tensor([tokenizer(c, add_special_tokens=False).input_ids[0] for c in incorrect])
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
         final = logits[:, -1]

@@ -199,8 +199,8 @@ def test_adapter_functions_stay_small() -> None:
 
 CORE = "mcp_interp.core"
 ENGINE = f"{CORE}.engine"
-# A family may import the engine and itself; explain composes the lens and heads families' stages.
-FAMILY_MAY_ALSO_IMPORT = {"explain": {"lens", "heads"}}
+# A family may import the engine and itself; explain composes the lens, heads and localize families' stages.
+FAMILY_MAY_ALSO_IMPORT = {"explain": {"lens", "heads", "localize"}}
 
 
 def core_place(module: str) -> str | None:

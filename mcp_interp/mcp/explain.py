@@ -1,4 +1,5 @@
-"""``explain``: one call that runs the logit lens, DLA, exact head patching and the top heads' attention,
+"""``explain``: one call that runs the logit lens, DLA, exact head patching, the layer × position maps and the top
+heads' attention,
 then writes a Markdown report (``report://``) citing every number. The stages' figures are drawn by the
 same helpers as the single tools, so explain's pictures are theirs."""
 
@@ -14,6 +15,7 @@ from mcp_interp.core.explain.job import ExplainJob
 from mcp_interp.core.explain.report import report_markdown
 from mcp_interp.mcp.heads import heads_heatmap
 from mcp_interp.mcp.lens import attention_figure, dla_figure, logit_lens_figure
+from mcp_interp.mcp.localize import patch_figure
 from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
 from mcp_interp.schemas.explain import ExplainResult
 
@@ -29,6 +31,7 @@ async def stage_figures(kit: Toolkit, job: ExplainJob, model_name: str) -> tuple
     ]
     if job.patching is not None:
         drawn.append(await heads_heatmap(kit, job.patching, model_name, "head patching (recovered fraction)"))
+    drawn += [await patch_figure(kit, patched, model_name) for patched in job.maps.values()]
     drawn += [await attention_figure(kit, attention) for attention in job.attentions]
     return {link.name: uri for uri, link in drawn}, [link for _, link in drawn]
 
@@ -44,8 +47,8 @@ async def explain(
     ] = None,
     top_k: Annotated[int, Field(ge=1, le=20, description="Components and heads reported.")] = 5,
 ) -> Annotated[CallToolResult, ExplainResult]:
-    """Why `answer` over `baseline`? The logit lens, DLA, exact head patching (with `corrupt`) and the top heads'
-    attention in one call: findings citing their numbers, caveats, figures, a Markdown report://."""
+    """Why `answer` over `baseline`? Logit lens, DLA, top heads' attention; with `corrupt` also exact head and
+    layer × position patching (carrying positions, moves, MLPs). Findings citing numbers, figures, report://."""
     kit = Toolkit.of(ctx)
     model = await kit.model(ctx)
     job = ExplainJob(model=model, prompt=prompt, answer=answer, baseline=baseline, corrupt=corrupt, top_k=top_k)

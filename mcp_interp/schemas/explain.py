@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance
 from mcp_interp.schemas.lens import Contribution
+from mcp_interp.schemas.localize import PatchCell
 
 # --- explain --------------------------------------------------------------------------------
 
@@ -29,7 +30,35 @@ class CausalHead(BaseModel):
     )
 
 
+class Carrier(BaseModel):
+    """A run of consecutive layers whose residual stream at one position carries the clean−corrupt gap."""
+
+    position: int = Field(description="Token index (0-based).")
+    token: str = Field(description="The prompt's token at `position`.")
+    from_layer: int = Field(description="First layer (resid_pre, i.e. the input of that block) of the run.")
+    to_layer: int = Field(description="Last layer of the run, inclusive.")
+    min_fraction: float = Field(description="Smallest resid_pre recovered fraction over the run (1 = all of the gap).")
+    max_fraction: float = Field(description="Largest resid_pre recovered fraction over the run.")
+
+
+class Move(BaseModel):
+    """Where the carrying position changes: information moved between positions, which only attention does."""
+
+    from_position: int
+    from_token: str
+    to_position: int
+    to_token: str
+    layer: int = Field(description="First layer whose resid_pre carries the gap at `to_position`.")
+    attention_layer: int | None = Field(
+        description="The layer before `layer` whose attn_out at `to_position` recovers the most (the block that moved "
+        "it); None if attn_out was not patched there."
+    )
+    attention_fraction: float | None = Field(description="That attn_out cell's recovered fraction (1 = all of it).")
+
+
 class ExplainMeasurement(Measurement):
+    BULKY = ("resid_pre_map", "attn_out_map", "mlp_out_map")
+
     prompt: str
     answer: str
     baseline: str
@@ -43,6 +72,30 @@ class ExplainMeasurement(Measurement):
         default=None, description="With a corrupt prompt: heads by exact patching recovered fraction."
     )
     clean_corrupt_gap: float | None = None
+    map_tokens: list[str] | None = Field(
+        default=None,
+        description="With `corrupt`: the maps' tokens ('clean/corrupt' where they differ).",
+    )
+    resid_pre_map: list[list[float | None]] | None = Field(
+        default=None,
+        description="With `corrupt`: [layer][position] recovered fraction of patching resid_pre, as patch returns it.",
+    )
+    attn_out_map: list[list[float | None]] | None = Field(
+        default=None, description="[layer][position] for attn_out at the carrying positions (None elsewhere)."
+    )
+    mlp_out_map: list[list[float | None]] | None = Field(
+        default=None, description="[layer][position] for mlp_out at the carrying positions (None elsewhere)."
+    )
+    carriers: list[Carrier] | None = Field(
+        default=None, description="With `corrupt`: which position's residual carries the gap, layer by layer."
+    )
+    moves: list[Move] | None = Field(default=None, description="With `corrupt`: where the carrying position changes.")
+    top_mlps: list[PatchCell] | None = Field(
+        default=None, description="With `corrupt`: the mlp_out cells (layer, position) by |recovered fraction|."
+    )
+    top_attention: list[PatchCell] | None = Field(
+        default=None, description="With `corrupt`: the attn_out cells (layer, position) by |recovered fraction|."
+    )
     findings: list[str] = Field(description="Plain-language findings, each citing its numbers.")
     caveats: list[str]
     stage_seconds: dict[str, float] = Field(description="Wall time of each stage.")

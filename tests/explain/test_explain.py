@@ -54,6 +54,13 @@ async def test_explain_over_stdio_report_figures_and_agreement(tmp_path: Path) -
                 {"clean_prompts": [PROMPT], "corrupt_prompts": [CORRUPT], "correct": "mary", "incorrect": "john"},
             ),
         }
+        pair = {"clean_prompts": [PROMPT], "corrupt_prompts": [CORRUPT], "correct": "mary", "incorrect": "john"}
+        maps = {
+            component: assert_valid_structured(
+                tools["patch"], await client.call_tool("patch", {**pair, "component": component})
+            )
+            for component in ("resid_pre", "attn_out", "mlp_out")
+        }
     single = {
         k: assert_valid_structured(
             tools[{"ld": "logit_diff", "dla": "dla", "lens": "logit_lens", "patch": "patch_heads"}[k]], v
@@ -68,6 +75,24 @@ async def test_explain_over_stdio_report_figures_and_agreement(tmp_path: Path) -
     patch_scores = {h["head"]: h["score"] for h in single["patch"]["heads"]}
     for head in explained["causal_heads"]:
         assert head["recovered_fraction"] == pytest.approx(patch_scores[head["head"]], abs=1e-9)
+    # The layer × position maps are patch's: resid_pre everywhere, attn_out/mlp_out at the positions it picked.
+    assert explained["resid_pre_map"] == maps["resid_pre"]["scores"]
+    mapped = {p for row in explained["mlp_out_map"] for p, v in enumerate(row) if v is not None}
+    assert mapped and mapped == {p for row in explained["attn_out_map"] for p, v in enumerate(row) if v is not None}
+    for component in ("attn_out", "mlp_out"):
+        for layer, row in enumerate(explained[f"{component}_map"]):
+            for position, value in enumerate(row):
+                expected = maps[component]["scores"][layer][position] if position in mapped else None
+                assert value == (pytest.approx(expected, abs=1e-9) if expected is not None else None)
+    best_mlp = max(
+        (
+            (abs(v), layer, p)
+            for layer, row in enumerate(maps["mlp_out"]["scores"])
+            for p, v in enumerate(row)
+            if p in mapped
+        ),
+    )
+    assert (explained["top_mlps"][0]["layer"], explained["top_mlps"][0]["position"]) == best_mlp[1:]
     # The report is Markdown that cites the real numbers and links every figure.
     assert report.startswith("# Why does the model say")
     assert f"{explained['logit_diff']:+.4f}" in report
@@ -79,9 +104,11 @@ async def test_explain_over_stdio_report_figures_and_agreement(tmp_path: Path) -
     for png in pngs.values():
         width, height = png_size(png)
         assert width > 100 and height > 100
-    assert len(pngs) == 3 + 3  # lens, DLA, patching heatmap, and attention of the top 3 heads
-    assert progress == sorted(progress) and progress[-1] == 3 + 1 + 3  # 3 stages, the pair runs, 3 layers of `tiny`
-    assert set(explained["stage_seconds"]) == {"logit_lens", "dla", "patch_heads", "attention", "figures"}
+    assert len(pngs) == 3 + 3 + 3  # lens, DLA, head patching, the three position maps, attention of the top 3 heads
+    # 3 stages, then four patching sweeps (heads, resid_pre, attn_out, mlp_out) of the pair runs + 3 layers of `tiny`
+    assert progress == sorted(progress) and progress[-1] == 3 + 4 * (1 + 3)
+    stages = {"logit_lens", "dla", "patch_heads", "position_maps", "attention", "figures"}
+    assert set(explained["stage_seconds"]) == stages
 
 
 async def test_prompts_are_listed_and_rendered(tiny_client: Client) -> None:

@@ -1,10 +1,12 @@
 """``explain``: why did the model predict `answer` over `baseline`? One call, cited numbers.
 
 Stages, each the same computation as the single tool of that name (so their numbers agree):
-logit lens (where the answer forms), direct logit attribution (who writes it), exact head
-patching when a corrupt minimal pair is given (whose effect is causal), and the attention
-patterns of the top heads (what they read). Findings are sentences that quote those numbers
-(``findings``); ``report.report_markdown`` renders them with every figure linked.
+logit lens (where the answer forms), direct logit attribution (who writes it); when a corrupt
+minimal pair is given, exact head patching (whose effect is causal) and the layer × position maps of
+``patch`` — resid_pre everywhere, attn_out and mlp_out at the positions that carry the gap (which
+position carries the information at each layer, where attention moves it, which MLPs write it,
+``positions``); then the attention patterns of the top heads (what they read). Findings are sentences
+that quote those numbers (``findings``); ``report.report_markdown`` renders them with every figure linked.
 """
 
 from __future__ import annotations
@@ -14,21 +16,26 @@ from dataclasses import dataclass, field
 
 from mcp_interp.core.engine.answers import resolve_answer
 from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.explain import positions as where
 from mcp_interp.core.explain.findings import causal_heads, route_finding
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.lens.attention import attention
 from mcp_interp.core.lens.dla import dla
 from mcp_interp.core.lens.logit_lens import logit_lens
+from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.explain import ExplainMeasurement
 from mcp_interp.schemas.heads import PatchHeadsMeasurement
 from mcp_interp.schemas.lens import AttentionMeasurement, DLAMeasurement, LogitLensMeasurement
+from mcp_interp.schemas.localize import PatchMeasurement
+
+MAPPED_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")
 
 
 @dataclass(kw_only=True)
 class ExplainJob(Job[ExplainMeasurement]):
-    """The stages above as an ``engine.jobs.Job``: one step per stage, and one per layer of head patching."""
+    """The stages above as an ``engine.jobs.Job``: one step per stage, and one per layer of each patching sweep."""
 
     model: LoadedModel
     prompt: str
@@ -40,12 +47,17 @@ class ExplainJob(Job[ExplainMeasurement]):
     attribution: DLAMeasurement | None = field(default=None, init=False)
     patching: PatchHeadsMeasurement | None = field(default=None, init=False)
     corrupt_attribution: DLAMeasurement | None = field(default=None, init=False)
+    maps: dict[str, PatchMeasurement] = field(default_factory=dict, init=False)
     attentions: list[AttentionMeasurement] = field(default_factory=list, init=False)
     stage_seconds: dict[str, float] = field(default_factory=dict, init=False)
     result: ExplainMeasurement | None = field(default=None, init=False)
 
     def total_steps(self) -> int:
-        return 3 + (self._patching_job().total_steps() if self.corrupt is not None else 0)
+        if self.corrupt is None:
+            return 3
+        return (
+            3 + self._patching_job().total_steps() + len(MAPPED_COMPONENTS) * self._map_job("resid_pre").total_steps()
+        )
 
     def _patching_job(self) -> PatchHeadsJob:
         assert self.corrupt is not None
@@ -56,6 +68,32 @@ class ExplainJob(Job[ExplainMeasurement]):
             correct=self.answer,
             incorrect=self.baseline,
         )
+
+    def _map_job(self, component: str, positions: list[int] | None = None) -> PatchJob:
+        """The ``patch`` call whose layer × position map explain reports for `component` (same arguments)."""
+        assert self.corrupt is not None
+        return PatchJob(
+            model=self.model,
+            clean_prompts=[self.prompt],
+            corrupt_prompts=[self.corrupt],
+            correct=self.answer,
+            incorrect=self.baseline,
+            component=component,
+            positions=positions,
+        )
+
+    def _position_maps(self) -> Iterator[str]:
+        """resid_pre at every layer × position, then attn_out and mlp_out at the positions that carry the gap."""
+        job = self._map_job("resid_pre")
+        yield from job.steps()
+        assert job.result is not None and job.result.scores is not None
+        self.maps["resid_pre"] = job.result
+        chosen = where.mapped_positions(job.result.scores)
+        for component in MAPPED_COMPONENTS[1:]:
+            job = self._map_job(component, chosen)
+            yield from job.steps()
+            assert job.result is not None
+            self.maps[component] = job.result
 
     def steps(self) -> Iterator[str]:
         import time
@@ -86,6 +124,9 @@ class ExplainJob(Job[ExplainMeasurement]):
             # The corrupt run's per-head direct terms and final-norm scale, to read the patch's direct part against.
             self.corrupt_attribution = dla(self.model, self.corrupt, self.answer, self.baseline)
             self.stage_seconds["patch_heads"] = time.perf_counter() - started
+            started = time.perf_counter()
+            yield from self._position_maps()
+            self.stage_seconds["position_maps"] = time.perf_counter() - started
 
         started = time.perf_counter()
         for name in self._top_heads():
@@ -105,10 +146,17 @@ class ExplainJob(Job[ExplainMeasurement]):
         )
         return [name for name, _ in heads[: self.top_k]]
 
+    def _reading(self) -> where.Reading | None:
+        """What the maps say (``positions``); None without a corrupt prompt."""
+        if not self.maps:
+            return None
+        return where.read_maps(self.maps["resid_pre"], self.maps["attn_out"], self.maps["mlp_out"], top_k=self.top_k)
+
     def _measurement(self) -> ExplainMeasurement:
         lens, attribution = self.lens, self.attribution
         assert lens is not None and attribution is not None
         final = lens.layers[-1]
+        reading = self._reading()
         findings = [
             f"The model gives {lens.target!r} probability {lens.final_prob:.3f} (rank {final.target_rank}); "
             f"logit({lens.target!r}) − logit({attribution.baseline!r}) = {attribution.measured:+.3f}."
@@ -143,6 +191,7 @@ class ExplainJob(Job[ExplainMeasurement]):
                 f"clean−corrupt gap {gap:+.3f}) restores: {listed}."
             )
             findings += [s for c in causal[:3] if (s := route_finding(c.head, c.patch_effect, c.direct_effect))]
+            findings += reading.findings() if reading is not None else []
         for att in self.attentions[:3]:
             top = att.top_attended[0]
             findings.append(
@@ -171,6 +220,7 @@ class ExplainJob(Job[ExplainMeasurement]):
             top_dla=attribution.top[: self.top_k],
             causal_heads=causal,
             clean_corrupt_gap=gap,
+            **(reading.fields() if reading is not None else {}),
             findings=findings,
             caveats=caveats,
             stage_seconds={k: round(v, 3) for k, v in self.stage_seconds.items()},

@@ -37,6 +37,24 @@ def report_markdown(result: ExplainMeasurement, model: ModelRef, figures: dict[s
         for c in result.causal_heads:
             fraction = "n/a" if c.recovered_fraction is None else f"{c.recovered_fraction:+.4f}"
             lines.append(f"| {c.head} | {fraction} | {c.dla:+.4f} |")
+    if result.carriers is not None:
+        lines += ["", "## Where the information sits (layer × position patching, exact)", ""]
+        lines += ["| position | token | layers | resid_pre recovered fraction |", "| --- | --- | --- | --- |"]
+        lines += [
+            f"| {c.position} | {c.token!r} | {c.from_layer}–{c.to_layer} | "
+            f"{c.min_fraction:+.4f} to {c.max_fraction:+.4f} |"
+            for c in result.carriers
+        ]
+        for m in result.moves or []:
+            by = (
+                ""
+                if m.attention_layer is None
+                else f" (L{m.attention_layer} attn_out there: {m.attention_fraction:+.4f})"
+            )
+            lines.append(f"\nMoves from position {m.from_position} to {m.to_position} at layer {m.layer}{by}.")
+        for title, cells in (("MLP outputs", result.top_mlps), ("Attention outputs", result.top_attention)):
+            lines += ["", f"### {title} (layer, position)", "", "| cell | recovered fraction |", "| --- | --- |"]
+            lines += [f"| {c.label} | {c.score:+.4f} |" for c in cells or [] if c.score is not None]
     lines += ["", "## Figures", ""] + [f"- {name}: ![{name}]({uri}) `{uri}`" for name, uri in figures.items()]
     lines += ["", "## Caveats", ""] + [f"- {c}" for c in result.caveats]
     lines += ["", "## Time per stage", ""] + [f"- {k}: {v:.2f} s" for k, v in result.stage_seconds.items()]

@@ -1,0 +1,210 @@
+"""Where the clean−corrupt gap sits, position by position: read off ``patch``'s layer × position maps.
+
+Patching the residual stream (resid_pre) of one position at one layer with its clean value recovers some
+fraction of the gap; a position whose residual recovers a large fraction at a layer *carries* the
+information there. The position that carries the most changes only where attention moves information
+between positions, so the layer where it changes names a move, and the attn_out map at the new position
+says which block made it. mlp_out cells with large fractions are where MLPs write the information.
+Fractions are those ``patch`` returns: 1 = the cell alone restores the whole gap, negative = works against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_interp.schemas.explain import Carrier, Move
+from mcp_interp.schemas.localize import PatchCell, PatchMeasurement
+
+CARRIES = 0.2  # a position carries the gap at a layer when patching its resid_pre there recovers at least this
+DOMINATES = 0.3  # the position carrying the most at a layer counts for moves only when it recovers at least this
+MAPPED = 0.1  # positions whose resid_pre recovers at least this somewhere get the attn_out / mlp_out maps
+MAX_MAPPED = 4  # at most this many positions (by their largest resid_pre fraction) get them: the time goal
+
+Grid = Sequence[Sequence[float | None]]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The three maps and what is read off them, as ``ExplainMeasurement`` fields and as sentences."""
+
+    tokens: list[str]  # 'clean/corrupt' where the pair differs
+    resid: list[list[float | None]]
+    attn: list[list[float | None]] | None
+    mlp: list[list[float | None]] | None
+    carriers: list[Carrier]
+    moves: list[Move]
+    top_mlps: list[PatchCell]
+    top_attention: list[PatchCell]
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "map_tokens": self.tokens,
+            "resid_pre_map": self.resid,
+            "attn_out_map": self.attn,
+            "mlp_out_map": self.mlp,
+            "carriers": self.carriers,
+            "moves": self.moves,
+            "top_mlps": self.top_mlps,
+            "top_attention": self.top_attention,
+        }
+
+    def findings(self) -> list[str]:
+        found = [carrier_finding(self.carriers), *(move_finding(m) for m in self.moves)]
+        for what, kind, cells in (
+            ("MLPs that write it", "MLP", self.top_mlps),
+            ("Attention outputs that carry it", "attn", self.top_attention),
+        ):
+            if sentence := cells_finding(what, kind, cells):
+                found.append(sentence)
+        return found
+
+
+def read_maps(resid: PatchMeasurement, attn: PatchMeasurement, mlp: PatchMeasurement, top_k: int) -> Reading:
+    """The reading of ``patch``'s resid_pre, attn_out and mlp_out results on one pair."""
+    assert resid.scores is not None
+    tokens = [t.clean_token for t in resid.tokens]
+    return Reading(
+        tokens=[
+            t.clean_token if not t.differs_in_pairs else f"{t.clean_token}/{t.corrupt_token}" for t in resid.tokens
+        ],
+        resid=resid.scores,
+        attn=attn.scores,
+        mlp=mlp.scores,
+        carriers=carriers(resid.scores, tokens),
+        moves=moves(resid.scores, attn.scores, tokens),
+        top_mlps=mlp.cells[:top_k],
+        top_attention=attn.cells[:top_k],
+    )
+
+
+def mapped_positions(resid: Grid) -> list[int]:
+    """Positions worth patching attn_out and mlp_out at: up to ``MAX_MAPPED`` whose resid_pre reaches ``MAPPED``."""
+    best = _best_per_position(resid)
+    chosen = sorted((p for p, v in best.items() if v >= MAPPED), key=lambda p: -best[p])[:MAX_MAPPED]
+    return sorted(chosen)
+
+
+def carriers(resid: Grid, tokens: Sequence[str]) -> list[Carrier]:
+    """Runs of consecutive layers where a position's resid_pre recovers ≥ ``CARRIES``, largest fraction first."""
+    runs: list[Carrier] = []
+    n_positions = len(resid[0]) if resid else 0
+    for position in range(n_positions):
+        start: int | None = None
+        values: list[float] = []
+        for layer in range(len(resid) + 1):
+            value = resid[layer][position] if layer < len(resid) else None
+            if value is not None and value >= CARRIES:
+                start = layer if start is None else start
+                values.append(value)
+                continue
+            if start is not None:
+                runs.append(
+                    Carrier(
+                        position=position,
+                        token=tokens[position],
+                        from_layer=start,
+                        to_layer=layer - 1,
+                        min_fraction=min(values),
+                        max_fraction=max(values),
+                    )
+                )
+                start, values = None, []
+    return sorted(runs, key=lambda run: (-run.max_fraction, run.from_layer))
+
+
+def dominant_positions(resid: Grid) -> list[int | None]:
+    """Per layer: the position whose resid_pre recovers the most, if that is at least ``DOMINATES`` (else None)."""
+    dominant: list[int | None] = []
+    for row in resid:
+        scored = [(v, p) for p, v in enumerate(row) if v is not None]
+        value, position = max(scored, default=(None, None))
+        dominant.append(position if value is not None and value >= DOMINATES else None)
+    return dominant
+
+
+def moves(resid: Grid, attn: Grid | None, tokens: Sequence[str]) -> list[Move]:
+    """Every layer where the dominant position changes, with the earlier attn_out cell at the new position that
+    recovers the most (the block whose attention moved the information there)."""
+    found: list[Move] = []
+    previous: int | None = None
+    for layer, position in enumerate(dominant_positions(resid)):
+        if position is None:
+            continue
+        if previous is not None and position != previous:
+            attention_layer, fraction = _best_attention(attn, position, before=layer)
+            found.append(
+                Move(
+                    from_position=previous,
+                    from_token=tokens[previous],
+                    to_position=position,
+                    to_token=tokens[position],
+                    layer=layer,
+                    attention_layer=attention_layer,
+                    attention_fraction=fraction,
+                )
+            )
+        previous = position
+    return found
+
+
+def carrier_finding(runs: Sequence[Carrier], shown: int = 4) -> str:
+    if not runs:
+        return (
+            f"No single position's residual stream recovers {CARRIES:.0%} of the gap at any layer: the information "
+            "is spread over positions (see resid_pre_map)."
+        )
+    parts = [
+        f"position {r.position} ({r.token!r}) at layers {r.from_layer}–{r.to_layer} ({_range(r)})" for r in runs[:shown]
+    ]
+    return (
+        "Patching the residual stream (resid_pre) position by position, the gap is carried by " + "; ".join(parts) + "."
+    )
+
+
+def move_finding(move: Move) -> str:
+    sentence = (
+        f"Information moves from position {move.from_position} ({move.from_token!r}) to position {move.to_position} "
+        f"({move.to_token!r}) at layer {move.layer}"
+    )
+    if move.attention_layer is None or move.attention_fraction is None:
+        return sentence + "."
+    return (
+        sentence + f": patching layer {move.attention_layer}'s attn_out at {move.to_token!r} recovers "
+        f"{move.attention_fraction:+.2f} of the gap."
+    )
+
+
+def cells_finding(what: str, kind: str, cells: Sequence[PatchCell]) -> str | None:
+    listed = [
+        f"L{c.layer} {kind} at {c.token!r} (position {c.position}) {c.score:+.2f}" for c in cells if c.score is not None
+    ]
+    if not listed:
+        return None
+    return f"{what} (recovered fraction of patching each layer's output at one position): " + ", ".join(listed) + "."
+
+
+def _range(run: Carrier) -> str:
+    if run.from_layer == run.to_layer:
+        return f"{run.max_fraction:+.2f}"
+    return f"{run.min_fraction:+.2f} to {run.max_fraction:+.2f}"
+
+
+def _best_per_position(grid: Grid) -> dict[int, float]:
+    best: dict[int, float] = {}
+    for row in grid:
+        for position, value in enumerate(row):
+            if value is not None:
+                best[position] = max(best.get(position, value), value)
+    return best
+
+
+def _best_attention(attn: Grid | None, position: int, before: int) -> tuple[int | None, float | None]:
+    if attn is None:
+        return None, None
+    scored = [(value, layer) for layer in range(before) if (value := attn[layer][position]) is not None]
+    if not scored:
+        return None, None
+    value, layer = max(scored)
+    return layer, value
