@@ -50,8 +50,8 @@ class Move(BaseModel):
     to_token: str
     layer: int = Field(description="First layer whose resid_pre carries the gap at `to_position`.")
     attention_layer: int | None = Field(
-        description="The layer before `layer` whose attn_out at `to_position` recovers the most (the block that moved "
-        "it); None if attn_out was not patched there."
+        description="The earlier layer (< `layer`) whose attn_out at `to_position` recovers the most (the block that "
+        "moved it); None if attn_out was not patched there."
     )
     attention_fraction: float | None = Field(description="That attn_out cell's recovered fraction (1 = all of it).")
 
