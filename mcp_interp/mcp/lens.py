@@ -201,8 +201,8 @@ async def steer(
     assert job.result is not None
     r = kit.with_provenance(SteerResult, job.result, started)
     summary = (
-        f"steer at L{r.layer} {r.site} × {r.coefficient:g}: next-token KL {r.next_token_kl:.4f} nats (random "
-        f"directions of its norm: p = {r.random_p_value:.3g}). Steered: {r.steered_text[:300]!r}; unsteered: "
-        f"{r.baseline_text[:300]!r}."
+        f"steer at L{r.layer} {r.site} × {r.coefficient:g} (added norm {r.added_norm:.3g}): next-token KL "
+        f"{r.next_token_kl:.4f} nats (random directions of norm {r.random_norm:.3g}: p = {r.random_p_value:.3g}). "
+        f"Steered: {r.steered_text[:300]!r}; unsteered: {r.baseline_text[:300]!r}."
     )
     return kit.finish(r, summary, [])

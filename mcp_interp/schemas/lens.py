@@ -149,15 +149,17 @@ class SteerMeasurement(Measurement):
         "of its probe texts' projections (1 = one typical spread along the direction). An SAE feature: the "
         "activation added (coefficient × its decoder row)."
     )
-    vector_norm: float = Field(description="L2 norm of the added vector divided by |coefficient| (its unit's length).")
+    vector_norm: float = Field(description="L2 norm of the coefficient's unit (the added vector ÷ |coefficient|).")
+    added_norm: float = Field(description="L2 norm of the vector actually added: |coefficient| × vector_norm.")
     residual_norm: float = Field(description="L2 norm of the prompt's residual at that site (last token), for scale.")
     next_token_kl: float = Field(
         description="KL(baseline‖steered) of the next-token distribution after the prompt, nats, ≥ 0: how much the "
         "first prediction moves."
     )
     random_next_token_kl: list[float] = Field(
-        description="The same KL for random directions of the same norm at the same site (seeded by `seed`)."
+        description="The same KL for random directions of norm random_norm at the same site (seeded by `seed`)."
     )
+    random_norm: float = Field(description="L2 norm each random direction was scaled to: added_norm.")
     random_p_value: float = Field(
         description="(1 + #{random KL ≥ next_token_kl}) / (n + 1): exact under H0 'the vector is a random one'."
     )
