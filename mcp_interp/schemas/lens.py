@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance
@@ -16,7 +18,8 @@ class TokenProb(BaseModel):
 
 
 class LensLayer(BaseModel):
-    layer: str = Field(description="'embed' (before block 0) or the block index whose output is read.")
+    layer: int = Field(description="The block whose output is read; −1 = the embedding (site 'embed').")
+    site: Literal["embed", "resid_post"] = Field(description="'embed' (before block 0) or the block's resid_post.")
     top: list[TokenProb] = Field(description="Top-k tokens of the final norm + unembedding of this residual.")
     target_prob: float
     target_rank: int = Field(description="Tokens with a strictly higher logit; 0 = top-1.")
@@ -28,8 +31,9 @@ class LogitLensMeasurement(Measurement):
     target_id: int
     answer_position: int
     layers: list[LensLayer]
-    first_top1_layer: str | None = Field(
-        description="First layer where the target is top-1 and stays so; null if never."
+    first_top1_layer: int | None = Field(
+        description="First layer (as in layers[].layer; −1 = the embedding) from which the target is top-1 to the "
+        "end; null if never."
     )
     final_prob: float = Field(description="The target's probability in the model's real output.")
     figure_uri: str | None = None

@@ -91,8 +91,9 @@ def test_logit_lens_last_layer_is_the_models_own_output(tiny: LoadedModel) -> No
     assert ranked.examples[0].top1_id == result.layers[-1].top[0].id == result.target_id
     assert result.layers[-1].target_prob == pytest.approx(result.final_prob, abs=1e-6)
     assert result.final_prob == pytest.approx(ranked.examples[0].prob, abs=1e-6)
-    assert [row.layer for row in result.layers] == ["embed", "0", "1", "2"]
-    assert result.first_top1_layer is not None  # the default target is the final top-1
+    assert [row.layer for row in result.layers] == [-1, 0, 1, 2]
+    assert [row.site for row in result.layers] == ["embed", "resid_post", "resid_post", "resid_post"]
+    assert isinstance(result.first_top1_layer, int)  # the default target is the final top-1
     first = [row.layer for row in result.layers].index(result.first_top1_layer)
     assert all(row.target_rank == 0 for row in result.layers[first:])
     assert first == 0 or result.layers[first - 1].target_rank > 0
