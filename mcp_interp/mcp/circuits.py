@@ -91,7 +91,9 @@ async def path_patch(
         str | list[str] | None,
         Field(description="Default: every later head (q) or key/value group (k, v); 'logits'; or 'L9H3' / 'L9KV1'."),
     ] = None,
-    component: Annotated[Literal["q", "k", "v"], Field(description="The receiving input.")] = "q",
+    component: Annotated[
+        Literal["q", "k", "v"], Field(description="The receiver's input: 'q' (query), 'k' (key) or 'v' (value).")
+    ] = "q",
 ) -> Annotated[CallToolResult, PathPatchResult]:
     """Exact direct path patching: the sender's clean − corrupt write added to one receiver's input only, in the
     corrupt run; the recovered fraction per receiver and a heatmap."""

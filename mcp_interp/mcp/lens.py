@@ -19,6 +19,7 @@ from mcp_interp.core.lens import figures as lens_figures
 from mcp_interp.core.lens.attention import attention as measure_attention
 from mcp_interp.core.lens.dla import dla as measure_dla
 from mcp_interp.core.lens.induction import induction as measure_induction
+from mcp_interp.core.lens.logit_lens import layer_label
 from mcp_interp.core.lens.logit_lens import logit_lens as measure_logit_lens
 from mcp_interp.core.lens.steer import SteerJob
 from mcp_interp.errors import InputError
@@ -42,7 +43,8 @@ family = Family("lens")
 async def logit_lens_figure(kit: Toolkit, measurement: LogitLensMeasurement, name: str) -> tuple[str, ResourceLink]:
     """The target's probability and rank across layers."""
     rows = measurement.layers
-    layers, probs, ranks = [r.layer for r in rows], [r.target_prob for r in rows], [r.target_rank for r in rows]
+    layers = [layer_label(r.layer) for r in rows]
+    probs, ranks = [r.target_prob for r in rows], [r.target_rank for r in rows]
     return await kit.figure(name, lens_figures.logit_lens_figure, layers, probs, ranks, measurement.target)
 
 
@@ -72,10 +74,10 @@ async def logit_lens(
     measurement = await kit.call(measure_logit_lens, model, prompt, target, top_k)
     measurement.figure_uri, link = await logit_lens_figure(kit, measurement, f"logit lens {measurement.target!r}")
     result = kit.with_provenance(LogitLensResult, measurement, started)
-    summary = (
-        f"logit lens for {result.target!r}: final P = {result.final_prob:.3f}, top-1 from layer "
-        f"{result.first_top1_layer}. Figure: {result.figure_uri}"
-    )
+    first = result.first_top1_layer
+    settled = "never top-1 to the end" if first is None else f"top-1 from layer {layer_label(first)} on"
+    summary = f"logit lens for {result.target!r}: final P = {result.final_prob:.3f}, {settled}. Figure: "
+    summary += str(result.figure_uri)
     return kit.finish(result, summary, [link])
 
 
@@ -201,8 +203,8 @@ async def steer(
     assert job.result is not None
     r = kit.with_provenance(SteerResult, job.result, started)
     summary = (
-        f"steer at L{r.layer} {r.site} × {r.coefficient:g}: next-token KL {r.next_token_kl:.4f} nats (random "
-        f"directions of its norm: p = {r.random_p_value:.3g}). Steered: {r.steered_text[:300]!r}; unsteered: "
-        f"{r.baseline_text[:300]!r}."
+        f"steer at L{r.layer} {r.site} × {r.coefficient:g} (added norm {r.added_norm:.3g}): next-token KL "
+        f"{r.next_token_kl:.4f} nats (random directions of norm {r.random_norm:.3g}: p = {r.random_p_value:.3g}). "
+        f"Steered: {r.steered_text[:300]!r}; unsteered: {r.baseline_text[:300]!r}."
     )
     return kit.finish(r, summary, [])

@@ -28,7 +28,7 @@ from mcp_interp.mcp import (
     swap,
     views,
 )
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, Server, Toolkit
 from mcp_interp.session import Session
 
 INSTRUCTIONS = """\
@@ -85,9 +85,7 @@ def build_server(session: Session) -> MCPServer[Toolkit]:
         session.start_loading()
         yield toolkit
 
-    server: MCPServer[Toolkit] = MCPServer(
-        "mcp-interp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan
-    )
+    server: MCPServer[Toolkit] = Server("mcp-interp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
     for family in FAMILIES:
         family.register(server)
     protocol.install(server, toolkit)

@@ -13,7 +13,9 @@ with ``Toolkit.of(ctx)``). Each method is a step every tool would otherwise writ
 
 It is also the one error boundary: ``InterpError`` (core's caller-facing errors) becomes a tool
 error with its text verbatim; any other exception is a bug in mcp-interp and becomes a tool error
-with a short message while its traceback goes to the server log (stderr).
+with a short message while its traceback goes to the server log (stderr). Arguments that fail the
+input schema (the SDK's pydantic validation, before a tool runs) are translated by ``Server`` into
+what to pass: each field, the value given and what is accepted (``argument_error``).
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from typing import Any, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
-from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, create_model
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, InputRequiredResult, ResourceLink, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.features.directions import resolve_direction_refs
@@ -72,6 +74,99 @@ def error_boundary() -> Iterator[None]:
             f"Internal error in mcp-interp ({type(exc).__name__}); the server's log (stderr) has the traceback. "
             "The server is still running and no stored result was lost."
         ) from exc
+
+
+class Server(MCPServer[Any]):
+    """The SDK's server, with one change: a call whose arguments fail the input schema gets ``argument_error``'s
+    words (field, value given, what is accepted) instead of pydantic's report and its errors.pydantic.dev links.
+    ``call_tool`` is where every tools/call passes and the only place that still sees the ``ValidationError``."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            tool = self._tool_manager.get_tool(name)
+            raise ToolError(argument_error(name, cause, tool.parameters if tool else {})) from cause
+
+
+# pydantic error types → what is accepted, in words (a union's branches are listed together).
+ACCEPTED = {
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "none_required": "null",
+}
+
+
+BOUNDS = {"greater_than_equal": ("ge", "≥"), "greater_than": ("gt", ">"), "less_than_equal": ("le", "≤")}
+BOUNDS |= {"less_than": ("lt", "<"), "too_short": ("min_length", "at least"), "too_long": ("max_length", "at most")}
+
+
+def argument_error(tool: str, error: ValidationError, parameters: dict[str, Any]) -> str:
+    """Arguments that failed ``tool``'s input schema, in what to pass: per argument (or nested field) the value given
+    and what is accepted — a Literal's values listed, a union's branches together, a bound or our own validator's
+    message — and the argument's description. Never pydantic's wording of the whole report nor its URLs."""
+    groups: dict[str, list[Any]] = {}
+    for item in error.errors(include_url=False):
+        groups.setdefault(str(item["loc"][0]) if item["loc"] else "arguments", []).append(item)
+    lines = []
+    properties = parameters.get("properties", {})
+    for argument, items in groups.items():
+        path = _common_path([item["loc"] for item in items])
+        described = str(properties.get(argument, {}).get("description") or "").rstrip(".")
+        about = f" — {described}" if described else ""
+        if all(item["type"] == "missing" for item in items):
+            lines.append(f"`{path}` is required{about}.")
+            continue
+        accepted = list(dict.fromkeys(_accepted(item) for item in items))
+        literal_only = len(accepted) == 1 and items[0]["type"] in ("literal_error", "enum")
+        what = ("one of " if literal_only else "") + ", ".join(accepted[:-1]) + (" or " if accepted[:-1] else "")
+        what += accepted[-1]
+        lines.append(f"`{path}`: got {_shown(items[0].get('input'))}; accepted: {what}{about}.")
+    return f"Error executing tool {tool}: invalid arguments.\n" + "\n".join(f"- {line}" for line in lines)
+
+
+def _accepted(item: Any) -> str:
+    """What one pydantic error (one branch of a union) accepts, in words."""
+    kind, ctx = item["type"], item.get("ctx") or {}
+    if kind in ("literal_error", "enum"):
+        return str(ctx["expected"])
+    if kind in ACCEPTED:
+        return ACCEPTED[kind]
+    if kind in BOUNDS and BOUNDS[kind][0] in ctx:
+        key, word = BOUNDS[kind]
+        return f"{word} {ctx[key]}" + (" items" if key.endswith("length") else "")
+    return str(item["msg"]).removeprefix("Value error, ")  # our own validators say what to pass
+
+
+def _common_path(locs: list[tuple[Any, ...]]) -> str:
+    """The location every error of one argument shares (a union's branch tags, where they differ, dropped)."""
+    common = list(locs[0])
+    for loc in locs[1:]:
+        n = 0
+        while n < min(len(common), len(loc)) and common[n] == loc[n]:
+            n += 1
+        common = common[:n]
+    return ".".join(f"[{part}]" if isinstance(part, int) else str(part) for part in common).replace(".[", "[")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class Toolkit:

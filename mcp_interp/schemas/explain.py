@@ -66,7 +66,7 @@ class ExplainMeasurement(Measurement):
     logit_diff: float = Field(description="logit(answer) − logit(baseline) in the real run.")
     answer_prob: float
     answer_rank: int
-    forms_at_layer: str | None = Field(description="First layer where the answer is top-1 in the logit lens and stays.")
+    forms_at_layer: int | None = Field(description="logit_lens' first_top1_layer for the answer (−1 = the embedding).")
     top_dla: list[Contribution]
     causal_heads: list[CausalHead] | None = Field(
         default=None, description="With a corrupt prompt: heads by exact patching recovered fraction."

@@ -29,11 +29,15 @@ class HeadScore(BaseModel):
     head_index: int
     score: float | None = Field(
         description="Recovered fraction (denoise) or destroyed fraction (noise) of the clean−corrupt "
-        "logit-difference gap; 1 = this head alone carries the whole effect, 0 = none; null if undefined."
+        "logit-difference gap, a ratio of means over the pairs: (mean patched − mean corrupt) / (mean clean − mean "
+        "corrupt) for denoise; 1 = this head alone carries the whole effect, 0 = none; null if undefined."
     )
     patched_logit_diff: float = Field(description="Mean logit difference of the patched run.")
-    per_example_score: list[float | None] | None = None
-    per_example_patched_logit_diff: list[float] | None = None
+    per_example_score: list[float | None] | None = Field(
+        default=None,
+        description="Each pair's own fraction (top heads only; null where its gap is 0). Their mean is not `score`.",
+    )
+    per_example_patched_logit_diff: list[float] | None = Field(default=None, description="Per pair (top heads only).")
 
 
 class VerifiedHead(BaseModel):
@@ -69,7 +73,10 @@ class PatchHeadsMeasurement(Measurement):
     patched_logit_diff: list[list[float | None]] | None = Field(
         description="[n_layers][n_heads] mean patched logit difference."
     )
-    heads: list[HeadScore] = Field(description="Evaluated heads sorted by |score|, largest first.")
+    heads: list[HeadScore] = Field(
+        description="Evaluated heads by |score|, largest first. score: a ratio of means over pairs; the top 10 carry "
+        "per_example_score, each pair's own ratio."
+    )
     verified: list[VerifiedHead] | None = Field(
         default=None, description="With verify_top: the top heads re-run exactly, both numbers side by side."
     )

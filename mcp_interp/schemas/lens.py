@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance
@@ -16,7 +18,8 @@ class TokenProb(BaseModel):
 
 
 class LensLayer(BaseModel):
-    layer: str = Field(description="'embed' (before block 0) or the block index whose output is read.")
+    layer: int = Field(description="The block whose output is read; −1 = the embedding (site 'embed').")
+    site: Literal["embed", "resid_post"] = Field(description="'embed' (before block 0) or the block's resid_post.")
     top: list[TokenProb] = Field(description="Top-k tokens of the final norm + unembedding of this residual.")
     target_prob: float
     target_rank: int = Field(description="Tokens with a strictly higher logit; 0 = top-1.")
@@ -28,8 +31,9 @@ class LogitLensMeasurement(Measurement):
     target_id: int
     answer_position: int
     layers: list[LensLayer]
-    first_top1_layer: str | None = Field(
-        description="First layer where the target is top-1 and stays so; null if never."
+    first_top1_layer: int | None = Field(
+        description="First layer (as in layers[].layer; −1 = the embedding) from which the target is top-1 to the "
+        "end; null if never."
     )
     final_prob: float = Field(description="The target's probability in the model's real output.")
     figure_uri: str | None = None
@@ -149,15 +153,17 @@ class SteerMeasurement(Measurement):
         "of its probe texts' projections (1 = one typical spread along the direction). An SAE feature: the "
         "activation added (coefficient × its decoder row)."
     )
-    vector_norm: float = Field(description="L2 norm of the added vector divided by |coefficient| (its unit's length).")
+    vector_norm: float = Field(description="L2 norm of the coefficient's unit (the added vector ÷ |coefficient|).")
+    added_norm: float = Field(description="L2 norm of the vector actually added: |coefficient| × vector_norm.")
     residual_norm: float = Field(description="L2 norm of the prompt's residual at that site (last token), for scale.")
     next_token_kl: float = Field(
         description="KL(baseline‖steered) of the next-token distribution after the prompt, nats, ≥ 0: how much the "
         "first prediction moves."
     )
     random_next_token_kl: list[float] = Field(
-        description="The same KL for random directions of the same norm at the same site (seeded by `seed`)."
+        description="The same KL for random directions of norm random_norm at the same site (seeded by `seed`)."
     )
+    random_norm: float = Field(description="L2 norm each random direction was scaled to: added_norm.")
     random_p_value: float = Field(
         description="(1 + #{random KL ≥ next_token_kl}) / (n + 1): exact under H0 'the vector is a random one'."
     )

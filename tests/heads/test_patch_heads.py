@@ -127,6 +127,44 @@ def test_patching_a_subset_and_last_position_matches_a_per_head_loop(tiny: Loade
     assert evaluated == 3
 
 
+def test_per_pair_scores_of_the_top_heads_and_the_aggregate_ratio_of_means_by_hand(tiny: LoadedModel) -> None:
+    """Each of the top 10 heads' per_example_score is that pair's (patched − corrupt) / (clean − corrupt), each run
+    written here with its own hook on hook_z (clean z at every position); its score is the ratio of the means, which
+    on these pairs is not the mean of the ratios; heads below the top 10 carry no per-pair values."""
+    result = run(
+        PatchHeadsJob(model=tiny, clean_prompts=CLEAN, corrupt_prompts=CORRUPT, correct=CORRECT, incorrect=INCORRECT)
+    )
+    clean, corrupt = encode(tiny.tokenizer, CLEAN), encode(tiny.tokenizer, CORRUPT)
+    good = torch.tensor([tiny.tokenizer.convert_tokens_to_ids(w) for w in CORRECT])
+    bad = torch.tensor([tiny.tokenizer.convert_tokens_to_ids(w) for w in INCORRECT])
+
+    def logit_diffs(logits: torch.Tensor) -> torch.Tensor:
+        final = logits[torch.arange(3), corrupt.answer_positions].double()
+        return (final.gather(1, good[:, None]) - final.gather(1, bad[:, None]))[:, 0]
+
+    with torch.no_grad():
+        clean_logits, clean_cache = tiny.bridge.run_with_cache(clean.input_ids)
+        clean_ld, corrupt_ld = logit_diffs(clean_logits), logit_diffs(tiny.bridge(corrupt.input_ids))
+    assert result.heads[9].per_example_score is not None and result.heads[10].per_example_score is None
+    differs = 0
+    for row in result.heads[:10]:
+        name = f"blocks.{row.layer}.attn.hook_z"
+
+        def hook(z: torch.Tensor, hook: object, head: int = row.head_index, name: str = name) -> torch.Tensor:
+            z = z.clone()
+            z[:, :, head] = clean_cache[name][:, :, head]
+            return z
+
+        with torch.no_grad():
+            patched = logit_diffs(tiny.bridge.run_with_hooks(corrupt.input_ids, fwd_hooks=[(name, hook)]))
+        per_pair = ((patched - corrupt_ld) / (clean_ld - corrupt_ld)).tolist()
+        ratio_of_means = float((patched.mean() - corrupt_ld.mean()) / (clean_ld.mean() - corrupt_ld.mean()))
+        assert row.per_example_score == pytest.approx(per_pair, abs=1e-4), row.head
+        assert row.score == pytest.approx(ratio_of_means, abs=1e-5), row.head
+        differs += abs(ratio_of_means - sum(per_pair) / 3) > 1e-3
+    assert differs > 0  # the two aggregates differ here, so the test tells them apart
+
+
 def test_attribution_is_labelled_and_verify_top_reports_both(tiny: LoadedModel) -> None:
     result = run(
         PatchHeadsJob(

@@ -91,8 +91,9 @@ def test_logit_lens_last_layer_is_the_models_own_output(tiny: LoadedModel) -> No
     assert ranked.examples[0].top1_id == result.layers[-1].top[0].id == result.target_id
     assert result.layers[-1].target_prob == pytest.approx(result.final_prob, abs=1e-6)
     assert result.final_prob == pytest.approx(ranked.examples[0].prob, abs=1e-6)
-    assert [row.layer for row in result.layers] == ["embed", "0", "1", "2"]
-    assert result.first_top1_layer is not None  # the default target is the final top-1
+    assert [row.layer for row in result.layers] == [-1, 0, 1, 2]
+    assert [row.site for row in result.layers] == ["embed", "resid_post", "resid_post", "resid_post"]
+    assert isinstance(result.first_top1_layer, int)  # the default target is the final top-1
     first = [row.layer for row in result.layers].index(result.first_top1_layer)
     assert all(row.target_rank == 0 for row in result.layers[first:])
     assert first == 0 or result.layers[first - 1].target_rank > 0
@@ -211,6 +212,36 @@ def test_steering_adds_the_vector_to_the_input_of_the_named_block(tiny: LoadedMo
     result = steer(tiny, PROMPT, "good", "bad", layer, coefficient, max_new_tokens=6)
     assert result.vector_norm == pytest.approx(float(vector.norm()), rel=1e-5)
     assert result.steered_text == tok.decode(generated)
+
+
+def test_added_norm_is_the_norm_of_what_the_steering_changes_in_the_residual(tiny: LoadedModel) -> None:
+    """At coefficient −4 the stream entering layer 1's first norm differs from the unsteered one by a vector of norm
+    |−4| × vector_norm at every position, and each random direction changes it by random_norm: both read from a
+    capture hook on the residual the steering writes to, not from the tool's own arithmetic."""
+    captured: list[torch.Tensor] = []
+
+    def capture(resid: torch.Tensor, hook: object) -> None:
+        captured.append(resid.detach().clone())
+
+    handle_name = "blocks.1.ln1.hook_in"  # the residual after blocks.1.hook_in, where ActAdd adds its vector
+    tiny.bridge.add_hook(handle_name, capture)
+    try:
+        result = steer(tiny, PROMPT, "good", "bad", 1, -4.0, max_new_tokens=1, random_draws=19)
+    finally:
+        tiny.bridge.reset_hooks()
+    # Forwards over the prompt alone: its residual (for scale) and the unsteered ones come first, the steered
+    # next-token readout last of the single ones; the 19 random directions are one stacked forward.
+    n = len(tiny.tokenizer(PROMPT)["input_ids"])
+    single = [c for c in captured if c.shape[:2] == (1, n)]
+    (randoms,) = [c for c in captured if c.shape[0] == 19]
+    unsteered, steered = single[0], single[-1]
+    moved = (steered - unsteered)[0].norm(dim=-1)  # one norm per position
+    assert result.added_norm == pytest.approx(4 * result.vector_norm, rel=1e-6)
+    assert moved.tolist() == pytest.approx([result.added_norm] * moved.numel(), rel=1e-4)
+    assert result.added_norm > 1.0  # a real displacement, not 0 = 0
+    random_moved = (randoms - unsteered)[:, -1].norm(dim=-1)
+    assert random_moved.tolist() == pytest.approx([result.random_norm] * 19, rel=1e-4)
+    assert result.random_norm == pytest.approx(result.added_norm, rel=1e-6)
 
 
 def test_repetition_by_hand() -> None:

@@ -88,7 +88,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         result("same token", "0 by construction"),
     ),
     "attention/one-token": ("attention", {"prompt": "mary", "layer": 1, "head": 1}, result()),
-    "induction/one-token-sequences": ("induction", {"seq_len": 1, "n_seqs": 1}, error("seq_len", "greater than")),
+    "induction/one-token-sequences": ("induction", {"seq_len": 1, "n_seqs": 1}, error("`seq_len`: got 1", "≥ 2")),
     "steer/coefficient-0": (
         "steer",
         {"prompt": PROMPT, "coefficient": 0.0, "positive": "happy", "negative": "sad", "max_new_tokens": 2},

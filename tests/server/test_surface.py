@@ -18,6 +18,7 @@ from mcp_interp.session import Session
 from tests.features.test_sae import random_weights, write_sae
 from tests.graphs.common import plt_weights, write_plt
 from tests.helpers import EXPECTED_TOOLS, TEMPLATE, assert_valid_structured, tiny_corpus, tools_by_name, top_word
+from tests.server.test_numbers import non_numeric_values
 
 pytestmark = pytest.mark.anyio
 
@@ -124,6 +125,7 @@ async def test_every_tool_returns_a_small_result_and_a_short_summary(
     for name, arguments in calls.items():
         result = await tiny_client.call_tool(name, arguments)
         data = assert_valid_structured(tools[name], result)
+        assert non_numeric_values(data) == [], f"{name}: numeric-looking fields hold non-numbers"
         text = "".join(getattr(block, "text", "") for block in result.content)
         sizes[name] = compact(data)
         assert sizes[name] <= RESULT_BUDGET, f"{name}: {sizes[name]} B of structured content"

@@ -13,6 +13,7 @@ from mcp_interp.mcp.server import FAMILIES, build_server
 from mcp_interp.mcp.toolkit import Family, Toolkit
 from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
+from tests.helpers import error_text
 
 pytestmark = pytest.mark.anyio
 
@@ -65,3 +66,53 @@ async def test_every_tool_is_declared_by_exactly_one_family(tiny_client: Client)
     declared = [fn.__name__ for family in FAMILIES for fn in family.tools]
     assert sorted(listed) == sorted(declared)
     assert len(set(declared)) == len(declared)
+
+
+PAIR = {"clean_prompts": ["mary went"], "corrupt_prompts": ["john went"], "correct": "mary", "incorrect": "john"}
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "field", "given", "accepted"),
+    [
+        ("path_patch", {**PAIR, "sender": "L1H1", "component": "query"}, "component", "'query'", ["'q'", "'k'", "'v'"]),
+        ("patch", {**PAIR, "component": "resid"}, "component", "'resid'", ["'resid_pre'", "'mlp_neurons'"]),
+        ("patch_heads", {**PAIR, "metric": "logitdiff"}, "metric", "'logitdiff'", ["'logit_diff'", "'kl'"]),
+        (
+            "kl",
+            {"prompts": ["mary"], "intervention": {"ablate": ["L1H1"], "positions": "first"}},
+            "intervention.positions",
+            "'first'",
+            ["'all'", "'last'", "a list"],
+        ),
+        ("patch_heads", {**PAIR, "top": 0}, "top", "got 0", ["≥ 1"]),
+        ("logit_diff", {"prompts": ["mary"], "correct": 5, "incorrect": "john"}, "correct", "got 5", ["a string"]),
+    ],
+)
+async def test_an_invalid_argument_is_told_in_what_to_pass(
+    tiny_client: Client, tool: str, arguments: dict[str, object], field: str, given: str, accepted: list[str]
+) -> None:
+    text = error_text(await tiny_client.call_tool(tool, arguments))
+    assert f"`{field}`" in text and given in text, text
+    for value in accepted:
+        assert value in text, (value, text)
+    for pydantic_words in ("errors.pydantic.dev", "validation error for", "Input should be", "type=", "Arguments"):
+        assert pydantic_words not in text, text
+
+
+async def test_every_tools_enum_arguments_list_their_choices_when_wrong(tiny_client: Client) -> None:
+    """Every tool, every argument published with an enum: a wrong value is answered with all its accepted values
+    (the translation sits in front of every tool, not in one family's adapter)."""
+    checked = 0
+    for tool in (await tiny_client.list_tools()).tools:
+        for name, schema in tool.input_schema.get("properties", {}).items():
+            choices = schema.get("enum")
+            if not choices:
+                continue
+            text = error_text(await tiny_client.call_tool(tool.name, {name: "no-such-choice"}))
+            assert f"`{name}`: got 'no-such-choice'" in text, (tool.name, text)
+            assert all(repr(choice) in text for choice in choices), (tool.name, name, choices, text)
+            assert "errors.pydantic.dev" not in text and "Input should be" not in text, text
+            for required in set(tool.input_schema.get("required", [])) - {name}:  # the missing ones are named too
+                assert f"`{required}` is required" in text, (tool.name, required, text)
+            checked += 1
+    assert checked >= 15, checked

@@ -285,6 +285,8 @@ def test_logit_lens_table(browser: Any, host_script: str, served: dict[str, Any]
     hosted = host(browser, host_script, "logit-lens", arguments, result)
     content = result["structuredContent"]
     assert hosted.frame.locator("tbody tr").count() == len(content["layers"]) == 4  # embed + 3 blocks
+    assert [row["layer"] for row in content["layers"]] == [-1, 0, 1, 2]  # integers; the view names −1 'embed'
+    assert hosted.frame.locator("tbody tr th").all_inner_texts() == ["embed", "0", "1", "2"]
     assert hosted.frame.locator("td[data-cell]:not([data-cell^=rank])").count() == 4 * 5
     highlighted = sum(1 for layer in content["layers"] for t in layer["top"] if t["id"] == content["target_id"])
     assert hosted.frame.locator("td.target").count() == highlighted

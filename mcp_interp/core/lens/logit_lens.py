@@ -19,6 +19,14 @@ def _unembed(model: LoadedModel, residual: torch.Tensor) -> torch.Tensor:
         return logits_from_residual(model.bridge, residual.reshape(-1, shape[-1])).reshape(*shape[:-1], -1)
 
 
+EMBED_LAYER = -1  # the layer index of the embedding row: read before block 0
+
+
+def layer_label(layer: int) -> str:
+    """A lens row's layer as a figure axis or a sentence shows it: 'embed' or the block index."""
+    return "embed" if layer == EMBED_LAYER else str(layer)
+
+
 def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k: int = 5) -> LogitLensMeasurement:
     """Final norm + unembedding applied to the residual after every block, at the answer position."""
     if not 1 <= top_k <= 50:
@@ -33,13 +41,13 @@ def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k
     stack = torch.stack([cache[name][0, position] for name in names])  # [n_layers + 1, d_model]
     lens_logits = _unembed(model, stack).to(torch.float64)
     probs = torch.softmax(lens_logits, dim=-1)
-    labels = ["embed"] + [str(layer) for layer in range(n_layers)]
     rows = []
-    for i, label in enumerate(labels):
+    for i, layer in enumerate(range(EMBED_LAYER, n_layers)):  # row 0: the embedding; row i: block i − 1's output
         top = torch.topk(probs[i], top_k)
         rows.append(
             LensLayer(
-                layer=label,
+                layer=layer,
+                site="embed" if layer == EMBED_LAYER else "resid_post",
                 top=[
                     TokenProb(token=model.tokenizer.decode([int(t)]), id=int(t), prob=float(p))
                     for p, t in zip(top.values, top.indices, strict=True)
