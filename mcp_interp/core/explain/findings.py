@@ -52,3 +52,8 @@ def route_finding(head: str, total: float, direct: float) -> str | None:
     if abs(direct) <= MOSTLY * abs(total) or direct * total < 0:
         return f"{head} acts mostly through later layers: {numbers}."
     return f"{head} acts both directly and through later layers: {numbers}."
+
+
+def layer_words(layer: int) -> str:
+    """A logit-lens layer index in words: −1 is the embedding row (before block 0), else "layer N"."""
+    return "the embedding (before layer 0)" if layer == -1 else f"layer {layer}"

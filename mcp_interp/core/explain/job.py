@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from mcp_interp.core.engine.answers import resolve_answer
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.explain import positions as where
-from mcp_interp.core.explain.findings import causal_heads, route_finding
+from mcp_interp.core.explain.findings import causal_heads, layer_words, route_finding
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.lens.attention import attention
 from mcp_interp.core.lens.dla import dla
@@ -169,7 +169,7 @@ class ExplainJob(Job[ExplainMeasurement]):
         else:
             at = next(row for row in lens.layers if row.layer == lens.first_top1_layer)
             findings.append(
-                f"In the logit lens {lens.target!r} becomes top-1 at layer {lens.first_top1_layer} "
+                f"In the logit lens {lens.target!r} becomes top-1 at {layer_words(lens.first_top1_layer)} "
                 f"(probability {at.target_prob:.3f} there) and stays top-1 to the end."
             )
         tops = ", ".join(f"{c.component} {c.value:+.3f}" for c in attribution.top[: self.top_k])

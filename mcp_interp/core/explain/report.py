@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from mcp_interp.core.explain.findings import layer_words
 from mcp_interp.schemas.common import ModelRef
 from mcp_interp.schemas.explain import ExplainMeasurement
 
 
 def report_markdown(result: ExplainMeasurement, model: ModelRef, figures: dict[str, str]) -> str:
     """The Markdown report: every number in `result`, every figure (name → URI) linked."""
+    forms = "never" if result.forms_at_layer is None else layer_words(result.forms_at_layer)
     lines = [
         f"# Why does the model say {result.answer!r}?",
         "",
@@ -25,7 +27,7 @@ def report_markdown(result: ExplainMeasurement, model: ModelRef, figures: dict[s
         f"| logit({result.answer}) − logit({result.baseline}) | {result.logit_diff:+.4f} |",
         f"| P({result.answer}) | {result.answer_prob:.4f} |",
         f"| rank of {result.answer!r} (0 = top-1) | {result.answer_rank} |",
-        f"| first layer where it is top-1 (logit lens) | {result.forms_at_layer} |",
+        f"| first layer where it is top-1 (logit lens) | {forms} |",
     ]
     if result.clean_corrupt_gap is not None:
         lines.append(f"| clean − corrupt logit difference | {result.clean_corrupt_gap:+.4f} |")
