@@ -95,7 +95,7 @@ def run_doctor(model: str) -> int:
     ok = True
     install = detect_install()
     print(f"python {sys.version.split()[0]} at {sys.executable}")
-    print(f"mcp-interp installed as: {install.mode} ({install.source})")
+    print(f"mcp-interp installed as: {install.mode} ({install.source}); repair with `{install.package_fix()}`")
     for module in REQUIRED:
         if importlib.util.find_spec(module) is None:
             ok = False
