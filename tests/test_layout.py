@@ -34,7 +34,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("mcp_interp.core",),
     ("mcp_interp.session",),
     ("mcp_interp.mcp",),
-    ("mcp_interp.http", "mcp_interp.stdio", "mcp_interp.doctor", "mcp_interp.cli", "mcp_interp.__main__"),
+    (
+        "mcp_interp.http",
+        "mcp_interp.stdio",
+        "mcp_interp.doctor",
+        "mcp_interp.embedded_setup",
+        "mcp_interp.cli",
+        "mcp_interp.__main__",
+    ),
 ]
 
 
