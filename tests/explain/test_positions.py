@@ -59,3 +59,10 @@ def test_mapped_positions_are_the_strongest_few_above_the_floor() -> None:
 
 def test_no_carrier_is_said_in_words() -> None:
     assert "spread over positions" in where.carrier_finding([])
+
+
+def test_the_logit_lens_embedding_row_is_named_in_words() -> None:
+    from mcp_interp.core.explain.findings import layer_words
+
+    words = (layer_words(-1), layer_words(0), layer_words(27))
+    assert words == ("the embedding (before layer 0)", "layer 0", "layer 27")

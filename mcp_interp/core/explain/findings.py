@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mcp_interp.core.lens.logit_lens import EMBED_LAYER
 from mcp_interp.schemas.explain import CausalHead
 from mcp_interp.schemas.heads import PatchHeadsMeasurement
 from mcp_interp.schemas.lens import DLAMeasurement
@@ -56,4 +57,4 @@ def route_finding(head: str, total: float, direct: float) -> str | None:
 
 def layer_words(layer: int) -> str:
     """A logit-lens layer index in words: −1 is the embedding row (before block 0), else "layer N"."""
-    return "the embedding (before layer 0)" if layer == -1 else f"layer {layer}"
+    return "the embedding (before layer 0)" if layer == EMBED_LAYER else f"layer {layer}"
