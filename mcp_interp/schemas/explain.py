@@ -42,16 +42,24 @@ class Carrier(BaseModel):
 
 
 class Move(BaseModel):
-    """Where the carrying position changes: information moved between positions, which only attention does."""
+    """Where the top carrying position changes to a later one and stays: information moving forward (by attention,
+    the only way between positions) unless the new position's own token differs (``to_position_differs``)."""
 
     from_position: int
     from_token: str
     to_position: int
     to_token: str
-    layer: int = Field(description="First layer whose resid_pre carries the gap at `to_position`.")
+    to_position_differs: bool = Field(
+        description="True when to_position's own token differs between the prompts: then the change of carrier need "
+        "not be a move (it may come from that token); False: only attention can have brought the difference there."
+    )
+    layer: int = Field(
+        description="First layer whose input (resid_pre) has `to_position` as the top position (≥ 0.3 of the gap, "
+        "staying for 2 layers); the move was made by earlier blocks."
+    )
     attention_layer: int | None = Field(
-        description="The earlier layer (< `layer`) whose attn_out at `to_position` recovers the most (the block that "
-        "moved it); None if attn_out was not patched there."
+        description="The earlier layer (< `layer`) whose attn_out at `to_position` recovers the most, if that is ≥ 0.1 "
+        "of the gap (the block that moved it); None otherwise or if attn_out was not patched there."
     )
     attention_fraction: float | None = Field(description="That attn_out cell's recovered fraction (1 = all of it).")
 
@@ -81,20 +89,23 @@ class ExplainMeasurement(Measurement):
         description="With `corrupt`: [layer][position] recovered fraction of patching resid_pre, as patch returns it.",
     )
     attn_out_map: list[list[float | None]] | None = Field(
-        default=None, description="[layer][position] for attn_out at the carrying positions (None elsewhere)."
+        default=None,
+        description="With `corrupt`: [layer][position] for attn_out at up to 4 positions whose resid_pre reaches 0.1 "
+        "(None elsewhere; null if none does).",
     )
     mlp_out_map: list[list[float | None]] | None = Field(
-        default=None, description="[layer][position] for mlp_out at the carrying positions (None elsewhere)."
+        default=None, description="With `corrupt`: [layer][position] for mlp_out, at attn_out_map's positions."
     )
     carriers: list[Carrier] | None = Field(
-        default=None, description="With `corrupt`: which position's residual carries the gap, layer by layer."
+        default=None,
+        description="With `corrupt`: runs of layers where one position's resid_pre recovers ≥ 0.2 of the gap.",
     )
     moves: list[Move] | None = Field(default=None, description="With `corrupt`: where the carrying position changes.")
     top_mlps: list[PatchCell] | None = Field(
-        default=None, description="With `corrupt`: the mlp_out cells (layer, position) by |recovered fraction|."
+        default=None, description="With `corrupt`: mlp_out_map's cells by |recovered fraction|."
     )
     top_attention: list[PatchCell] | None = Field(
-        default=None, description="With `corrupt`: the attn_out cells (layer, position) by |recovered fraction|."
+        default=None, description="With `corrupt`: attn_out_map's cells by |recovered fraction|."
     )
     findings: list[str] = Field(description="Plain-language findings, each citing its numbers.")
     caveats: list[str]

@@ -182,3 +182,22 @@ def test_route_findings_on_constructed_effects(total: float, direct: float, expe
 def test_a_negligible_patch_effect_earns_no_sentence() -> None:
     assert route_finding("L3H1", 0.05, 0.05) is None
     assert route_finding("L3H1", -0.09, 0.8) is None  # however large the direct term, the total is what is judged
+
+
+def test_a_corrupt_prompt_identical_to_the_prompt_is_refused(tiny: LoadedModel) -> None:
+    from mcp_interp.errors import InputError
+
+    with pytest.raises(InputError, match="tokenizes exactly like `prompt`"):
+        drain(ExplainJob(model=tiny, prompt=PROMPT, answer="mary", baseline="john", corrupt=PROMPT))
+
+
+def test_without_a_position_to_map_attention_and_mlps_are_not_patched(
+    tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_interp.core.explain import positions
+
+    monkeypatch.setattr(positions, "MAPPED", 2.0)  # no cell recovers 200% of the gap: no position gets the maps
+    result = drain(ExplainJob(model=tiny, prompt=PROMPT, answer="mary", baseline="john", corrupt=CORRUPT))
+    assert result.resid_pre_map is not None and len(result.resid_pre_map) == tiny.bridge.cfg.n_layers
+    assert (result.attn_out_map, result.mlp_out_map, result.top_mlps, result.top_attention) == (None, None, [], [])
+    assert result.moves is not None and all(m.attention_layer is None for m in result.moves)

@@ -39,16 +39,55 @@ def test_a_run_broken_by_a_weak_layer_is_two_runs() -> None:
 
 def test_the_move_is_where_the_dominant_position_changes_and_names_the_earlier_attention() -> None:
     assert where.dominant_positions(RESID) == [2, 2, 2, 2, 5, 5]
-    (move,) = where.moves(RESID, ATTN, TOKENS)
-    assert (move.from_position, move.to_position, move.layer) == (2, 5, 4)
+    (move,) = where.moves(RESID, ATTN, TOKENS, differing=[1, 2, 3])
+    assert (move.from_position, move.to_position, move.layer, move.to_position_differs) == (2, 5, 4, False)
     assert (move.attention_layer, move.attention_fraction) == (3, 0.7)
-    assert "layer 3's attn_out at ' in' recovers +0.70" in where.move_finding(move)
+    sentence = where.move_finding(move)
+    assert sentence.startswith("Information moves from position 2 to 5") and "through attention" in sentence
+    assert "by the input of layer 4" in sentence and "layer 3's attn_out at ' in' recovers +0.70" in sentence
+
+
+def test_a_new_top_position_whose_own_token_differs_is_not_called_a_move() -> None:
+    (move,) = where.moves(RESID, ATTN, TOKENS, differing=[2, 5])
+    assert move.to_position_differs
+    sentence = where.move_finding(move)
+    assert "need not be information moving" in sentence and "Information moves" not in sentence
+
+
+def test_no_move_backwards_and_none_for_a_near_tie_that_flips_back() -> None:
+    backwards = [[0.0, 0.9], [0.0, 0.8], [0.7, 0.1], [0.8, 0.0]]  # position 1 then 0: information cannot flow back
+    assert where.dominant_positions(backwards) == [1, 1, 0, 0]
+    assert where.moves(backwards, None, ["a", "b"], differing=[]) == []
+    tie = [[0.5, 0.0, 0.0], [0.45, 0.46, 0.0], [0.5, 0.4, 0.0], [0.0, 0.0, 0.9], [0.0, 0.0, 0.9]]
+    (move,) = where.moves(tie, None, ["a", "b", "c"], differing=[])  # the one-layer flip to 1 is no move
+    assert (move.from_position, move.to_position, move.layer) == (0, 2, 3)
+    last = [[0.9, 0.0], [0.0, 0.9]]  # a change at the last layer has no second layer to stay for: still a move
+    assert [(m.from_position, m.to_position) for m in where.moves(last, None, ["a", "b"], differing=[])] == [(0, 1)]
+
+
+def test_an_attention_layer_recovering_less_than_the_floor_is_not_named() -> None:
+    attn = [[None, 0.05], [None, 0.8], [None, 0.0]]  # 0.8 is at the move's own layer: not before it
+    (move,) = where.moves([[0.9, 0.0], [0.0, 0.9], [0.0, 0.9]], attn, ["a", "b"], differing=[])
+    assert (move.attention_layer, move.attention_fraction) == (None, None)
+    assert "no single earlier attn_out there recovers 10% of the gap" in where.move_finding(move)
+
+
+def test_the_schema_states_the_thresholds_the_reading_uses() -> None:
+    from mcp_interp.schemas.explain import ExplainMeasurement, Move
+
+    fields, move = ExplainMeasurement.model_fields, Move.model_fields
+    assert f"≥ {where.CARRIES}" in str(fields["carriers"].description)
+    assert f"up to {where.MAX_MAPPED} positions" in str(fields["attn_out_map"].description)
+    assert f"reaches {where.MAPPED}" in str(fields["attn_out_map"].description)
+    assert f"≥ {where.DOMINATES}" in str(move["layer"].description)
+    assert f"staying for {where.STAYS} layers" in str(move["layer"].description)
+    assert f"≥ {where.ATTENDS}" in str(move["attention_layer"].description)
 
 
 def test_no_dominant_position_below_the_threshold_and_no_move_across_a_gap_to_the_same_position() -> None:
     grid = [[0.5, 0.0], [0.2, 0.1], [0.6, 0.0]]
     assert where.dominant_positions(grid) == [0, None, 0]
-    assert where.moves(grid, None, ["a", "b"]) == []
+    assert where.moves(grid, None, ["a", "b"], differing=[]) == []
 
 
 def test_mapped_positions_are_the_strongest_few_above_the_floor() -> None:

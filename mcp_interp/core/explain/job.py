@@ -89,6 +89,9 @@ class ExplainJob(Job[ExplainMeasurement]):
         assert job.result is not None and job.result.scores is not None
         self.maps["resid_pre"] = job.result
         chosen = where.mapped_positions(job.result.scores)
+        if not chosen:
+            yield f"no position's resid_pre recovers {where.MAPPED:.0%} of the gap: attn_out and mlp_out not mapped"
+            return
         for component in MAPPED_COMPONENTS[1:]:
             job = self._map_job(component, chosen)
             yield from job.steps()
@@ -105,6 +108,12 @@ class ExplainJob(Job[ExplainMeasurement]):
                 f"answer {self.answer!r} and baseline {self.baseline!r} are the same token: there is no preference "
                 "between them to explain (their logit difference is 0 by construction). Pass a different baseline, "
                 "e.g. the answer the model should not give."
+            )
+        tokenizer = self.model.tokenizer
+        if self.corrupt is not None and tokenizer(self.corrupt).input_ids == tokenizer(self.prompt).input_ids:
+            raise InputError(
+                "`corrupt` tokenizes exactly like `prompt`: patching between identical runs measures nothing. Pass a "
+                "minimal pair that changes the detail the answer depends on (same token length), or omit `corrupt`."
             )
         started = time.perf_counter()
         self.lens = logit_lens(self.model, self.prompt, self.answer)
@@ -150,7 +159,7 @@ class ExplainJob(Job[ExplainMeasurement]):
         """What the maps say (``positions``); None without a corrupt prompt."""
         if not self.maps:
             return None
-        return where.read_maps(self.maps["resid_pre"], self.maps["attn_out"], self.maps["mlp_out"], top_k=self.top_k)
+        return where.read_maps(self.maps["resid_pre"], self.maps.get("attn_out"), self.maps.get("mlp_out"), self.top_k)
 
     def _measurement(self) -> ExplainMeasurement:
         lens, attribution = self.lens, self.attribution

@@ -10,7 +10,7 @@ Fractions are those ``patch`` returns: 1 = the cell alone restores the whole gap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,8 @@ CARRIES = 0.2  # a position carries the gap at a layer when patching its resid_p
 DOMINATES = 0.3  # the position carrying the most at a layer counts for moves only when it recovers at least this
 MAPPED = 0.1  # positions whose resid_pre recovers at least this somewhere get the attn_out / mlp_out maps
 MAX_MAPPED = 4  # at most this many positions (by their largest resid_pre fraction) get them: the time goal
+STAYS = 2  # a change of dominant position is a move only if the new one stays dominant this many layers
+ATTENDS = 0.1  # an attn_out cell names the block that made a move only if it recovers at least this
 
 Grid = Sequence[Sequence[float | None]]
 
@@ -61,21 +63,26 @@ class Reading:
         return found
 
 
-def read_maps(resid: PatchMeasurement, attn: PatchMeasurement, mlp: PatchMeasurement, top_k: int) -> Reading:
-    """The reading of ``patch``'s resid_pre, attn_out and mlp_out results on one pair."""
+def read_maps(
+    resid: PatchMeasurement, attn: PatchMeasurement | None, mlp: PatchMeasurement | None, top_k: int
+) -> Reading:
+    """The reading of ``patch``'s resid_pre, attn_out and mlp_out results on one pair (attn_out and mlp_out are
+    None when no position reached ``MAPPED``: nothing to map them at)."""
     assert resid.scores is not None
     tokens = [t.clean_token for t in resid.tokens]
+    attn_scores = attn.scores if attn is not None else None
+    differing = [t.position for t in resid.tokens if t.differs_in_pairs]
     return Reading(
         tokens=[
             t.clean_token if not t.differs_in_pairs else f"{t.clean_token}/{t.corrupt_token}" for t in resid.tokens
         ],
         resid=resid.scores,
-        attn=attn.scores,
-        mlp=mlp.scores,
+        attn=attn_scores,
+        mlp=mlp.scores if mlp is not None else None,
         carriers=carriers(resid.scores, tokens),
-        moves=moves(resid.scores, attn.scores, tokens),
-        top_mlps=mlp.cells[:top_k],
-        top_attention=attn.cells[:top_k],
+        moves=moves(resid.scores, attn_scores, tokens, differing),
+        top_mlps=mlp.cells[:top_k] if mlp is not None else [],
+        top_attention=attn.cells[:top_k] if attn is not None else [],
     )
 
 
@@ -124,15 +131,23 @@ def dominant_positions(resid: Grid) -> list[int | None]:
     return dominant
 
 
-def moves(resid: Grid, attn: Grid | None, tokens: Sequence[str]) -> list[Move]:
-    """Every layer where the dominant position changes, with the earlier attn_out cell at the new position that
-    recovers the most (the block whose attention moved the information there)."""
+def moves(resid: Grid, attn: Grid | None, tokens: Sequence[str], differing: Collection[int]) -> list[Move]:
+    """Every layer where the dominant position changes to a *later* one and stays for ``STAYS`` layers (or to the
+    last layer), with the earlier attn_out cell at the new position that recovers the most (≥ ``ATTENDS``).
+
+    Information only flows forward in a causal model, so a change to an earlier position is not a move; a flip that
+    does not last is a near tie, not a move. When the new position's own token is the same in both prompts
+    (not in ``differing``), the difference can only have reached it through attention; otherwise the new
+    position may carry it from its own token (``to_position_differs``)."""
     found: list[Move] = []
+    dominant = dominant_positions(resid)
     previous: int | None = None
-    for layer, position in enumerate(dominant_positions(resid)):
-        if position is None:
+    for layer, position in enumerate(dominant):
+        if position is None or position == previous:
             continue
-        if previous is not None and position != previous:
+        if previous is not None and any(p != position for p in dominant[layer : layer + STAYS]):
+            continue  # a near tie flipping back: no move, and the earlier position stays the current one
+        if previous is not None and position > previous:
             attention_layer, fraction = _best_attention(attn, position, before=layer)
             found.append(
                 Move(
@@ -140,6 +155,7 @@ def moves(resid: Grid, attn: Grid | None, tokens: Sequence[str]) -> list[Move]:
                     from_token=tokens[previous],
                     to_position=position,
                     to_token=tokens[position],
+                    to_position_differs=position in differing,
                     layer=layer,
                     attention_layer=attention_layer,
                     attention_fraction=fraction,
@@ -164,14 +180,24 @@ def carrier_finding(runs: Sequence[Carrier], shown: int = 4) -> str:
 
 
 def move_finding(move: Move) -> str:
-    sentence = (
-        f"Information moves from position {move.from_position} ({move.from_token!r}) to position {move.to_position} "
-        f"({move.to_token!r}) at layer {move.layer}"
+    change = (
+        f"the position carrying the most changes from {move.from_position} ({move.from_token!r}) to "
+        f"{move.to_position} ({move.to_token!r}) by the input of layer {move.layer}"
     )
+    if move.to_position_differs:
+        sentence = (
+            f"In resid_pre, {change}; {move.to_token!r} itself differs between the prompts, so this need not be "
+            "information moving"
+        )
+    else:
+        sentence = (
+            f"Information moves from position {move.from_position} to {move.to_position}: {change}, and "
+            f"{move.to_token!r} is the same token in both prompts, so the difference reached it through attention"
+        )
     if move.attention_layer is None or move.attention_fraction is None:
-        return sentence + "."
+        return sentence + f" (no single earlier attn_out there recovers {ATTENDS:.0%} of the gap)."
     return (
-        sentence + f": patching layer {move.attention_layer}'s attn_out at {move.to_token!r} recovers "
+        sentence + f"; patching layer {move.attention_layer}'s attn_out at {move.to_token!r} recovers "
         f"{move.attention_fraction:+.2f} of the gap."
     )
 
@@ -204,7 +230,7 @@ def _best_attention(attn: Grid | None, position: int, before: int) -> tuple[int 
     if attn is None:
         return None, None
     scored = [(value, layer) for layer in range(before) if (value := attn[layer][position]) is not None]
-    if not scored:
+    if not scored or max(scored)[0] < ATTENDS:
         return None, None
     value, layer = max(scored)
     return layer, value
