@@ -7,10 +7,11 @@ import logging
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context
+from pydantic import ValidationError
 
 from mcp_interp.errors import InputError
 from mcp_interp.mcp.server import FAMILIES, build_server
-from mcp_interp.mcp.toolkit import Family, Toolkit
+from mcp_interp.mcp.toolkit import Family, Toolkit, argument_error
 from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
 from tests.helpers import error_text
@@ -116,3 +117,56 @@ async def test_every_tools_enum_arguments_list_their_choices_when_wrong(tiny_cli
                 assert f"`{required}` is required" in text, (tool.name, required, text)
             checked += 1
     assert checked >= 15, checked
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "line"),
+    [
+        (  # str | list[str]: the list branch fails at an element, and is named with where
+            "edge_attribution",
+            {**PAIR, "correct": ["mary", 5]},
+            "- `correct`: got ['mary', 5]; accepted: a string or a list of strings (item [1] is not a string)"
+            " — One single-token answer for all prompts, or one per prompt.",
+        ),
+        (
+            "ablate_head",
+            {"prompts": ["mary"], "heads": ["L1H1", 3]},
+            "- `heads`: got ['L1H1', 3]; accepted: a string or a list of strings (item [1] is not a string)"
+            " — 'L9H3' or a list, ablated together.",
+        ),
+        (  # a union whose element branch is itself a union (answers of any length)
+            "logit_diff",
+            {"prompts": ["mary"], "correct": ["mary", 5], "incorrect": "john"},
+            "- `correct`: got ['mary', 5]; accepted: a string, an object or a list of strings or objects"
+            " (item [1] is not a string or an object) — One answer for all prompts or one per prompt: a string"
+            " (any length) or {any_of: [...]}.",
+        ),
+        (  # two bad elements of one list: the whole list as given, both places named
+            "patch",
+            {**PAIR, "component": "resid_pre", "positions": ["a", "b"]},
+            "- `positions`: got ['a', 'b']; accepted: a list (items [0], [1] are not integers)"
+            " — Default: every position.",
+        ),
+        (
+            "ablate_head",
+            {"prompts": ["mary"], "heads": "L1H1", "positions": ["a", "b"]},
+            "- `positions`: got ['a', 'b']; accepted: 'all' or 'last' or a list of integers"
+            " (items [0], [1] are not integers) — 'all', 'last' (the answer) or token indices.",
+        ),
+    ],
+)
+async def test_an_error_inside_a_value_names_its_branch_and_shows_the_value_given(
+    tiny_client: Client, tool: str, arguments: dict[str, object], line: str
+) -> None:
+    text = error_text(await tiny_client.call_tool(tool, arguments))
+    assert line in text.splitlines(), text
+
+
+def test_an_error_with_no_location_is_told_as_the_arguments() -> None:
+    """A check of the arguments together (pydantic locates it nowhere) is told at `arguments`, never at ``."""
+    error = ValidationError.from_exception_data(
+        "probe", [{"type": "value_error", "loc": (), "input": {"a": 1}, "ctx": {"error": ValueError("pass `b` too")}}]
+    )
+    text = argument_error("probe", error, {}, {"a": 1})
+    expected = "- `arguments`: got {'a': 1}; accepted: pass `b` too."
+    assert text == f"Error executing tool probe: invalid arguments.\n{expected}"
