@@ -19,6 +19,7 @@ import http.client
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,7 @@ def run_setup(
 
     say(f"cache folder: {cache_dir()} (MCP_INTERP_CACHE overrides it)")
     sweep_stale(embedded_gguf_cache_path(), say)
+    sweep_stale(embedded_cache_folder(), say)  # a conversion killed half-way (here or in a first `serve`)
     gguf = embedded_gguf_path()
     if gguf is not None:
         say(f"embedded GGUF already there: {gguf}")
@@ -109,14 +111,22 @@ def run_setup(
 
 
 def sweep_stale(target: Path, say: Say = print) -> None:
-    """Remove ``target``'s staging files (``<name>.tmp-*``) that a killed run left behind. One written to within
-    ``STALE_AFTER`` seconds may belong to a run going on now and is kept."""
+    """Remove ``target``'s staging files or folders (``<name>.tmp-*``: the GGUF's, or the conversion's) that a killed
+    run left behind. One written to within ``STALE_AFTER`` seconds (a folder: any file in it) may belong to a run
+    going on now and is kept."""
     now = time.time()
     for stale in target.parent.glob(glob.escape(target.name) + ".tmp-*"):
         try:
-            if stale.is_file() and now - stale.stat().st_mtime > STALE_AFTER:
+            if stale.is_symlink():
+                continue
+            written = [stale, *stale.rglob("*")] if stale.is_dir() else [stale]
+            if now - max(p.stat().st_mtime for p in written) <= STALE_AFTER:
+                continue
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
                 stale.unlink()
-                say(f"removed {stale}, left by an interrupted setup")
+            say(f"removed {stale}, left by an interrupted setup")
         except OSError:
             pass  # gone already, or not ours to remove: it is only wasted space
 

