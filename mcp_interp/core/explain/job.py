@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from mcp_interp.core.engine.answers import resolve_answer
 from mcp_interp.core.engine.jobs import Job
@@ -59,28 +60,23 @@ class ExplainJob(Job[ExplainMeasurement]):
             3 + self._patching_job().total_steps() + len(MAPPED_COMPONENTS) * self._map_job("resid_pre").total_steps()
         )
 
-    def _patching_job(self) -> PatchHeadsJob:
+    def _pair(self) -> dict[str, Any]:
+        """The prompt and its corrupt partner as the patching jobs take them (what `patch_heads` and `patch` get)."""
         assert self.corrupt is not None
-        return PatchHeadsJob(
-            model=self.model,
-            clean_prompts=[self.prompt],
-            corrupt_prompts=[self.corrupt],
-            correct=self.answer,
-            incorrect=self.baseline,
-        )
+        return {
+            "model": self.model,
+            "clean_prompts": [self.prompt],
+            "corrupt_prompts": [self.corrupt],
+            "correct": self.answer,
+            "incorrect": self.baseline,
+        }
+
+    def _patching_job(self) -> PatchHeadsJob:
+        return PatchHeadsJob(**self._pair())
 
     def _map_job(self, component: str, positions: list[int] | None = None) -> PatchJob:
         """The ``patch`` call whose layer × position map explain reports for `component` (same arguments)."""
-        assert self.corrupt is not None
-        return PatchJob(
-            model=self.model,
-            clean_prompts=[self.prompt],
-            corrupt_prompts=[self.corrupt],
-            correct=self.answer,
-            incorrect=self.baseline,
-            component=component,
-            positions=positions,
-        )
+        return PatchJob(**self._pair(), component=component, positions=positions)
 
     def _position_maps(self) -> Iterator[str]:
         """resid_pre at every layer × position, then attn_out and mlp_out at the positions that carry the gap."""
