@@ -23,13 +23,13 @@ from dataclasses import replace
 
 import torch
 
-from mcp_interp.core.engine import baselines
-from mcp_interp.core.engine.ablation import ablation_outcome
-from mcp_interp.core.engine.bridge import hook_out
-from mcp_interp.core.engine.forward import capture_forward
-from mcp_interp.core.engine.interventions import Ablation, DirectionTarget
-from mcp_interp.core.engine.specs import position_mask
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.ablation import baselines
+from mcp_interp.core.engine.ablation.effect import ablation_outcome
+from mcp_interp.core.engine.ablation.targets import Ablation, DirectionTarget
+from mcp_interp.core.engine.backend.bridge import hook_out
+from mcp_interp.core.engine.backend.forward import capture_forward
+from mcp_interp.core.engine.text.components import position_mask
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.corpora import ioi_pairs
 from mcp_interp.models import load_model
 

@@ -31,9 +31,9 @@ import torch
 from safetensors.torch import save_file
 
 from mcp_interp import paths
+from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.saelens import load_sae
-from mcp_interp.core.engine.tokens import token_ids
+from mcp_interp.core.engine.text.tokens import token_ids
 from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.residuals import read_residuals
 from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report

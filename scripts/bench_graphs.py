@@ -30,8 +30,8 @@ import yaml
 from safetensors.torch import save_file
 
 from mcp_interp import paths
-from mcp_interp.core.engine.bridge import hook_mlp_input, hook_mlp_out
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.backend.bridge import hook_mlp_input, hook_mlp_out
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.job import DEFAULT_MAX_FEATURE_NODES, MAX_FEATURE_NODES, AttributionGraphJob
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.models import LoadedModel, load_model

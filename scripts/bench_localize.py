@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.answers import resolve_answers
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.answers import resolve_answers
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.corpora import ioi_pairs

@@ -29,10 +29,10 @@ import time
 import torch
 from scipy.stats import spearmanr
 
-from mcp_interp.core.engine.answers import resolve_answers
-from mcp_interp.core.engine.interventions import Ablation, HeadTarget
+from mcp_interp.core.engine.ablation.targets import Ablation, HeadTarget
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.answers import resolve_answers
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.corpora import ioi_pairs

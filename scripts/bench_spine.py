@@ -84,7 +84,7 @@ def bare_forward_seconds(model_name: str, cache: str, repeats: int) -> float:
     os.environ["MCP_INTERP_CACHE"] = cache
     import torch
 
-    from mcp_interp.core.engine.tokens import encode
+    from mcp_interp.core.engine.text.tokens import encode
     from mcp_interp.models import load_model
 
     model = load_model(model_name)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from mcp import Client
 
-from mcp_interp.core.engine.specs import Head
+from mcp_interp.core.engine.text.components import Head
 from mcp_interp.mcp.server import build_server
 from mcp_interp.models import LoadedModel, boot, build_tiny, load_model
 from mcp_interp.session import Session

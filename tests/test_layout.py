@@ -138,11 +138,11 @@ def cycles() -> list[list[str]]:
 
 def test_the_walk_sees_the_imports_it_must_judge() -> None:
     # The checks below are only as good as the graph: make sure it has the edges we know exist.
-    assert "mcp_interp.core.engine.metrics" in GRAPH["mcp_interp.core.readouts.predictions"]
-    assert "mcp_interp.schemas.common" in GRAPH["mcp_interp.core.engine.metrics"]
+    assert "mcp_interp.core.engine.numbers.metrics" in GRAPH["mcp_interp.core.readouts.predictions"]
+    assert "mcp_interp.schemas.common" in GRAPH["mcp_interp.core.engine.numbers.metrics"]
     assert "mcp_interp.mcp.toolkit" in GRAPH["mcp_interp.mcp.server"]
     assert "mcp_interp.session" in GRAPH["mcp_interp.mcp.toolkit"]
-    bridge = "mcp_interp.core.engine.bridge"
+    bridge = "mcp_interp.core.engine.backend.bridge"
     assert layer_of("mcp_interp.schemas.swap") < layer_of(bridge) < layer_of("mcp_interp.mcp.lens")
 
 
@@ -181,11 +181,11 @@ def test_the_checks_catch_a_planted_violation() -> None:
     # A known-bad graph must be reported, so a green run means something.
     saved = {k: set(v) for k, v in GRAPH.items()}
     try:
-        GRAPH["mcp_interp.schemas.common"].add("mcp_interp.core.engine.metrics")
-        GRAPH["mcp_interp.core.engine.metrics"].add("mcp_interp.mcp.toolkit")
+        GRAPH["mcp_interp.schemas.common"].add("mcp_interp.core.engine.numbers.metrics")
+        GRAPH["mcp_interp.core.engine.numbers.metrics"].add("mcp_interp.mcp.toolkit")
         assert any("schemas.common" in line for line in upward_imports())
-        assert any("core.engine.metrics" in line and "mcp.toolkit" in line for line in upward_imports())
-        assert any({"mcp_interp.core.engine.metrics", "mcp_interp.schemas.common"} <= set(c) for c in cycles())
+        assert any("core.engine.numbers.metrics" in line and "mcp.toolkit" in line for line in upward_imports())
+        assert any({"mcp_interp.core.engine.numbers.metrics", "mcp_interp.schemas.common"} <= set(c) for c in cycles())
     finally:
         GRAPH.clear()
         GRAPH.update(saved)
@@ -248,12 +248,12 @@ def test_the_engine_imports_no_family_and_families_import_only_the_engine() -> N
 
 def test_the_family_rule_catches_planted_violations() -> None:
     planted = {
-        f"{ENGINE}.metrics": {f"{CORE}.circuits.graph", "mcp_interp.schemas.common"},
+        f"{ENGINE}.metrics": {f"{CORE}.circuits.edge_graph", "mcp_interp.schemas.common"},
         f"{CORE}.lens.steer": {f"{CORE}.features.probe", f"{ENGINE}.bridge", f"{CORE}.lens.reading"},
         f"{CORE}.explain.job": {f"{CORE}.lens.dla", f"{CORE}.heads.patch_heads"},  # allowed
     }
     assert family_violations(planted) == [
-        f"{ENGINE}.metrics: the engine imports the family module {CORE}.circuits.graph",
+        f"{ENGINE}.metrics: the engine imports the family module {CORE}.circuits.edge_graph",
         f"{CORE}.lens.steer: family 'lens' imports family 'features' ({CORE}.features.probe)",
     ]
 

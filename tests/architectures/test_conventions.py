@@ -12,7 +12,7 @@ import pytest
 import torch
 from tokenizers.processors import TemplateProcessing
 
-from mcp_interp.core.engine.conventions import FirstKeyAttention, attention_sink_note
+from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.lens.attention import attention
 from mcp_interp.core.lens.induction import induction
 from mcp_interp.core.localize.loss import text_losses

@@ -26,7 +26,7 @@ from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob
 from mcp_interp.core.circuits.path import PathPatchJob
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.core.readouts import predictions

@@ -23,8 +23,8 @@ import pytest
 import torch
 from mcp import Client
 
-from mcp_interp.core.engine.saelens import load_sae
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.dictionaries.saelens import load_sae
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.errors import InputError, ModelLoadError
 from mcp_interp.models import LoadedModel, load_model
 from tests.features.test_sae import random_weights, write_sae

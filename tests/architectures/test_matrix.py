@@ -26,7 +26,7 @@ from mcp import Client
 from mcp.types import CallToolResult, Tool
 from transformer_lens import patching as tl_patching
 
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.mcp.server import build_server
 from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session

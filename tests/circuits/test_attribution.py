@@ -12,8 +12,8 @@ from mcp import Client
 from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
-from mcp_interp.core.circuits.graph import build_graph
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.circuits.edge_graph import build_graph
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel
 from tests.circuits.common import CLEAN, CORRUPT, run_eap, tl_metric, tl_name
 
@@ -154,7 +154,7 @@ async def test_edge_attribution_over_mcp_with_its_graph_figure(tiny_client: Clie
 
 
 def test_edge_scores_per_pair_average_to_the_scores_and_match_one_pair_runs(tiny: LoadedModel) -> None:
-    from mcp_interp.core.engine.pairs import prepare_pairs
+    from mcp_interp.core.engine.patching.pairs import prepare_pairs
 
     pairs_clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to"]
     pairs_corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel
 from tests.circuits.common import CLEAN, CORRUPT, run_eap
 
@@ -43,7 +43,7 @@ def test_the_curve_ends_at_the_full_graph_and_mean_ablation_reports_its_empty_ci
     at each position — so its logit difference is the unembedding of that mean at the answer position."""
     import torch
 
-    from mcp_interp.core.engine.bridge import logits_from_residual
+    from mcp_interp.core.engine.backend.bridge import logits_from_residual
 
     clean = [CLEAN[0], "when tom and james went to the park , james gave a drink to"]
     ids = encode(tiny.tokenizer, clean).input_ids

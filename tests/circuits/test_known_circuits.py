@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel, boot
 from tests.circuits.common import CLEAN, CORRUPT, run_eap
 
@@ -163,7 +163,7 @@ def test_known_induction_circuit_is_found_confirmed_and_faithful(induction_model
     """
     from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
     from mcp_interp.core.engine.jobs import drain
-    from mcp_interp.core.engine.pairs import prepare_pairs
+    from mcp_interp.core.engine.patching.pairs import prepare_pairs
 
     pairs = prepare_pairs(induction_model, INDUCTION_CLEAN, INDUCTION_CORRUPT, INDUCTION_GOOD, INDUCTION_BAD)
     job = EdgeAttribution(

@@ -9,7 +9,7 @@ import pytest
 import torch
 from mcp import Client
 
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel
 from tests.circuits.common import CLEAN, CORRUPT
 

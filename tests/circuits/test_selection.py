@@ -12,7 +12,7 @@ import pytest
 import torch
 from mcp import Client
 
-from mcp_interp.core.circuits.graph import build_graph
+from mcp_interp.core.circuits.edge_graph import build_graph
 from mcp_interp.core.circuits.selection import held_out_split, node_circuit, rank
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.errors import InputError
@@ -85,8 +85,8 @@ def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedM
     from mcp_interp.core.circuits.attribution import graph_of
     from mcp_interp.core.circuits.faithfulness import Ablator
     from mcp_interp.core.circuits.faithfulness_job import edge_names
-    from mcp_interp.core.engine.bridge import edge_hooks
-    from mcp_interp.core.engine.pairs import prepare_pairs
+    from mcp_interp.core.engine.backend.bridge import edge_hooks
+    from mcp_interp.core.engine.patching.pairs import prepare_pairs
     from tests.circuits.common import run_eap_on
 
     top = faithful(tiny, top_k=10, random_circuits=19, seed=2)
@@ -109,7 +109,7 @@ def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedM
 
 def test_held_out_faithfulness_is_the_circuit_re_measured_on_the_held_out_pairs(tiny: LoadedModel) -> None:
     from mcp_interp.core.circuits.faithfulness_job import edge_names
-    from mcp_interp.core.engine.pairs import pick
+    from mcp_interp.core.engine.patching.pairs import pick
 
     job = find(tiny, target=0.6, held_out=0.5, seed=1)
     result = job.result

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from mcp_interp.core.engine.answers import parse_answer
+from mcp_interp.core.engine.text.answers import parse_answer
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError

@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.optimize import brentq
 
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -172,8 +172,8 @@ def test_sae_feature_baseline_draws_energy_matched_features(tiny: LoadedModel, t
 
 
 def test_steer_ranks_its_kl_among_random_directions_of_its_norm(tiny: LoadedModel) -> None:
-    from mcp_interp.core.engine.baselines import random_unit_vectors
-    from mcp_interp.core.engine.metrics import kl_divergence
+    from mcp_interp.core.engine.ablation.baselines import random_unit_vectors
+    from mcp_interp.core.engine.numbers.metrics import kl_divergence
     from mcp_interp.core.lens.steer import steer
 
     result = steer(tiny, "when mary and john went to the store", " happy", " sad", 1, 4.0, 3, seed=2)

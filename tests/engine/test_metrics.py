@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from mcp_interp.core.engine import metrics
-from mcp_interp.core.engine.tokens import answer_positions
+from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.text.tokens import answer_positions
 
 LOGITS = torch.tensor(
     [

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mcp_interp.core.engine import stats
+from mcp_interp.core.engine.numbers import stats
 from mcp_interp.errors import InputError
 
 ALPHA = 0.05

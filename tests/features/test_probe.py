@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from mcp_interp.core.engine.stats import clopper_pearson, rank_test
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.numbers.stats import clopper_pearson, rank_test
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.features import probe
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -425,7 +425,7 @@ def test_direction_ablation_equals_a_hand_projection_hook(tiny: LoadedModel) -> 
 
 
 def test_directions_sharing_a_layer_are_kept_apart_and_orthonormalised(tiny: LoadedModel) -> None:
-    from mcp_interp.core.engine.interventions import ablation_from_spec
+    from mcp_interp.core.engine.ablation.targets import ablation_from_spec
     from mcp_interp.schemas.common import Intervention
 
     first, second = [1.0] + [0.0] * 63, [1.0, 1.0] + [0.0] * 62

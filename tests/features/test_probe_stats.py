@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mcp_interp.core.engine.stats import clopper_pearson, rank_test
+from mcp_interp.core.engine.numbers.stats import clopper_pearson, rank_test
 from mcp_interp.core.features import probe
 from mcp_interp.errors import InputError
 

@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import save_file
 
 from mcp_interp import figures
-from mcp_interp.core.engine.dictionary import splice_hooks
-from mcp_interp.core.engine.saelens import load_sae
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.dictionaries.sae import splice_hooks
+from mcp_interp.core.engine.dictionaries.saelens import load_sae
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.features import figures as features_figures
 from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
 from mcp_interp.errors import InputError

@@ -12,7 +12,7 @@ import pytest
 import torch
 from mcp import Client
 
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
@@ -82,7 +82,7 @@ def test_feature_ablation_under_loss_and_resid_mid_refused(tiny: LoadedModel, tm
 
 
 def test_steering_along_a_feature_adds_its_decoder_row(tiny: LoadedModel, tmp_path: Path) -> None:
-    from mcp_interp.core.engine.saelens import load_sae
+    from mcp_interp.core.engine.dictionaries.saelens import load_sae
     from mcp_interp.core.lens.steer import greedy, steer
 
     weights = random_weights(16, seed=6)

@@ -20,8 +20,8 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from mcp_interp.core.engine.bridge import frozen_hooks
-from mcp_interp.core.engine.transcoders import Transcoders
+from mcp_interp.core.engine.backend.bridge import frozen_hooks
+from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.graphs.replacement import CleanRun, quiet_norm_edits
 
 PROMPT = "when mary and john went to the store , john gave a drink to"

@@ -86,7 +86,7 @@ def graph_case(request: Any, tiny: LoadedModel, tmp_path_factory: pytest.TempPat
 @pytest.fixture(scope="module")
 def replay(graph_case: dict[str, Any], tiny: LoadedModel) -> dict[str, Any]:
     """What the independent computations need: the clean run, the hand errors, the graph."""
-    from mcp_interp.core.engine.transcoder_format import load_transcoders
+    from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
     from mcp_interp.core.graphs.replacement import clean_run
 
     job = graph_case["job"]

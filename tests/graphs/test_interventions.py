@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.intervene import graph_intervene
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.errors import InputError
@@ -128,8 +128,8 @@ def test_graph_intervene_model_run_equals_ablate_at_that_position(tiny: LoadedMo
 
 
 def test_steering_along_a_transcoder_feature_adds_its_decoder_row(tiny: LoadedModel, tmp_path: Path) -> None:
-    from mcp_interp.core.engine.transcoder_format import load_transcoders
-    from mcp_interp.core.engine.transcoders import TranscoderFeature
+    from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
+    from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
     from mcp_interp.core.lens.steer import steer
 
     raw = plt_weights(3, 64, 32, seed=13)

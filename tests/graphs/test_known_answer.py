@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import torch
 
-from mcp_interp.core.engine.bridge import final_norm_module
+from mcp_interp.core.engine.backend.bridge import final_norm_module
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.intervene import graph_intervene
 from mcp_interp.core.graphs.job import AttributionGraphJob
 from mcp_interp.models import LoadedModel, boot, build_tiny

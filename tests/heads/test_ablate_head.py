@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_interp.core.engine.interventions import Ablation
-from mcp_interp.core.engine.specs import Head
+from mcp_interp.core.engine.ablation.targets import Ablation
+from mcp_interp.core.engine.text.components import Head
 from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError

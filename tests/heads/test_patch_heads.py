@@ -8,8 +8,8 @@ import torch
 from transformer_lens import patching as tl_patching
 
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.specs import parse_head
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.components import parse_head
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
@@ -251,7 +251,7 @@ def test_unequal_pairs_and_unknown_heads_are_input_errors(tiny: LoadedModel) -> 
 
 
 def test_generic_engine_matches_transformer_lens_too(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_interp.core.engine import suffix_sweep
+    from mcp_interp.core.engine.patching import suffix_sweep
 
     monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
     job = PatchHeadsJob(model=tiny, clean_prompts=CLEAN, corrupt_prompts=CORRUPT, correct=CORRECT, incorrect=INCORRECT)

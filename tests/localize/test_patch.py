@@ -11,7 +11,7 @@ import torch
 from transformer_lens import patching as tl_patching
 
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
@@ -145,7 +145,7 @@ def test_kl_of_the_clean_run_is_zero_in_both_directions(tiny: LoadedModel, direc
 
 
 def test_generic_engine_matches_transformer_lens(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_interp.core.engine import suffix_sweep
+    from mcp_interp.core.engine.patching import suffix_sweep
 
     monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
     for component, function in TL_FUNCTIONS.items():
@@ -209,7 +209,7 @@ def resid_mid_reference(model: LoadedModel) -> torch.Tensor:
 def test_resid_mid_carries_the_patched_residual(
     tiny: LoadedModel, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcp_interp.core.engine import suffix_sweep
+    from mcp_interp.core.engine.patching import suffix_sweep
 
     if engine == "generic":
         monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
@@ -752,7 +752,7 @@ def test_patch_is_one_step_per_layer_and_stops_between_layers(tiny: LoadedModel)
 def test_pairs_of_different_lengths_are_padded_and_still_match_transformer_lens(
     tiny: LoadedModel, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcp_interp.core.engine import suffix_sweep
+    from mcp_interp.core.engine.patching import suffix_sweep
 
     if engine == "generic":
         monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mcp_interp.core.engine.answers import resolve_answers
 from mcp_interp.core.engine.jobs import drain
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.text.answers import resolve_answers
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob

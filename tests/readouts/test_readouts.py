@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from mcp_interp.core.engine.answers import resolve_answer
-from mcp_interp.core.engine.tokens import encode, validate_pairs
+from mcp_interp.core.engine.text.answers import resolve_answer
+from mcp_interp.core.engine.text.tokens import encode, validate_pairs
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, build_tiny

@@ -10,7 +10,7 @@ import pytest
 import torch
 from mcp import Client
 
-from mcp_interp.core.engine.answers import resolve_answer
+from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.readouts import info
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.corpora import ioi_arguments, ioi_pairs

@@ -8,7 +8,7 @@ import pytest
 from mcp import Client
 
 from mcp_interp import limits
-from mcp_interp.core.engine.specs import parse_heads
+from mcp_interp.core.engine.text.components import parse_heads
 from mcp_interp.core.readouts import info
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError

@@ -12,8 +12,8 @@ import pytest
 from mcp import Client
 
 from mcp_interp import cli, limits, paths
-from mcp_interp.core.engine.saelens import resolve_folder
-from mcp_interp.core.engine.transcoder_format import resolve_source
+from mcp_interp.core.engine.dictionaries.saelens import resolve_folder
+from mcp_interp.core.engine.dictionaries.transcoder_format import resolve_source
 from mcp_interp.errors import InputError
 from tests.features.test_sae import random_weights, write_sae
 from tests.helpers import assert_valid_structured, error_text, tools_by_name

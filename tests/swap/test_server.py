@@ -12,7 +12,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from scipy import stats
 
-from mcp_interp.core.engine.tokens import adds_bos
+from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
 from tests.helpers import TEMPLATE, assert_valid_structured, error_text, tiny_corpus, tools_by_name, top_word

@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy import stats
 
-from mcp_interp.core.engine import stats as engine_stats
+from mcp_interp.core.engine.numbers import stats as engine_stats
 from mcp_interp.core.swap import stats as swap_stats
 from mcp_interp.core.swap.summary import summarize
 from mcp_interp.schemas.swap import AnswerScore, ControlDraw, TrialBaseline, TrialRecord

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.circuits.graph import Graph, Reader, Writer, build_graph
-from mcp_interp.core.engine.bridge import (
+from mcp_interp.core.circuits.edge_graph import Graph, Reader, Writer, build_graph
+from mcp_interp.core.engine.backend.bridge import (
     HOOK_EMBED,
     edge_hooks,
     hook_mlp_in,
@@ -40,8 +40,10 @@ from mcp_interp.core.engine.bridge import (
     hook_qkv_input,
     hook_result,
 )
-from mcp_interp.core.engine.readouts import RowMetric  # here: (answer logits [rows, vocab], prompts) → [rows]
-from mcp_interp.core.engine.tokens import Batch
+from mcp_interp.core.engine.numbers.row_readouts import (
+    RowMetric,  # here: (answer logits [rows, vocab], prompts) → [rows]
+)
+from mcp_interp.core.engine.text.tokens import Batch
 
 
 def graph_of(bridge: Any) -> Graph:

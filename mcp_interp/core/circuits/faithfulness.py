@@ -25,11 +25,11 @@ from typing import Any
 import torch
 
 from mcp_interp.core.circuits.attribution import reader_hook, writer_hook
-from mcp_interp.core.circuits.graph import Graph
-from mcp_interp.core.engine import metrics
-from mcp_interp.core.engine.pairs import Pairs
-from mcp_interp.core.engine.readouts import RowMetric
-from mcp_interp.core.engine.tokens import Batch
+from mcp_interp.core.circuits.edge_graph import Graph
+from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.numbers.row_readouts import RowMetric
+from mcp_interp.core.engine.patching.pairs import Pairs
+from mcp_interp.core.engine.text.tokens import Batch
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.common import Score
 

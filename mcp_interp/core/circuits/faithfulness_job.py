@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores, graph_of
+from mcp_interp.core.circuits.edge_graph import Graph
 from mcp_interp.core.circuits.faithfulness import Ablator
-from mcp_interp.core.circuits.graph import Graph
 from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.circuits.selection import Ranking, check_choice, held_out_split, rank
-from mcp_interp.core.engine import metrics, stats
-from mcp_interp.core.engine.bridge import edge_hooks
-from mcp_interp.core.engine.capabilities import require
+from mcp_interp.core.engine.backend.bridge import edge_hooks
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.engine.pairs import Pairs, subset_pairs
-from mcp_interp.core.engine.scores import TOP_WITH_EXAMPLES, finite
+from mcp_interp.core.engine.numbers import metrics, stats
+from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, finite
+from mcp_interp.core.engine.patching.pairs import Pairs, subset_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import (

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
-from mcp_interp.core.engine import metrics
-from mcp_interp.core.engine.capabilities import require
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.engine.pairs import prepare_pairs
-from mcp_interp.core.engine.scores import TOP_WITH_EXAMPLES
+from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES
+from mcp_interp.core.engine.patching.pairs import prepare_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeScore, NodeScore

@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine import metrics
-from mcp_interp.core.engine.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
-from mcp_interp.core.engine.capabilities import require
+from mcp_interp.core.engine.backend.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.engine.pairs import prepare_pairs
-from mcp_interp.core.engine.readouts import LogitDiffReadout
+from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.numbers.row_readouts import LogitDiffReadout
+from mcp_interp.core.engine.patching.pairs import prepare_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverScore

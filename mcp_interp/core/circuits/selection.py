@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mcp_interp.core.circuits.graph import Graph
+from mcp_interp.core.circuits.edge_graph import Graph
 from mcp_interp.errors import InputError
 
 POOL_FACTOR = 4  # the candidate pool of a k-circuit: the top POOL_FACTOR · k items by the same ranking

@@ -1,10 +1,17 @@
-"""What every tool family shares: the one place core meets TransformerLens (``bridge``), where a value is
-read or written (``sites``), forward capture (``forward``), the exact patching sweep and its engines
-(``sweep``, ``suffix_sweep``) and the one patching job over them (``patching``), first-order attribution
-(``attribution``), metrics read at the answer (``metrics``, ``readouts``, ``rows``), minimal pairs (``pairs``),
-recovered-fraction scores (``scores``), verdict statistics (``stats``), random baselines (``baselines``),
-sparse dictionaries (``dictionary``, ``saelens``), text and answers (``tokens``, ``answers``), component names
-(``specs``), interventions and their measured effect (``interventions``, ``ablation``), and long jobs (``jobs``).
+"""What every tool family shares, grouped by concern (nothing here imports a family; every family imports from here):
 
-Nothing here imports a family; every family imports from here.
+* ``backend/`` — the TransformerLens layer and the seam: the only code that runs the model (``bridge``: hook names and
+  reaches into the bridge; ``sites``: where a value is read or written; ``forward``: captured forward passes;
+  ``capabilities``: what the architecture supports);
+* ``patching/`` — exact activation patching (``sweep``, ``suffix_sweep``) and the one patching job over them (``job``),
+  its first-order estimate (``first_order``), minimal pairs (``pairs``) and answers of several tokens (``rows``);
+* ``ablation/`` — what is ablated and how (``targets``), its measured effect (``effect``) and the random stand-ins it
+  is judged against (``baselines``);
+* ``dictionaries/`` — SAE and transcoder weights and math (``sae``, ``saelens``, ``transcoders``,
+  ``transcoder_format``);
+* ``text/`` — tokenization (``tokens``), answers (``answers``), component and position names (``components``), where
+  the attention sink sits (``conventions``);
+* ``numbers/`` — metrics at the answer (``metrics``), the same for many patched rows (``row_readouts``), recovered
+  fractions (``scores``), verdict statistics (``stats``);
+* ``jobs`` — the long-job contract.
 """

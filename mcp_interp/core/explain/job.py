@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_interp.core.engine.answers import resolve_answer
 from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.explain import positions as where
 from mcp_interp.core.explain.findings import causal_heads, layer_words, route_finding
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob

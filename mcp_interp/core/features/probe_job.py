@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from mcp_interp.core.engine import stats
-from mcp_interp.core.engine.tokens import token_ids
+from mcp_interp.core.engine.numbers import stats
+from mcp_interp.core.engine.text.tokens import token_ids
 from mcp_interp.core.features import probe
 from mcp_interp.core.features.residuals import check_layers, check_position, read_residuals
 from mcp_interp.errors import InputError

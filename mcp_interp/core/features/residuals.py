@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.bridge import hook_out
-from mcp_interp.core.engine.tokens import Batch, encode
+from mcp_interp.core.engine.backend.bridge import hook_out
+from mcp_interp.core.engine.text.tokens import Batch, encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 

@@ -26,12 +26,12 @@ from typing import Any
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.dictionary import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.engine.metrics import token_losses
-from mcp_interp.core.engine.saelens import load_sae
-from mcp_interp.core.engine.sites import Hook
-from mcp_interp.core.engine.tokens import Batch, encode, token_ids, token_strings
+from mcp_interp.core.engine.numbers.metrics import token_losses
+from mcp_interp.core.engine.text.tokens import Batch, encode, token_ids, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.sae import (

@@ -26,11 +26,11 @@ from typing import Any, Literal
 
 import torch
 
-from mcp_interp.core.engine.bridge import frozen_hooks
-from mcp_interp.core.engine.capabilities import require
-from mcp_interp.core.engine.metrics import kl_divergence
-from mcp_interp.core.engine.sites import Hook
-from mcp_interp.core.engine.transcoders import Transcoders
+from mcp_interp.core.engine.backend.bridge import frozen_hooks
+from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
+from mcp_interp.core.engine.numbers.metrics import kl_divergence
 from mcp_interp.core.graphs.replacement import (
     FrozenForward,
     Prepared,

@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.capabilities import require
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.graphs.graph import AttributionGraph, neuronpedia_json
 from mcp_interp.core.graphs.intervene import replacement_logit_error
+from mcp_interp.core.graphs.neuronpedia import AttributionGraph, neuronpedia_json
 from mcp_interp.core.graphs.pruning import Pruned, graph_scores, normalized_rows, partial_influences, prune_graph
 from mcp_interp.core.graphs.replacement import FrozenForward, Prepared, contract, frozen_parameters, prepare
 from mcp_interp.core.graphs.summary import counts, significant, top_features, transcoder_info, view_graph

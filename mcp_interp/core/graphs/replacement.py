@@ -37,12 +37,12 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.bridge import FINAL_NORM_OUT, HOOK_EMBED, final_norm_logits, frozen_hooks
-from mcp_interp.core.engine.forward import StopForward
-from mcp_interp.core.engine.sites import Hook
-from mcp_interp.core.engine.tokens import encode, token_strings
-from mcp_interp.core.engine.transcoder_format import load_transcoders
-from mcp_interp.core.engine.transcoders import Transcoders
+from mcp_interp.core.engine.backend.bridge import FINAL_NORM_OUT, HOOK_EMBED, final_norm_logits, frozen_hooks
+from mcp_interp.core.engine.backend.forward import StopForward
+from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
+from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
+from mcp_interp.core.engine.text.tokens import encode, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from mcp_interp.core.engine.transcoders import Transcoders
-from mcp_interp.core.graphs.graph import AttributionGraph
+from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
+from mcp_interp.core.graphs.neuronpedia import AttributionGraph
 from mcp_interp.core.graphs.pruning import Pruned
 from mcp_interp.schemas.graphs import GraphLink, GraphNode, NodeCounts, TopFeature, TranscoderInfo
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.answers import resolve_answer
-from mcp_interp.core.engine.bridge import unembed_linear
-from mcp_interp.core.engine.tokens import token_strings
+from mcp_interp.core.engine.backend.bridge import unembed_linear
+from mcp_interp.core.engine.text.answers import resolve_answer
+from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.errors import InputError
 
 MAX_LOGITS = 10

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mcp_interp.core.engine.ablation import ablation_outcome, parsed_ablation
-from mcp_interp.core.engine.interventions import Ablation
+from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
+from mcp_interp.core.engine.ablation.targets import Ablation
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.heads import AblateHeadMeasurement

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_interp.core.engine import metrics
-from mcp_interp.core.engine.patching import CellContext, PatchingJob, PatchOutcome
-from mcp_interp.core.engine.scores import SMALL_GAP, TOP_WITH_EXAMPLES, directed_score, finite, ranked_scores
-from mcp_interp.core.engine.sites import Site
-from mcp_interp.core.engine.specs import Head, PositionSpec, parse_heads, position_mask
-from mcp_interp.core.engine.sweep import Unit
+from mcp_interp.core.engine.backend.sites import Site
+from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.numbers.scores import SMALL_GAP, TOP_WITH_EXAMPLES, directed_score, finite, ranked_scores
+from mcp_interp.core.engine.patching.job import CellContext, PatchingJob, PatchOutcome
+from mcp_interp.core.engine.patching.sweep import Unit
+from mcp_interp.core.engine.text.components import Head, PositionSpec, parse_heads, position_mask
 from mcp_interp.schemas.heads import HeadScore, PatchHeadsMeasurement, VerifiedHead
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from mcp_interp.core.engine.bridge import hook_pattern
-from mcp_interp.core.engine.conventions import FirstKeyAttention, attention_sink_note
-from mcp_interp.core.engine.specs import parse_head
-from mcp_interp.core.engine.tokens import token_strings
+from mcp_interp.core.engine.backend.bridge import hook_pattern
+from mcp_interp.core.engine.text.components import parse_head
+from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
+from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import AttendedToken, AttentionMeasurement

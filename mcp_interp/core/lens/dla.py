@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.answers import resolve_answer
-from mcp_interp.core.engine.bridge import (
+from mcp_interp.core.engine.backend.bridge import (
     FINAL_NORM_SCALE,
     attention_write_norm,
     attn_output_projection,
@@ -35,6 +34,7 @@ from mcp_interp.core.engine.bridge import (
     norm_scale_hook,
     unembed_linear,
 )
+from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.bridge import hook_pattern
-from mcp_interp.core.engine.conventions import FirstKeyAttention, attention_sink_note
-from mcp_interp.core.engine.tokens import adds_bos, token_ids, token_strings
+from mcp_interp.core.engine.backend.bridge import hook_pattern
+from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
+from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings
 from mcp_interp.core.lens.reading import run_with_cache
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from mcp_interp.core.engine.answers import resolve_answer
-from mcp_interp.core.engine.bridge import HOOK_EMBED, hook_out, logits_from_residual
+from mcp_interp.core.engine.backend.bridge import HOOK_EMBED, hook_out, logits_from_residual
+from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.tokens import Batch, encode
+from mcp_interp.core.engine.text.tokens import Batch, encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 

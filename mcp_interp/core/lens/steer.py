@@ -27,14 +27,14 @@ from typing import Any
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine import stats
-from mcp_interp.core.engine.baselines import random_unit_vectors
-from mcp_interp.core.engine.bridge import hook_in, hook_out
-from mcp_interp.core.engine.dictionary import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.ablation.baselines import random_unit_vectors
+from mcp_interp.core.engine.backend.bridge import hook_in, hook_out
+from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.engine.metrics import kl_divergence
-from mcp_interp.core.engine.tokens import encode
-from mcp_interp.core.engine.transcoders import TranscoderFeature
+from mcp_interp.core.engine.numbers import stats
+from mcp_interp.core.engine.numbers.metrics import kl_divergence
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.features import StoredDirection

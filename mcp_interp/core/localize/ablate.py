@@ -7,13 +7,13 @@ from collections.abc import Sequence
 
 import torch
 
-from mcp_interp.core.engine import stats
-from mcp_interp.core.engine.ablation import ablation_outcome, parsed_ablation
-from mcp_interp.core.engine.baselines import random_baseline
-from mcp_interp.core.engine.forward import capture_forward
-from mcp_interp.core.engine.interventions import Ablation
-from mcp_interp.core.engine.specs import position_mask
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.ablation.baselines import random_baseline
+from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
+from mcp_interp.core.engine.ablation.targets import Ablation
+from mcp_interp.core.engine.backend.forward import capture_forward
+from mcp_interp.core.engine.numbers import stats
+from mcp_interp.core.engine.text.components import position_mask
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import DirectionProjection, RandomBaseline
 from mcp_interp.schemas.common import Intervention

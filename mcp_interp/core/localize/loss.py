@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mcp_interp.core.engine.conventions import FirstKeyAttention, attention_sink_note
-from mcp_interp.core.engine.forward import capture_forward
-from mcp_interp.core.engine.interventions import Ablation, ablation_from_spec, prepare_ablation
+from mcp_interp.core.engine.ablation.targets import Ablation, ablation_from_spec, prepare_ablation
+from mcp_interp.core.engine.backend.forward import capture_forward
 from mcp_interp.core.engine.jobs import Job, drain
-from mcp_interp.core.engine.metrics import token_losses
-from mcp_interp.core.engine.tokens import Batch, encode, encode_ids, token_strings
+from mcp_interp.core.engine.numbers.metrics import token_losses
+from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
+from mcp_interp.core.engine.text.tokens import Batch, encode, encode_ids, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention

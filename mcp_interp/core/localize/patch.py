@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mcp_interp.core.engine.capabilities import require
-from mcp_interp.core.engine.patching import CellContext, PatchingJob, PatchOutcome
-from mcp_interp.core.engine.sites import Site
-from mcp_interp.core.engine.sweep import Unit
-from mcp_interp.core.engine.tokens import token_strings
+from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.sites import Site
+from mcp_interp.core.engine.patching.job import CellContext, PatchingJob, PatchOutcome
+from mcp_interp.core.engine.patching.sweep import Unit
+from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.core.localize.report import PatchReport
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.localize import PatchMeasurement

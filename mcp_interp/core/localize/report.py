@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine import metrics
-from mcp_interp.core.engine.patching import PatchOutcome
-from mcp_interp.core.engine.scores import SMALL_GAP, TOP_WITH_EXAMPLES, directed_score, finite, ranked_scores
-from mcp_interp.core.engine.sweep import Unit
-from mcp_interp.core.engine.tokens import Batch, PairDiff, token_strings
+from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.numbers.scores import SMALL_GAP, TOP_WITH_EXAMPLES, directed_score, finite, ranked_scores
+from mcp_interp.core.engine.patching.job import PatchOutcome
+from mcp_interp.core.engine.patching.sweep import Unit
+from mcp_interp.core.engine.text.tokens import Batch, PairDiff, token_strings
 from mcp_interp.schemas.common import Score
 from mcp_interp.schemas.localize import PatchCell, PatchMeasurement, PositionToken, VerifiedCell
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mcp_interp import limits
-from mcp_interp.core.engine.bridge import (
+from mcp_interp.core.engine.backend.bridge import (
     attention_write_norm,
     final_logit_softcap,
     hf_config,
     hf_model,
     mixture_of_experts,
 )
-from mcp_interp.core.engine.capabilities import capabilities
-from mcp_interp.core.engine.tokens import adds_bos, token_ids, token_strings
+from mcp_interp.core.engine.backend.capabilities import capabilities
+from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.readouts import (

@@ -12,16 +12,16 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine import metrics
-from mcp_interp.core.engine.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
-from mcp_interp.core.engine.interventions import (
+from mcp_interp.core.engine.ablation.targets import (
     Ablation,
     PreparedAblation,
     ablation_from_spec,
     logits_at_answers,
     prepare_ablation,
 )
-from mcp_interp.core.engine.tokens import (
+from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.text.tokens import (
     Batch,
     encode,
     validate_pairs,

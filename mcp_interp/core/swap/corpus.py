@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_interp.core.engine.answers import known_answer_tokens
+from mcp_interp.core.engine.text.answers import known_answer_tokens
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.swap import SLOT, SwapCorpus, SwapFunction

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mcp_interp.core.engine.stats import clopper_pearson
+from mcp_interp.core.engine.numbers.stats import clopper_pearson
 from mcp_interp.figures import DPI, LOCK, plt, png
 from mcp_interp.schemas.swap import LayerSummary
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.engine.tokens import adds_bos
+from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel, cache_dir

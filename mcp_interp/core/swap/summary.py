@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from mcp_interp.core.engine import stats as verdicts
+from mcp_interp.core.engine.numbers import stats as verdicts
 from mcp_interp.core.swap import stats
 from mcp_interp.core.swap.trial import EXECUTED, INACTIVE, NO_CONTROL, TRIAL_STATUSES
 from mcp_interp.schemas.swap import (

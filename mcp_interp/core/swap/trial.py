@@ -38,8 +38,8 @@ from typing import Any, Final
 import torch
 from pydantic import ValidationError
 
-from mcp_interp.core.engine.bridge import hook_out
-from mcp_interp.core.engine.tokens import token_ids
+from mcp_interp.core.engine.backend.bridge import hook_out
+from mcp_interp.core.engine.text.tokens import token_ids
 from mcp_interp.core.swap import stats
 from mcp_interp.core.swap.controls import SharedPool, control_pool, distances_from, draw_controls
 from mcp_interp.core.swap.corpus import prompt_text, single_token, word_tokens

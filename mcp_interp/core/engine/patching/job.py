@@ -26,19 +26,19 @@ from typing import Any, Generic
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.answers import Answer, resolve_answer_specs, spacing_notes
-from mcp_interp.core.engine.attribution import Attribution, attribution_terms
-from mcp_interp.core.engine.bridge import logits_from_residual, site_hook
-from mcp_interp.core.engine.forward import BlockTrace, capture_forward, trace_blocks
+from mcp_interp.core.engine.backend.bridge import logits_from_residual, site_hook
+from mcp_interp.core.engine.backend.forward import BlockTrace, capture_forward, trace_blocks
+from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.jobs import Job, R
-from mcp_interp.core.engine.readouts import LogProbReadout, Readout, make_readout
-from mcp_interp.core.engine.rows import RowPlan
-from mcp_interp.core.engine.scores import ranked_scores
-from mcp_interp.core.engine.sites import Site
-from mcp_interp.core.engine.specs import PositionSpec, position_mask
-from mcp_interp.core.engine.suffix_sweep import best_sweep
-from mcp_interp.core.engine.sweep import Unit
-from mcp_interp.core.engine.tokens import Batch, PairDiff, encode, validate_pairs
+from mcp_interp.core.engine.numbers.row_readouts import LogProbReadout, Readout, make_readout
+from mcp_interp.core.engine.numbers.scores import ranked_scores
+from mcp_interp.core.engine.patching.first_order import Attribution, attribution_terms
+from mcp_interp.core.engine.patching.rows import RowPlan
+from mcp_interp.core.engine.patching.suffix_sweep import best_sweep
+from mcp_interp.core.engine.patching.sweep import Unit
+from mcp_interp.core.engine.text.answers import Answer, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.text.components import PositionSpec, position_mask
+from mcp_interp.core.engine.text.tokens import Batch, PairDiff, encode, validate_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 

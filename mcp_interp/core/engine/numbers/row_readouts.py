@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from mcp_interp.core.engine.bridge import (
+from mcp_interp.core.engine.backend.bridge import (
     final_logit_softcap,
     final_norm,
     logits_from_residual,

@@ -31,10 +31,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from mcp_interp.core.engine.bridge import run_block
-from mcp_interp.core.engine.forward import BlockTrace
-from mcp_interp.core.engine.readouts import RowMetric
-from mcp_interp.core.engine.sites import CHANNEL_SITES, INSIDE_BLOCK, Site, write_hook
+from mcp_interp.core.engine.backend.bridge import run_block
+from mcp_interp.core.engine.backend.forward import BlockTrace
+from mcp_interp.core.engine.backend.sites import CHANNEL_SITES, INSIDE_BLOCK, Site, write_hook
+from mcp_interp.core.engine.numbers.row_readouts import RowMetric
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mcp_interp.core.engine.answers import Answer, batch_of_ids
-from mcp_interp.core.engine.tokens import Batch
+from mcp_interp.core.engine.text.answers import Answer, batch_of_ids
+from mcp_interp.core.engine.text.tokens import Batch
 
 
 @dataclass

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_interp.core.engine.bridge import (
+from mcp_interp.core.engine.backend.bridge import (
     attention_classes,
     attention_output_scale,
     attention_write_norm,

@@ -53,11 +53,11 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.bridge import hf_config, site_hook
-from mcp_interp.core.engine.capabilities import require
-from mcp_interp.core.engine.dictionary import ARCHITECTURES, SparseAutoencoder
-from mcp_interp.core.engine.sites import Site
-from mcp_interp.core.engine.tokens import adds_bos
+from mcp_interp.core.engine.backend.bridge import hf_config, site_hook
+from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.sites import Site
+from mcp_interp.core.engine.dictionaries.sae import ARCHITECTURES, SparseAutoencoder
+from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.paths import client_path, existing_inside

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from mcp_interp.core.engine.bridge import (
+from mcp_interp.core.engine.backend.bridge import (
     BlockParts,
     block_parts,
     hf_attention,
@@ -35,10 +35,10 @@ from mcp_interp.core.engine.bridge import (
     hook_mlp_post,
     logits_from_residual,
 )
-from mcp_interp.core.engine.forward import BlockTrace
-from mcp_interp.core.engine.readouts import RowMetric
-from mcp_interp.core.engine.sites import Site
-from mcp_interp.core.engine.sweep import BridgePatchSweep, PatchSweep, SitePatch, Unit
+from mcp_interp.core.engine.backend.forward import BlockTrace
+from mcp_interp.core.engine.backend.sites import Site
+from mcp_interp.core.engine.numbers.row_readouts import RowMetric
+from mcp_interp.core.engine.patching.sweep import BridgePatchSweep, PatchSweep, SitePatch, Unit
 
 SUPPORTED_MODEL_TYPES = frozenset({"llama"})
 CHECK_TOLERANCE = 1e-3  # max |logit| difference between this replay and the real forward

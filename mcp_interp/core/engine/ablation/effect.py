@@ -13,16 +13,16 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine import metrics
-from mcp_interp.core.engine.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
-from mcp_interp.core.engine.interventions import (
+from mcp_interp.core.engine.ablation.targets import (
     Ablation,
     PreparedAblation,
     ablation_from_spec,
     logits_at_answers,
     prepare_ablation,
 )
-from mcp_interp.core.engine.tokens import encode
+from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import AblationOutcome, MetricSet
 from mcp_interp.schemas.common import Intervention, Score

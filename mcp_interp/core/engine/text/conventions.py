@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.bridge import hook_pattern
-from mcp_interp.core.engine.sites import Hook
-from mcp_interp.core.engine.tokens import adds_bos
+from mcp_interp.core.engine.backend.bridge import hook_pattern
+from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.text.tokens import adds_bos
 
 SINK_SHARE = 0.3
 SINK_OVER_UNIFORM = 3.0

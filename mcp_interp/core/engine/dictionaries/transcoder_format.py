@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.bridge import (
+from mcp_interp.core.engine.backend.bridge import (
     has_hook,
     hook_mlp_input,
     hook_mlp_norm_normalized,
@@ -53,8 +53,8 @@ from mcp_interp.core.engine.bridge import (
     hook_mlp_output,
     hook_resid_mid,
 )
-from mcp_interp.core.engine.saelens import same_model
-from mcp_interp.core.engine.transcoders import TRANSCODER_KINDS, ActivationName, Transcoders
+from mcp_interp.core.engine.dictionaries.saelens import same_model
+from mcp_interp.core.engine.dictionaries.transcoders import TRANSCODER_KINDS, ActivationName, Transcoders
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.paths import client_path, existing_inside

@@ -28,17 +28,24 @@ from typing import Any, Literal
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.bridge import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
-from mcp_interp.core.engine.capabilities import require
-from mcp_interp.core.engine.dictionary import SparseAutoencoder
-from mcp_interp.core.engine.forward import capture_forward
-from mcp_interp.core.engine.metrics import at_answer_positions
-from mcp_interp.core.engine.saelens import load_sae
-from mcp_interp.core.engine.sites import Hook
-from mcp_interp.core.engine.specs import Head, PositionSpec, parse_block_part, parse_head, parse_neurons, position_mask
-from mcp_interp.core.engine.tokens import Batch, encode
-from mcp_interp.core.engine.transcoder_format import load_transcoders
-from mcp_interp.core.engine.transcoders import Transcoders
+from mcp_interp.core.engine.backend.bridge import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
+from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.forward import capture_forward
+from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
+from mcp_interp.core.engine.dictionaries.saelens import load_sae
+from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
+from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
+from mcp_interp.core.engine.numbers.metrics import at_answer_positions
+from mcp_interp.core.engine.text.components import (
+    Head,
+    PositionSpec,
+    parse_block_part,
+    parse_head,
+    parse_neurons,
+    position_mask,
+)
+from mcp_interp.core.engine.text.tokens import Batch, encode
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.common import DirectionRef, Intervention, SaeFeaturesRef, TranscoderFeaturesRef
 

@@ -21,11 +21,7 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine import metrics, stats
-from mcp_interp.core.engine.answers import Answer, answer_log_probs, resolve_answer_specs
-from mcp_interp.core.engine.bridge import logits_from_residual
-from mcp_interp.core.engine.forward import capture_forward
-from mcp_interp.core.engine.interventions import (
+from mcp_interp.core.engine.ablation.targets import (
     Ablation,
     DirectionTarget,
     FeaturesTarget,
@@ -34,8 +30,12 @@ from mcp_interp.core.engine.interventions import (
     prepare_ablation,
     stacked_hooks,
 )
-from mcp_interp.core.engine.specs import position_mask
-from mcp_interp.core.engine.tokens import Batch, encode
+from mcp_interp.core.engine.backend.bridge import logits_from_residual
+from mcp_interp.core.engine.backend.forward import capture_forward
+from mcp_interp.core.engine.numbers import metrics, stats
+from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, resolve_answer_specs
+from mcp_interp.core.engine.text.components import position_mask
+from mcp_interp.core.engine.text.tokens import Batch, encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import RandomBaseline
 

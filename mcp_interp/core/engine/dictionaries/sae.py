@@ -23,7 +23,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from mcp_interp.core.engine.sites import Hook, Site, replace_hooks
+from mcp_interp.core.engine.backend.sites import Hook, Site, replace_hooks
 
 SaeArchitecture = Literal["standard", "jumprelu", "topk"]
 

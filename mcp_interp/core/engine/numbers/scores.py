@@ -19,7 +19,7 @@ from typing import Literal
 
 import torch
 
-from mcp_interp.core.engine import metrics
+from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.schemas.common import Score
 
 Direction = Literal["denoise", "noise"]

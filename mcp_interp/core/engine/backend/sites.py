@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from mcp_interp.core.engine.bridge import hook_attn_out, hook_in, site_hook
+from mcp_interp.core.engine.backend.bridge import hook_attn_out, hook_in, site_hook
 
 Site = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "mlp_post"]
 SITES: tuple[Site, ...] = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "mlp_post")

@@ -24,8 +24,8 @@ from typing import Any, Literal
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.interventions import PreparedAblation
-from mcp_interp.core.engine.tokens import Batch, token_strings
+from mcp_interp.core.engine.ablation.targets import PreparedAblation
+from mcp_interp.core.engine.text.tokens import Batch, token_strings
 from mcp_interp.errors import InputError
 
 AnswerKind = Literal["token", "sequence", "set"]

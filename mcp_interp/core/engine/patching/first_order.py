@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.bridge import site_hook
-from mcp_interp.core.engine.forward import StopForward, stop_after_last_block
-from mcp_interp.core.engine.readouts import RowMetric
-from mcp_interp.core.engine.sites import INSIDE_BLOCK, Site, write_hook
+from mcp_interp.core.engine.backend.bridge import site_hook
+from mcp_interp.core.engine.backend.forward import StopForward, stop_after_last_block
+from mcp_interp.core.engine.backend.sites import INSIDE_BLOCK, Site, write_hook
+from mcp_interp.core.engine.numbers.row_readouts import RowMetric
 
 
 @dataclass

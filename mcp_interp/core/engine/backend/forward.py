@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.bridge import block_output, hook_z
+from mcp_interp.core.engine.backend.bridge import block_output, hook_z
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from mcp_interp.core.engine.sites import Hook
+from mcp_interp.core.engine.backend.sites import Hook
 
 TranscoderKind = Literal["transcoder_set", "cross_layer_transcoder"]
 ActivationName = Literal["relu", "jumprelu", "topk"]
