@@ -151,7 +151,7 @@ def run_doctor(model: str) -> int:
         print(f"model {model}: FAILED — {exc}")
         return 1
     print(
-        f"model {model}: ok ({loaded.source}, {loaded.bridge.cfg.n_layers} layers, fingerprint {loaded.fingerprint}, "
+        f"model {model}: ok ({loaded.source}, {loaded.cfg.n_layers} layers, fingerprint {loaded.fingerprint}, "
         f"loaded in {time.perf_counter() - started:.1f} s)"
     )
     return 0

@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
+from mcp_interp.core.engine.backend.local import LocalBackend
 from mcp_interp.errors import ModelLoadError
 from mcp_interp.names import (
     EMBEDDED_GGUF,
@@ -84,17 +85,31 @@ class ModelCache:
 
 @dataclass
 class LoadedModel:
-    """A booted model plus what a result needs to say where its numbers came from, and what is cached with it."""
+    """A booted model plus what a result needs to say where its numbers came from, and what is cached with it.
+
+    ``backend`` is the seam every measurement runs the model through (``core/engine/backend``): the package never
+    touches the TransformerBridge itself. ``bridge`` is that bridge, for tests and reference implementations.
+    """
 
     name: str
     source: ModelSource
-    bridge: Any  # transformer_lens.model_bridge.TransformerBridge (untyped upstream)
+    backend: LocalBackend
     tokenizer: Any  # transformers.PreTrainedTokenizerBase
     device: str
     dtype: str
     load_seconds: float
     fingerprint: str
     cache: ModelCache = field(default_factory=ModelCache, compare=False, repr=False)
+
+    @property
+    def bridge(self) -> Any:
+        """The TransformerLens bridge behind the backend (for tests and references, never for measurements)."""
+        return self.backend.bridge
+
+    @property
+    def cfg(self) -> Any:
+        """TransformerLens' config of the model: ``n_layers``, ``n_heads``, ``d_model``, ``d_mlp``, ``d_vocab``…"""
+        return self.backend.cfg
 
 
 def parse_dtype(dtype: str) -> torch.dtype:
@@ -193,7 +208,7 @@ def boot(
     return LoadedModel(
         name=name,
         source=source,
-        bridge=bridge,
+        backend=LocalBackend(bridge, device),
         tokenizer=tokenizer,
         device=device,
         dtype=dtype,

@@ -26,8 +26,7 @@ import torch
 from mcp_interp.core.engine.ablation import baselines
 from mcp_interp.core.engine.ablation.effect import ablation_outcome
 from mcp_interp.core.engine.ablation.targets import Ablation, DirectionTarget
-from mcp_interp.core.engine.backend.bridge import hook_out
-from mcp_interp.core.engine.backend.forward import capture_forward
+from mcp_interp.core.engine.backend.points import hook_out
 from mcp_interp.core.engine.text.components import position_mask
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.corpora import ioi_pairs
@@ -54,7 +53,7 @@ def main() -> None:
     correct, incorrect = [p.correct for p in pairs], [p.incorrect for p in pairs]
     layer = model.bridge.cfg.n_layers // 2
     batch = encode(model.tokenizer, prompts, model.device)
-    resid = capture_forward(model.bridge, batch.input_ids, [hook_out(layer)]).acts[hook_out(layer)]
+    resid = model.backend.capture(batch.input_ids, [hook_out(layer)]).acts[hook_out(layer)]
     direction = resid[torch.arange(len(prompts)), batch.answer_positions].mean(dim=0)
     ablation = Ablation([DirectionTarget(layer, (direction / direction.norm()).float())], positions="all")
 

@@ -30,7 +30,7 @@ import yaml
 from safetensors.torch import save_file
 
 from mcp_interp import paths
-from mcp_interp.core.engine.backend.bridge import hook_mlp_input, hook_mlp_out
+from mcp_interp.core.engine.backend.points import hook_mlp_input, hook_mlp_out
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.job import DEFAULT_MAX_FEATURE_NODES, MAX_FEATURE_NODES, AttributionGraphJob
 from mcp_interp.corpora import corpora_dir

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "mcp_interp.store",
         "mcp_interp.figures",
     ),
-    ("mcp_interp.models", "mcp_interp.paths"),
+    ("mcp_interp.models", "mcp_interp.paths", "mcp_interp.core.engine.backend"),
     ("mcp_interp.core",),
     ("mcp_interp.session",),
     ("mcp_interp.mcp",),
@@ -284,3 +284,87 @@ def test_no_top_level_name_is_defined_twice_across_core() -> None:
     assert names_defined_twice(core) == {}
     planted = {**core, "planted.one": {"finite"}, "planted.two": {"finite"}}
     assert list(names_defined_twice(planted)) == ["finite"]
+
+
+# --- the seam: only core/engine/backend/ (and models.py, which boots the model) runs the model -------------------
+
+SEAM = f"{ENGINE}.backend"
+SEAM_OWNERS = ("mcp_interp.models",)
+# What families and the rest of the engine may import from the seam: its vocabulary and results, never its internals.
+SEAM_PUBLIC = {f"{SEAM}.{name}" for name in ("points", "sites", "edits", "forward", "capabilities", "jacobian_lens")}
+# Calls that run the model or reach into it: installing hooks, TransformerLens' caching runs, autograd.
+RUNS_THE_MODEL = {
+    "run_with_cache",
+    "run_with_hooks",
+    "hooks",
+    "add_hook",
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+    "register_hook",
+}
+
+
+def in_seam(module: str) -> bool:
+    return module == SEAM or module.startswith(SEAM + ".") or module in SEAM_OWNERS
+
+
+def seam_violations(source: str, module: str) -> list[str]:
+    """Where ``module``'s ``source`` runs or reaches the model outside the seam: a hook call, a TransformerLens
+    import, the bridge itself (``.bridge``), autograd (``torch.autograd``, ``x.backward()`` on anything but the
+    backend), or an import of the seam's internals."""
+    if in_seam(module):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name, receiver = node.func.attr, node.func.value
+            backend = isinstance(receiver, ast.Name | ast.Attribute) and ast.unparse(receiver).endswith("backend")
+            if name in RUNS_THE_MODEL or (name == "backward" and not backend):
+                found.append(f"{module}:{line} calls .{name}()")
+        if isinstance(node, ast.Attribute) and node.attr in ("bridge", "autograd"):
+            found.append(f"{module}:{line} reaches .{node.attr}")
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.module == SEAM:
+                names = [f"{SEAM}.{a.name}" for a in node.names]
+            for name in names:
+                if name.split(".")[0] == "transformer_lens":
+                    found.append(f"{module}:{line} imports transformer_lens")
+                elif name.startswith(SEAM + ".") and name not in SEAM_PUBLIC:
+                    found.append(f"{module}:{line} imports the seam's internals ({name})")
+    return found
+
+
+def test_only_the_seam_runs_the_model() -> None:
+    found = [v for name, path in MODULES.items() for v in seam_violations(path.read_text(encoding="utf-8"), name)]
+    assert found == []
+
+
+def test_the_seam_check_catches_planted_violations() -> None:
+    planted = (
+        "import torch\n"
+        "from transformer_lens import HookedTransformer\n"
+        "from mcp_interp.core.engine.backend.local import LocalBackend\n"
+        "from mcp_interp.core.engine.backend import bridge\n"
+        "def f(model, loss):\n"
+        "    with model.bridge.hooks(fwd_hooks=[]):\n"
+        "        model.backend.run(None)\n"
+        "    loss.backward()\n"
+        "    model.backend.backward(loss, [])\n"
+        "    return torch.autograd.grad(loss, [])\n"
+    )
+    found = seam_violations(planted, f"{CORE}.lens.planted")
+    assert sorted(found) == sorted(
+        [
+            f"{CORE}.lens.planted:2 imports transformer_lens",
+            f"{CORE}.lens.planted:3 imports the seam's internals ({SEAM}.local)",
+            f"{CORE}.lens.planted:4 imports the seam's internals ({SEAM}.bridge)",
+            f"{CORE}.lens.planted:6 calls .hooks()",
+            f"{CORE}.lens.planted:6 reaches .bridge",
+            f"{CORE}.lens.planted:8 calls .backward()",
+            f"{CORE}.lens.planted:10 reaches .autograd",
+        ]
+    )
+    assert seam_violations(planted, f"{SEAM}.local") == []

@@ -147,7 +147,7 @@ def component_completions(toolkit: Toolkit, value: str) -> list[str]:
             model = toolkit.session.wait_loaded(0)
     if model is None:
         return []
-    cfg = model.bridge.cfg
+    cfg = model.cfg
     names = [
         name
         for layer in range(cfg.n_layers)

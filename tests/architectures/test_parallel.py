@@ -89,7 +89,7 @@ def test_no_head_feeds_its_own_layers_mlp(
         return float(through_mlp - corrupt), float(head_patched - corrupt)
 
     model = arch_model(arch)
-    graph = graph_of(model.bridge)
+    graph = graph_of(model.backend)
     names = {(str(graph.writers[w]), str(graph.readers[r])) for w, r in graph.edges}
     n_layers, n_heads = model.bridge.cfg.n_layers, model.bridge.cfg.n_heads
     own = {(f"L{layer}H{h}", f"L{layer}MLP.in") for layer in range(n_layers) for h in range(n_heads)}
@@ -99,7 +99,7 @@ def test_no_head_feeds_its_own_layers_mlp(
     assert through_mlp == 0.0
     assert abs(whole) > 1e-3, "the head must matter at all for the zero to mean something"
     # The control: on a sequential block the same path carries an effect, and the graph has the edges.
-    sequential_graph = graph_of(tiny.bridge)
+    sequential_graph = graph_of(tiny.backend)
     sequential = {
         (str(sequential_graph.writers[w]), str(sequential_graph.readers[r])) for w, r in sequential_graph.edges
     }
@@ -117,7 +117,7 @@ def edge_scores(model: LoadedModel, n_pairs: int = 2) -> dict[tuple[str, str], f
         return (logits[rows, good[rows]] - logits[rows, bad[rows]]).to(torch.float64)
 
     clean, corrupt = encode(tok, CLEAN[:n_pairs]), encode(tok, CORRUPT[:n_pairs])
-    job = EdgeAttribution(bridge=model.bridge, clean=clean, corrupt=corrupt, metric=metric)
+    job = EdgeAttribution(backend=model.backend, clean=clean, corrupt=corrupt, metric=metric)
     for _ in job.steps():
         pass
     assert job.result is not None
@@ -207,12 +207,12 @@ def test_ablating_one_edge_into_an_mlp_equals_the_input_rebuilt_by_hand(
     model = arch_model(arch)
     clean_ids, corrupt_ids = ids(model)
     metric = mean_logit_diff(model)
-    graph = graph_of(model.bridge)
+    graph = graph_of(model.backend)
     pairs = prepare_pairs(model, CLEAN, CORRUPT, GOOD, BAD)
     index = {(str(graph.writers[w]), str(graph.readers[r])): (w, r) for w, r in graph.edges}
     every = set(graph.edges)
     with edge_hooks(model.bridge):
-        ablator = Ablator(model.bridge, graph, pairs, "corrupt")
+        ablator = Ablator(model.backend, graph, pairs, "corrupt")
         full, empty = ablator.recovered(ablator.run(every)), ablator.recovered(ablator.run(set()))
         results = {
             key: float(ablator.run(every - {index[key]}).mean())

@@ -22,7 +22,7 @@ def run_eap(model: LoadedModel, ig_steps: int = 1, integrated: bool = False) -> 
         return (logits[:, good] - logits[:, bad]).to(torch.float64)
 
     job = EdgeAttribution(
-        bridge=model.bridge,
+        backend=model.backend,
         clean=encode(tok, CLEAN),
         corrupt=encode(tok, CORRUPT),
         metric=metric,
@@ -60,7 +60,7 @@ def tl_name(node: Any) -> str:
 def run_eap_on(model: LoadedModel, pairs: Any) -> EdgeScores:
     """EAP on prepared ``Pairs`` (their logit-difference readout), all steps run."""
     job = EdgeAttribution(
-        bridge=model.bridge, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
+        backend=model.backend, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
     )
     list(job.steps())
     assert job.result is not None

@@ -162,7 +162,7 @@ def test_edge_scores_per_pair_average_to_the_scores_and_match_one_pair_runs(tiny
     def eap(clean: list[str], corrupt: list[str], good: list[str], bad: list[str]) -> EdgeScores:
         pairs = prepare_pairs(tiny, clean, corrupt, good, bad)
         job = EdgeAttribution(
-            bridge=tiny.bridge, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
+            backend=tiny.backend, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
         )
         list(job.steps())
         assert job.result is not None

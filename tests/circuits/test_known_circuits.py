@@ -167,7 +167,7 @@ def test_known_induction_circuit_is_found_confirmed_and_faithful(induction_model
 
     pairs = prepare_pairs(induction_model, INDUCTION_CLEAN, INDUCTION_CORRUPT, INDUCTION_GOOD, INDUCTION_BAD)
     job = EdgeAttribution(
-        bridge=induction_model.bridge, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
+        backend=induction_model.backend, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
     )
     drain_steps = list(job.steps())
     assert drain_steps and job.result is not None

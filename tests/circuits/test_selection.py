@@ -92,11 +92,11 @@ def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedM
     top = faithful(tiny, top_k=10, random_circuits=19, seed=2)
     pairs = prepare_pairs(tiny, **PAIRS)
     scores = run_eap_on(tiny, pairs)
-    graph = graph_of(tiny.bridge)
+    graph = graph_of(tiny.backend)
     ranked = sorted(graph.edges, key=lambda e: -abs(float(scores.scores[e])))
     generator = random.Random(2)
     with edge_hooks(tiny.bridge):
-        ablator = Ablator(tiny.bridge, graph, pairs, "corrupt")  # faithfulness itself is checked against TL elsewhere
+        ablator = Ablator(tiny.backend, graph, pairs, "corrupt")  # faithfulness itself is checked against TL elsewhere
         draws = [ablator.recovered(ablator.run(set(generator.sample(ranked[:40], 10)))).value for _ in range(19)]
     assert top.baseline.pool == 40
     assert top.baseline.draws == pytest.approx(draws, abs=1e-6)

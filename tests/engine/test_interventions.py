@@ -61,8 +61,10 @@ def test_mean_ablation_at_the_last_position_with_unequal_lengths_uses_the_answer
         seen["z"] = z.clone()
         return z
 
-    with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=[*prepared.hooks, ("blocks.1.attn.hook_z", record)]):
-        tiny.bridge(batch.input_ids, attention_mask=batch.attention_mask)
+    observed = tiny.backend.run(
+        batch.input_ids, edits=prepared.edits, capture=["blocks.1.attn.hook_z"], attention_mask=batch.attention_mask
+    )
+    record(observed.acts["blocks.1.attn.hook_z"], None)
     for row, position in enumerate(batch.answer_positions.tolist()):
         assert torch.allclose(seen["z"][row, position, head.head], mean_answer_z, atol=1e-5)
         # other positions and other heads are untouched
@@ -91,8 +93,7 @@ def test_mean_and_resample_ablation_match_a_hand_written_hook(tiny: LoadedModel,
     with torch.no_grad():
         expected = tiny.bridge.run_with_hooks(batch.input_ids, fwd_hooks=[(name, reference)])
     prepared = prepare_ablation(tiny, batch, Ablation([head], method, seed=4))  # type: ignore[arg-type]
-    with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=prepared.hooks):
-        ours = tiny.bridge(batch.input_ids)
+    ours = tiny.backend.logits(batch.input_ids, prepared.edits)
     assert (ours - expected).abs().max().item() < 1e-5
     assert prepared.permutation == (perm if method == "resample" else None)
 

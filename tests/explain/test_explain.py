@@ -79,11 +79,13 @@ async def test_explain_over_stdio_report_figures_and_agreement(tmp_path: Path) -
     assert explained["resid_pre_map"] == maps["resid_pre"]["scores"]
     mapped = {p for row in explained["mlp_out_map"] for p, v in enumerate(row) if v is not None}
     assert mapped and mapped == {p for row in explained["attn_out_map"] for p, v in enumerate(row) if v is not None}
+    # explain patches only the positions it picked, patch every position: the sweep's batches differ in size, so
+    # float32 matmuls round differently (measured up to 2e-7 on a fraction of order 0.4).
     for component in ("attn_out", "mlp_out"):
         for layer, row in enumerate(explained[f"{component}_map"]):
             for position, value in enumerate(row):
                 expected = maps[component]["scores"][layer][position] if position in mapped else None
-                assert value == (pytest.approx(expected, abs=1e-9) if expected is not None else None)
+                assert value == (pytest.approx(expected, abs=1e-6) if expected is not None else None)
     best_mlp = max(
         (
             (abs(v), layer, p)

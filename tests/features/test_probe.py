@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.edits import Rewrite
 from mcp_interp.core.engine.numbers.stats import clopper_pearson, rank_test
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.features import probe
@@ -458,7 +459,7 @@ def test_steer_with_a_stored_direction(tiny: LoadedModel) -> None:
         return resid + added
 
     ids = encode(tiny.tokenizer, [prompt]).ids(0)
-    expected = greedy(tiny, ids, 5, [("blocks.1.hook_out", add)])
+    expected = greedy(tiny, ids, 5, [Rewrite("blocks.1.hook_out", lambda v: add(v, None))])
     assert result.site == "resid_post" and result.layer == 1
     assert result.steered_text == tiny.tokenizer.decode(expected)
     with torch.no_grad():

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from mcp_interp import figures
-from mcp_interp.core.engine.dictionaries.sae import splice_hooks
+from mcp_interp.core.engine.dictionaries.sae import splice_edits
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.features import figures as features_figures
@@ -215,8 +215,7 @@ def test_splice_at_resid_mid_reaches_the_residual_stream(tiny: LoadedModel, tmp_
 
     ids = encode(tiny.tokenizer, [TEXT]).input_ids
     names = ["blocks.1.hook_resid_mid", "blocks.1.hook_resid_post", "blocks.1.hook_mlp_out"]
-    with torch.inference_mode(), tiny.bridge.hooks(fwd_hooks=splice_hooks(sae, sae.reconstruct)):
-        _, cache = tiny.bridge.run_with_cache(ids, names_filter=names)
+    cache = tiny.backend.run(ids, capture=names, edits=splice_edits(sae, sae.reconstruct)).acts
     carried = (cache["blocks.1.hook_resid_post"] - cache["blocks.1.hook_mlp_out"])[0].double()
     assert carried == pytest.approx(x_hat, abs=1e-4)
     assert cache["blocks.1.hook_resid_mid"][0].double() == pytest.approx(x_hat, abs=1e-4)

@@ -82,6 +82,7 @@ def test_feature_ablation_under_loss_and_resid_mid_refused(tiny: LoadedModel, tm
 
 
 def test_steering_along_a_feature_adds_its_decoder_row(tiny: LoadedModel, tmp_path: Path) -> None:
+    from mcp_interp.core.engine.backend.edits import Rewrite
     from mcp_interp.core.engine.dictionaries.saelens import load_sae
     from mcp_interp.core.lens.steer import greedy, steer
 
@@ -93,7 +94,9 @@ def test_steering_along_a_feature_adds_its_decoder_row(tiny: LoadedModel, tmp_pa
         return values + 3.0 * weights["W_dec"][7]
 
     ids = encode(tiny.tokenizer, [TEXT]).ids(0)
-    assert result.steered_text == tiny.tokenizer.decode(greedy(tiny, ids, 5, [("blocks.1.hook_out", add)]))
+    assert result.steered_text == tiny.tokenizer.decode(
+        greedy(tiny, ids, 5, [Rewrite("blocks.1.hook_out", lambda v: add(v, None))])
+    )
     with torch.no_grad():
         base = torch.log_softmax(tiny.bridge(torch.tensor([ids]))[0, -1].double(), -1)
         with tiny.bridge.hooks(fwd_hooks=[("blocks.1.hook_out", add)]):

@@ -12,6 +12,7 @@ by plain autograd through the model, independently of the batched leaves and con
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from safetensors.torch import save_file
 
 from mcp_interp.core.engine.backend.bridge import frozen_hooks
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
-from mcp_interp.core.graphs.replacement import CleanRun, quiet_norm_edits
+from mcp_interp.core.graphs.replacement import CleanRun
 
 PROMPT = "when mary and john went to the store , john gave a drink to"
 
@@ -146,6 +147,8 @@ def frozen_readout(
     hooks += [(tc.input_hooks[layer], read(layer)) for layer in range(tc.n_layers)]
     hooks += [(tc.output_hooks[layer], write(layer)) for layer in range(tc.n_layers)]
     hooks += [("hook_embed", embed), ("ln_final.hook_out", keep_final)]
-    with quiet_norm_edits(), bridge.hooks(fwd_hooks=hooks):
-        bridge(clean.input_ids, return_type=None)
+    with warnings.catch_warnings():  # the bridge warns when a norm's scale is edited: freezing it is that edit
+        warnings.filterwarnings("ignore", message=".*hook_scale/hook_normalized.*")
+        with bridge.hooks(fwd_hooks=hooks):
+            bridge(clean.input_ids, return_type=None)
     return torch.stack([pre[layer] for layer in range(tc.n_layers)]), vectors @ final["n"]

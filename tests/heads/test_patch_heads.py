@@ -251,9 +251,9 @@ def test_unequal_pairs_and_unknown_heads_are_input_errors(tiny: LoadedModel) -> 
 
 
 def test_generic_engine_matches_transformer_lens_too(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_interp.core.engine.patching import suffix_sweep
+    from mcp_interp.core.engine.backend import llama_suffix
 
-    monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
+    monkeypatch.setattr(llama_suffix, "SUPPORTED_MODEL_TYPES", frozenset())
     job = PatchHeadsJob(model=tiny, clean_prompts=CLEAN, corrupt_prompts=CORRUPT, correct=CORRECT, incorrect=INCORRECT)
     result = run(job)
     assert job.engine is not None and job.engine.startswith("generic")

@@ -145,9 +145,9 @@ def test_kl_of_the_clean_run_is_zero_in_both_directions(tiny: LoadedModel, direc
 
 
 def test_generic_engine_matches_transformer_lens(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_interp.core.engine.patching import suffix_sweep
+    from mcp_interp.core.engine.backend import llama_suffix
 
-    monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
+    monkeypatch.setattr(llama_suffix, "SUPPORTED_MODEL_TYPES", frozenset())
     for component, function in TL_FUNCTIONS.items():
         job = PatchJob(
             model=tiny,
@@ -209,10 +209,10 @@ def resid_mid_reference(model: LoadedModel) -> torch.Tensor:
 def test_resid_mid_carries_the_patched_residual(
     tiny: LoadedModel, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcp_interp.core.engine.patching import suffix_sweep
+    from mcp_interp.core.engine.backend import llama_suffix
 
     if engine == "generic":
-        monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
+        monkeypatch.setattr(llama_suffix, "SUPPORTED_MODEL_TYPES", frozenset())
     job = PatchJob(
         model=tiny,
         clean_prompts=CLEAN,
@@ -752,10 +752,10 @@ def test_patch_is_one_step_per_layer_and_stops_between_layers(tiny: LoadedModel)
 def test_pairs_of_different_lengths_are_padded_and_still_match_transformer_lens(
     tiny: LoadedModel, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcp_interp.core.engine.patching import suffix_sweep
+    from mcp_interp.core.engine.backend import llama_suffix
 
     if engine == "generic":
-        monkeypatch.setattr(suffix_sweep, "SUPPORTED_MODEL_TYPES", frozenset())
+        monkeypatch.setattr(llama_suffix, "SUPPORTED_MODEL_TYPES", frozenset())
     clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to the"]
     corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to the"]
     good, bad = ["mary", "tom"], ["john", "james"]

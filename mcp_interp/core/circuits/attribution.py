@@ -24,16 +24,16 @@ faithfulness.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from mcp_interp.core.circuits.edge_graph import Graph, Reader, Writer, build_graph
-from mcp_interp.core.engine.backend.bridge import (
+from mcp_interp.core.engine.backend.edits import Edit, Rewrite, Set
+from mcp_interp.core.engine.backend.points import (
     HOOK_EMBED,
-    edge_hooks,
     hook_mlp_in,
     hook_mlp_out,
     hook_out,
@@ -46,8 +46,8 @@ from mcp_interp.core.engine.numbers.row_readouts import (
 from mcp_interp.core.engine.text.tokens import Batch
 
 
-def graph_of(bridge: Any) -> Graph:
-    cfg = bridge.cfg
+def graph_of(backend: Any) -> Graph:
+    cfg = backend.cfg
     n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
     return build_graph(cfg.n_layers, cfg.n_heads, n_kv, bool(getattr(cfg, "parallel_attn_mlp", False)))
 
@@ -82,31 +82,31 @@ class EdgeScores:
 
 
 class EdgeAttribution:
-    """EAP / EAP-IG over the bridge's graph; ``steps()`` yields once per gradient run (progress)."""
+    """EAP / EAP-IG over the model's edge graph; ``steps()`` yields once per gradient run (progress)."""
 
     def __init__(
         self,
         *,
-        bridge: Any,
+        backend: Any,
         clean: Batch,
         corrupt: Batch,
         metric: RowMetric,
         ig_steps: int = 1,
         integrated: bool = False,
     ) -> None:
-        self.bridge, self.clean, self.corrupt, self.metric = bridge, clean, corrupt, metric
+        self.backend, self.clean, self.corrupt, self.metric = backend, clean, corrupt, metric
         self.ig_steps, self.integrated = ig_steps, integrated
-        self.graph = graph_of(bridge)
+        self.graph = graph_of(backend)
         self.result: EdgeScores | None = None
 
     def total_steps(self) -> int:
         return 2 + (self.ig_steps if self.integrated else 1)
 
     def steps(self) -> Iterator[str]:
-        graph, n_layers = self.graph, self.bridge.cfg.n_layers
+        graph, n_layers = self.graph, self.backend.n_layers
         writer_hooks = sorted({writer_hook(w) for w in graph.writers})
         reader_hooks = sorted({reader_hook(r, n_layers) for r in graph.readers})
-        with edge_hooks(self.bridge):
+        with self.backend.edge_points():
             clean_values, clean_metric = self._forward(self.clean, writer_hooks)
             yield "clean run"
             corrupt_values, corrupt_metric = self._forward(self.corrupt, writer_hooks)
@@ -142,19 +142,13 @@ class EdgeAttribution:
         per_pair = torch.where(mask, per_pair, 0.0)
         self.result = EdgeScores(graph, per_pair.mean(dim=0), per_pair, clean_metric, corrupt_metric)
 
-    def _forward(self, batch: Batch, hooks: list[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        values: dict[str, torch.Tensor] = {}
-
-        def keep(name: str) -> Callable[[torch.Tensor, Any], None]:
-            def hook(value: torch.Tensor, hook: Any) -> None:
-                values[name] = value.detach().to(torch.float64)
-
-            return hook
-
-        with torch.no_grad(), self.bridge.hooks(fwd_hooks=[(name, keep(name)) for name in hooks]):
-            logits = self.bridge(batch.input_ids, return_type="logits")
+    def _forward(self, batch: Batch, points: list[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        run = self.backend.run(batch.input_ids, capture=points, mode="no_grad")
+        assert run.logits is not None
+        values = {name: value.to(torch.float64) for name, value in run.acts.items()}
         rows = torch.arange(batch.input_ids.shape[0])
-        return values, self.metric(logits[rows, batch.answer_positions], rows).detach()
+        with torch.no_grad():
+            return values, self.metric(run.logits[rows, batch.answer_positions], rows).detach()
 
     def _gradients(
         self, reader_hooks: list[str], clean_embed: torch.Tensor, corrupt_embed: torch.Tensor, alpha: float
@@ -163,28 +157,25 @@ class EdgeAttribution:
         fraction ``alpha`` of the way to the clean ones (0: the corrupt run itself)."""
         captured: dict[str, torch.Tensor] = {}
 
-        def keep(name: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-            def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+        def keep(name: str) -> Edit:
+            def hold(value: torch.Tensor) -> torch.Tensor:
                 # The clone is what the rest of the forward consumes. Upstream of every weight (the
                 # interpolated embeddings are constants) it is made a leaf that requires a gradient.
                 captured[name] = value.clone() if value.requires_grad else value.detach().clone().requires_grad_()
                 return captured[name]
 
-            return hook
+            return Rewrite(name, hold, is_pure=False)
 
-        def interpolate(value: torch.Tensor, hook: Any) -> torch.Tensor:
-            moved = corrupt_embed + alpha * (clean_embed - corrupt_embed)
-            return moved.to(value.dtype)
-
-        fwd_hooks: list[tuple[str, Callable[..., Any]]] = [(name, keep(name)) for name in reader_hooks]
+        edits: list[Edit] = [keep(name) for name in reader_hooks]
         if alpha:
-            fwd_hooks.insert(0, (HOOK_EMBED, interpolate))
+            moved = corrupt_embed + alpha * (clean_embed - corrupt_embed)
+            edits.insert(0, Set(HOOK_EMBED, moved))
         rows = torch.arange(self.corrupt.input_ids.shape[0])
-        with torch.enable_grad(), self.bridge.hooks(fwd_hooks=fwd_hooks):
-            logits = self.bridge(self.corrupt.input_ids, return_type="logits")
+        logits = self.backend.logits(self.corrupt.input_ids, edits, mode="grad")
+        with torch.enable_grad():
             total = self.metric(logits[rows, self.corrupt.answer_positions], rows).sum()
-            names = list(captured)
-            grads = torch.autograd.grad(total, [captured[name] for name in names], allow_unused=True)
+        names = list(captured)
+        grads = self.backend.backward(total, [captured[name] for name in names], allow_unused=True)
         return {
             name: (torch.zeros_like(captured[name]) if grad is None else grad).detach().to(torch.float64)
             for name, grad in zip(names, grads, strict=True)

@@ -26,6 +26,7 @@ import torch
 
 from mcp_interp.core.circuits.attribution import reader_hook, writer_hook
 from mcp_interp.core.circuits.edge_graph import Graph
+from mcp_interp.core.engine.backend.edits import Edit, Rewrite
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.row_readouts import RowMetric
 from mcp_interp.core.engine.patching.pairs import Pairs
@@ -34,20 +35,10 @@ from mcp_interp.errors import InputError
 from mcp_interp.schemas.common import Score
 
 
-def writer_values(bridge: Any, graph: Graph, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every writer hook's value in a plain forward of ``ids`` (with ``edge_hooks`` on)."""
-    values: dict[str, torch.Tensor] = {}
-
-    def keep(name: str) -> Callable[[torch.Tensor, Any], None]:
-        def hook(value: torch.Tensor, hook: Any) -> None:
-            values[name] = value.detach().clone()
-
-        return hook
-
+def writer_values(backend: Any, graph: Graph, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every writer point's value in a plain forward of ``ids`` (within ``backend.edge_points``)."""
     names = sorted({writer_hook(w) for w in graph.writers})
-    with torch.no_grad(), bridge.hooks(fwd_hooks=[(name, keep(name)) for name in names]):
-        bridge(ids, return_type=None)
-    return values
+    return backend.run(ids, capture=names, output="none", mode="no_grad").acts
 
 
 def _write(values: dict[str, torch.Tensor], graph: Graph, w: int) -> torch.Tensor:
@@ -65,7 +56,7 @@ def _delta(live: dict[str, torch.Tensor], replacement: dict[str, torch.Tensor], 
 
 
 def ablated_metric(
-    bridge: Any,
+    backend: Any,
     graph: Graph,
     clean: Batch,
     circuit: set[tuple[int, int]],
@@ -82,7 +73,7 @@ def ablated_metric(
     a parallel block the layer's heads write (``hook_result`` fires) before its MLP reads (``hook_mlp_in``
     fires after attention), so "every writer recorded so far" includes writers that do not feed that MLP.
     """
-    n_layers = bridge.cfg.n_layers
+    n_layers = backend.n_layers
     live: dict[str, torch.Tensor] = {}
     running: list[torch.Tensor] = []  # [Σ (live − replacement) over the writers seen so far]
     seen: list[int] = []  # writer indices in the order their writes were recorded
@@ -96,8 +87,8 @@ def ablated_metric(
     needed = set(in_degree.values())
     snapshots: dict[int, torch.Tensor] = {}
 
-    def record(name: str) -> Callable[[torch.Tensor, Any], None]:
-        def hook(value: torch.Tensor, hook: Any) -> None:
+    def record(name: str) -> Callable[[torch.Tensor], None]:
+        def hook(value: torch.Tensor) -> None:
             live[name] = value
             for w in by_hook_writers[name]:
                 delta = _delta(live, replacement, graph, w)
@@ -108,8 +99,8 @@ def ablated_metric(
 
         return hook
 
-    def rebuild(name: str, readers: list[int]) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+    def rebuild(name: str, readers: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+        def hook(value: torch.Tensor) -> torch.Tensor:
             value = value.clone()
             for r in readers:
                 reader, k = graph.readers[r], in_degree[r]
@@ -129,11 +120,11 @@ def ablated_metric(
     readers_by_hook: dict[str, list[int]] = {}
     for r, reader in enumerate(graph.readers):
         readers_by_hook.setdefault(reader_hook(reader, n_layers), []).append(r)
-    fwd_hooks: list[tuple[str, Callable[..., Any]]] = [(name, record(name)) for name in by_hook_writers]
-    fwd_hooks += [(name, rebuild(name, readers)) for name, readers in readers_by_hook.items()]
+    # A reader's input is rebuilt from writes recorded at other points: local only.
+    edits: list[Edit] = [Rewrite(name, record(name), is_pure=False) for name in by_hook_writers]
+    edits += [Rewrite(name, rebuild(name, readers), is_pure=False) for name, readers in readers_by_hook.items()]
     rows = torch.arange(clean.input_ids.shape[0])
-    with torch.no_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
-        logits = bridge(clean.input_ids, return_type="logits")
+    logits = backend.logits(clean.input_ids, edits, mode="no_grad")
     return metric(logits[rows, clean.answer_positions], rows).to(torch.float64)
 
 
@@ -150,16 +141,16 @@ def upstream_prefixes(graph: Graph) -> Counter[int]:
 
 
 def replacement_values(
-    bridge: Any, graph: Graph, clean: Batch, corrupt: Batch, ablation: str
+    backend: Any, graph: Graph, clean: Batch, corrupt: Batch, ablation: str
 ) -> dict[str, torch.Tensor]:
     if ablation == "corrupt":
-        return writer_values(bridge, graph, corrupt.input_ids)
+        return writer_values(backend, graph, corrupt.input_ids)
     if ablation == "mean":
         if len(set(clean.lengths)) > 1:
             raise InputError(
                 "ablation='mean' averages writes position by position: the clean prompts need equal lengths."
             )
-        values = writer_values(bridge, graph, clean.input_ids)
+        values = writer_values(backend, graph, clean.input_ids)
         return {name: value.mean(dim=0, keepdim=True).expand_as(value).clone() for name, value in values.items()}
     raise InputError(f"`ablation` must be 'corrupt' or 'mean', got {ablation!r}.")
 
@@ -177,24 +168,26 @@ def refuse_zero_gaps(clean: torch.Tensor, corrupt: torch.Tensor) -> None:
 
 
 class Ablator:
-    """Exact runs of one set of pairs with edges outside a circuit ablated (use inside ``edge_hooks``):
+    """Exact runs of one set of pairs with edges outside a circuit ablated (use within ``backend.edge_points``):
     the replacement writes and the clean and corrupt metrics are computed once, each circuit costs one
     forward of the pairs."""
 
-    def __init__(self, bridge: Any, graph: Graph, pairs: Pairs, ablation: str) -> None:
-        self.bridge, self.graph, self.pairs = bridge, graph, pairs
-        self.replacement = replacement_values(bridge, graph, pairs.clean, pairs.corrupt, ablation)
+    def __init__(self, backend: Any, graph: Graph, pairs: Pairs, ablation: str) -> None:
+        self.backend, self.graph, self.pairs = backend, graph, pairs
+        self.replacement = replacement_values(backend, graph, pairs.clean, pairs.corrupt, ablation)
         rows = torch.arange(pairs.n)
+        clean, corrupt = pairs.clean, pairs.corrupt
+        clean_logits = backend.logits(clean.input_ids, mode="no_grad")[rows, clean.answer_positions]
+        corrupt_logits = backend.logits(corrupt.input_ids, mode="no_grad")[rows, corrupt.answer_positions]
         with torch.no_grad():
-            clean, corrupt = pairs.clean, pairs.corrupt
-            self.clean_m = pairs.readout.from_logits(bridge(clean.input_ids)[rows, clean.answer_positions], rows)
-            self.corrupt_m = pairs.readout.from_logits(bridge(corrupt.input_ids)[rows, corrupt.answer_positions], rows)
+            self.clean_m = pairs.readout.from_logits(clean_logits, rows)
+            self.corrupt_m = pairs.readout.from_logits(corrupt_logits, rows)
         refuse_zero_gaps(self.clean_m, self.corrupt_m)
 
     def run(self, circuit: set[tuple[int, int]]) -> torch.Tensor:
         """The metric per pair with every edge outside ``circuit`` ablated."""
         return ablated_metric(
-            self.bridge, self.graph, self.pairs.clean, circuit, self.replacement, self.pairs.readout.from_logits
+            self.backend, self.graph, self.pairs.clean, circuit, self.replacement, self.pairs.readout.from_logits
         )
 
     def recovered(self, values: torch.Tensor) -> Score:

@@ -19,7 +19,6 @@ from mcp_interp.core.circuits.edge_graph import Graph
 from mcp_interp.core.circuits.faithfulness import Ablator
 from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.circuits.selection import Ranking, check_choice, held_out_split, rank
-from mcp_interp.core.engine.backend.bridge import edge_hooks
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics, stats
@@ -76,7 +75,7 @@ def edge_names(graph: Graph, circuit: set[tuple[int, int]]) -> list[list[str]]:
 def attribute(model: LoadedModel, pairs: Pairs) -> Iterator[str | EdgeScores]:
     """Edge attribution's progress messages, then its scores."""
     attribution = EdgeAttribution(
-        bridge=model.bridge, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
+        backend=model.backend, clean=pairs.clean, corrupt=pairs.corrupt, metric=pairs.readout.from_logits
     )
     yield from attribution.steps()
     assert attribution.result is not None
@@ -138,7 +137,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         return sorted({min(k, total) for k in (*CURVE, self.top_k)})
 
     def steps(self) -> Iterator[str]:
-        require(self.model.bridge, "circuit_faithfulness")
+        require(self.model.backend, "circuit_faithfulness")
         if (self.edges is None) == (self.top_k is None):
             raise InputError(
                 "Pass one of `edges`, `circuit` (a circuit:// from find_circuit) or `top_k` (the top k by attribution)."
@@ -156,7 +155,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         selecting, evaluating = held_out_split(n, self.held_out, self.seed)
         pairs = self._pairs(selecting)
         evaluation = self._pairs(evaluating) if evaluating else pairs
-        graph = graph_of(self.model.bridge)
+        graph = graph_of(self.model.backend)
         scores: EdgeScores | None = None
         for step in attribute(self.model, pairs):
             if isinstance(step, str):
@@ -172,8 +171,8 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
             circuit = circuit_from_names(graph, self.edges)
             ranking = rank(graph, scores.scores, "edge", self.rank_by)  # a given circuit is a set of edges
             size = len(circuit)
-        with edge_hooks(self.model.bridge):
-            ablator = Ablator(self.model.bridge, graph, evaluation, self.ablation)
+        with self.model.backend.edge_points():
+            ablator = Ablator(self.model.backend, graph, evaluation, self.ablation)
             fraction = ablator.recovered(ablator.run(circuit))
             empty = ablator.recovered(ablator.run(set())).value
             baseline = judged(ablator, ranking, size, fraction.value, self.random_circuits, self.seed)
@@ -253,13 +252,13 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
     graph: Graph | None = field(default=None, init=False)
 
     def total_steps(self) -> int:
-        graph = graph_of(self.model.bridge)
+        graph = graph_of(self.model.backend)
         items = len(graph.edges) if self.granularity == "edge" else len(graph.writers) - 1
         bisection = max(0, (items - 1).bit_length())  # steps while high − low > 1, from (0, items)
         return ATTRIBUTION_STEPS + bisection + 2
 
     def steps(self) -> Iterator[str]:
-        require(self.model.bridge, "find_circuit")
+        require(self.model.backend, "find_circuit")
         if not 0 < self.target <= 1:
             raise InputError(f"`target` is a recovered fraction in (0, 1], got {self.target!r}; 0.8 is usual.")
         check_choice(self.granularity, self.rank_by)
@@ -274,8 +273,8 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         assert self.scores is not None
         graph = self.graph = self.scores.graph
         ranking = rank(graph, self.scores.scores, self.granularity, self.rank_by)
-        with edge_hooks(self.model.bridge):
-            ablator = Ablator(self.model.bridge, graph, pairs, self.ablation)
+        with self.model.backend.edge_points():
+            ablator = Ablator(self.model.backend, graph, pairs, self.ablation)
             low, high = 0, len(ranking.items)  # every item = the full graph, which recovers 1 ≥ target
             search: list[SearchStep] = []
             best = None
@@ -295,7 +294,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
             evaluator = ablator
             held: Any = None
             if evaluating:
-                evaluator = Ablator(self.model.bridge, graph, self._pairs(evaluating), self.ablation)
+                evaluator = Ablator(self.model.backend, graph, self._pairs(evaluating), self.ablation)
                 held = evaluator.recovered(evaluator.run(circuit))
             judged_value = best.value if held is None else held.value
             baseline = judged(evaluator, ranking, high, judged_value, self.random_circuits, self.seed)

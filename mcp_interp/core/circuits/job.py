@@ -63,13 +63,13 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
         return 2 + (self.ig_steps if self.method == "eap-ig" else 1)
 
     def steps(self) -> Iterator[str]:
-        require(self.model.bridge, "edge_attribution")
+        require(self.model.backend, "edge_attribution")
         self._check()
         pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
         integrated = self.method == "eap-ig"
         steps = self.ig_steps if integrated else 1
         run = EdgeAttribution(
-            bridge=self.model.bridge,
+            backend=self.model.backend,
             clean=pairs.clean,
             corrupt=pairs.corrupt,
             metric=pairs.readout.from_logits,

@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import edge_hooks, hook_mlp_out, hook_out, hook_qkv_input, hook_result
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.edits import Rewrite
+from mcp_interp.core.engine.backend.points import hook_mlp_out, hook_out, hook_qkv_input, hook_result
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.row_readouts import LogitDiffReadout
@@ -61,7 +62,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
 
     def _sender(self) -> tuple[int, int | None]:
         """(layer, head) of the sender; head None for an MLP."""
-        cfg = self.model.bridge.cfg
+        cfg = self.model.cfg
         match = _SENDER.match(self.sender) if isinstance(self.sender, str) else None
         if match is None:
             raise InputError(f"`sender` {self.sender!r} must be a head 'L5H1' or an MLP 'L5MLP'.")
@@ -74,7 +75,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         return layer, head
 
     def _receivers(self, sender_layer: int) -> list[Receiver]:
-        cfg = self.model.bridge.cfg
+        cfg = self.model.cfg
         width = cfg.n_heads if self.component == "q" else (getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
         per = cfg.n_heads // width
         if self.receivers == "logits":
@@ -110,16 +111,15 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         return 2
 
     def steps(self) -> Iterator[str]:
-        require(self.model.bridge, "path_patch")
+        require(self.model.backend, "path_patch")
         if self.component not in ("q", "k", "v"):
             raise InputError(f"`component` must be 'q', 'k' or 'v', got {self.component!r}.")
         sender_layer, sender_head = self._sender()
         receivers = self._receivers(sender_layer)
-        bridge = self.model.bridge
         pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
         clean, corrupt, readout = pairs.clean, pairs.corrupt, pairs.readout
         write = hook_result(sender_layer) if sender_head is not None else hook_mlp_out(sender_layer)
-        with edge_hooks(bridge):
+        with self.model.backend.edge_points():
             clean_write, clean_m = self._run(clean.input_ids, clean.answer_positions, readout, write, sender_head)
             corrupt_write, corrupt_m = self._run(
                 corrupt.input_ids, corrupt.answer_positions, readout, write, sender_head
@@ -134,15 +134,14 @@ class PathPatchJob(Job[PathPatchMeasurement]):
     def _run(
         self, ids: torch.Tensor, answers: torch.Tensor, readout: LogitDiffReadout, write: str, head: int | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        kept: list[torch.Tensor] = []
-
-        def keep(value: torch.Tensor, hook: Any) -> None:
-            kept.append((value[:, :, head] if head is not None else value).detach().clone())
-
-        with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=[(write, keep)]):
-            logits = self.model.bridge(ids, return_type="logits")
+        run = self.model.backend.run(ids, capture=[write], mode="no_grad")
+        assert run.logits is not None
+        value = run.acts[write]
         rows = torch.arange(ids.shape[0])
-        return kept[0], readout.from_logits(logits[rows, answers], rows)
+        with torch.no_grad():
+            return value[:, :, head] if head is not None else value, readout.from_logits(
+                run.logits[rows, answers], rows
+            )
 
     def _sweep(
         self,
@@ -160,25 +159,26 @@ class PathPatchJob(Job[PathPatchMeasurement]):
             chunk = receivers[lo : lo + per_call]
             hooks: dict[str, list[tuple[int, int]]] = {}  # hook → (receiver position in chunk, index)
             for i, receiver in enumerate(chunk):
-                name = hook_out(self.model.bridge.cfg.n_layers - 1) if receiver.layer < 0 else hook_qkv_input(
+                name = hook_out(self.model.cfg.n_layers - 1) if receiver.layer < 0 else hook_qkv_input(
                     receiver.layer, self.component
                 )  # fmt: skip
                 hooks.setdefault(name, []).append((i, receiver.index))
-            fwd_hooks = [
-                (name, self._adder(members, delta, n, name.endswith("_input"))) for name, members in hooks.items()
+            edits = [
+                Rewrite(name, self._adder(members, delta, n, name.endswith("_input")))
+                for name, members in hooks.items()
             ]
             rows = torch.arange(n * len(chunk))
-            with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=fwd_hooks):
-                logits = self.model.bridge(ids.repeat(len(chunk), 1), return_type="logits")
-            values = readout.from_logits(logits[rows, answers.repeat(len(chunk))], rows % n)
+            logits = self.model.backend.logits(ids.repeat(len(chunk), 1), edits, mode="no_grad")
+            with torch.no_grad():
+                values = readout.from_logits(logits[rows, answers.repeat(len(chunk))], rows % n)
             out.append(values.view(len(chunk), n))
         return torch.cat(out)
 
     @staticmethod
     def _adder(
         members: list[tuple[int, int]], delta: torch.Tensor, n: int, per_reader: bool
-    ) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        def hook(value: torch.Tensor) -> torch.Tensor:
             value = value.clone()
             for i, index in members:  # the sum taken in the delta's precision (float32 at least), rounded once
                 rows = slice(i * n, (i + 1) * n)
@@ -193,7 +193,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
     def _measurement(
         self, receivers: list[Receiver], patched: torch.Tensor, clean_m: torch.Tensor, corrupt_m: torch.Tensor
     ) -> PathPatchMeasurement:
-        cfg = self.model.bridge.cfg
+        cfg = self.model.cfg
         width = cfg.n_heads if self.component == "q" else (getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
         grid: list[list[float | None]] = [[None] * width for _ in range(cfg.n_layers)]
         recovered: list[list[float | None]] = [[None] * width for _ in range(cfg.n_layers)]

@@ -46,8 +46,8 @@ def load_direction(uri: str, lookup: Lookup, model: LoadedModel) -> StoredDirect
             f"on the loaded {model.name!r} ({model.fingerprint[:12]}…): a residual direction only means something "
             "in the weights it came from. Fit a probe on this model."
         )
-    if len(direction.vector) != model.bridge.cfg.d_model:
-        d_model = model.bridge.cfg.d_model
+    if len(direction.vector) != model.cfg.d_model:
+        d_model = model.cfg.d_model
         raise InputError(f"{uri} has {len(direction.vector)} numbers; this model's d_model is {d_model}.")
     return direction
 

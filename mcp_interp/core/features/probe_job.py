@@ -59,7 +59,7 @@ class ProbeJob:
     directions: list[StoredDirection] = field(default_factory=list, init=False)
 
     def _chosen(self) -> list[int]:
-        return check_layers(self.layers, self.model.bridge.cfg.n_layers)
+        return check_layers(self.layers, self.model.cfg.n_layers)
 
     def total_steps(self) -> int:
         return 1 + len(self._chosen())
@@ -228,7 +228,7 @@ class ProbeJob:
                 f"interval at the Bonferroni level {level:.4f}, [{best_interval[0]:.3f}, {best_interval[1]:.3f}]."
             )
         notes += self._direction_notes(rows)
-        d_model = self.model.bridge.cfg.d_model
+        d_model = self.model.cfg.d_model
         if self.method == "logistic" and len(split.train) <= d_model:
             notes.append(
                 f"{len(split.train)} training texts for {d_model} residual dimensions: a logistic probe can fit any "

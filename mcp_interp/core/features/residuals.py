@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.backend.bridge import hook_out
+from mcp_interp.core.engine.backend.points import hook_out
 from mcp_interp.core.engine.text.tokens import Batch, encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -85,19 +85,18 @@ def read_residuals(
 ) -> Residuals:
     """``resid_post`` of ``layers`` at ``position`` for every text, from one forward pass per chunk."""
     check_position(position)
-    chosen = check_layers(layers, model.bridge.cfg.n_layers)
+    chosen = check_layers(layers, model.cfg.n_layers)
     texts = list(texts)
     limits.check("max_probe_texts", len(texts), "Number of probe texts")
     names = {hook_out(layer): i for i, layer in enumerate(chosen)}
-    out = torch.empty(len(texts), len(chosen), model.bridge.cfg.d_model, dtype=torch.float32)
+    out = torch.empty(len(texts), len(chosen), model.cfg.d_model, dtype=torch.float32)
     words: list[str] | None = None if position == "mean" else []
     chunk = limits.current().max_prompts
     for start in range(0, len(texts), chunk):
         batch = encode(model.tokenizer, texts[start : start + chunk], model.device)
         rows = None if position == "mean" else _rows(batch, position)
         index = torch.arange(len(batch.texts), device=batch.input_ids.device)
-        with torch.inference_mode():
-            _, cache = model.bridge.run_with_cache(batch.input_ids, names_filter=lambda name: name in names)
+        cache = model.backend.capture(batch.input_ids, list(names)).acts
         for name, column in names.items():
             resid = cache[name]
             if rows is None:

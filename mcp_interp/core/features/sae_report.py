@@ -21,13 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.backend.sites import Hook
-from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_edits
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers.metrics import token_losses
@@ -64,10 +62,6 @@ class SaeHeatmap:
     title: str
 
 
-class _Stop(Exception):
-    """Ends a forward pass once the SAE's activation is read."""
-
-
 def sae_info(sae: SparseAutoencoder) -> SaeInfo:
     return SaeInfo(
         folder=sae.folder,
@@ -85,25 +79,7 @@ def sae_info(sae: SparseAutoencoder) -> SaeInfo:
 
 def read_activations(model: LoadedModel, sae: SparseAutoencoder, input_ids: torch.Tensor) -> torch.Tensor:
     """The value of the SAE's hook on ``input_ids`` ([batch, seq, ...]); the forward stops right after it."""
-    captured: list[torch.Tensor] = []
-
-    def record(values: torch.Tensor, hook: Any) -> None:
-        captured.append(values.detach().clone())
-        raise _Stop
-
-    try:
-        with torch.inference_mode(), model.bridge.hooks(fwd_hooks=[(sae.hook_name, record)]):
-            model.bridge(input_ids, return_type=None)
-    except _Stop:
-        pass
-    if not captured:
-        raise RuntimeError(f"the hook {sae.hook_name} did not fire")
-    return captured[0]
-
-
-def _logits(model: LoadedModel, input_ids: torch.Tensor, hooks: list[Hook]) -> torch.Tensor:
-    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
-        return model.bridge(input_ids, return_type="logits")
+    return model.backend.run(input_ids, capture=[sae.hook_name], stop_at=sae.hook_name).acts[sae.hook_name]
 
 
 def _check_width(x: torch.Tensor, sae: SparseAutoencoder) -> None:
@@ -135,14 +111,11 @@ def sae_report(model: LoadedModel, text: str, folder: str, top_k: int = 10) -> t
     batch = encode(model.tokenizer, [text], model.device)
     n = batch.lengths[0]
     tokens = token_strings(model.tokenizer, batch.ids(0))
-    captured: list[torch.Tensor] = []
-
-    def record(values: torch.Tensor, hook: Any) -> None:
-        captured.append(values.detach().clone())
-
+    clean = model.backend.run(batch.input_ids, capture=[sae.hook_name])
+    assert clean.logits is not None
+    clean_logits = clean.logits
     with torch.inference_mode():
-        clean_logits = _logits(model, batch.input_ids, [(sae.hook_name, record)])
-        x = sae.to_input(captured[0])[0]
+        x = sae.to_input(clean.acts[sae.hook_name])[0]
         _check_width(x, sae)
         acts = sae.encode(x)
         x_hat = sae.decode(acts)
@@ -195,8 +168,8 @@ def _losses(
     model: LoadedModel, batch: Batch, sae: SparseAutoencoder, clean_logits: torch.Tensor
 ) -> tuple[float, float, float]:
     """Mean next-token loss (nats) clean, with the reconstruction spliced in, and with the activation zeroed."""
-    spliced_logits = _logits(model, batch.input_ids, splice_hooks(sae, sae.reconstruct))
-    zero_logits = _logits(model, batch.input_ids, splice_hooks(sae, torch.zeros_like))
+    spliced_logits = model.backend.logits(batch.input_ids, splice_edits(sae, sae.reconstruct))
+    zero_logits = model.backend.logits(batch.input_ids, splice_edits(sae, torch.zeros_like))
     means = []
     for logits in (clean_logits, spliced_logits, zero_logits):
         loss, _, scored = token_losses(logits, batch)

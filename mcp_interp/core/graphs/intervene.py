@@ -26,17 +26,14 @@ from typing import Any, Literal
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import frozen_hooks
 from mcp_interp.core.engine.backend.capabilities import require
-from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.backend.edits import Edit, Rewrite, Set
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.numbers.metrics import kl_divergence
 from mcp_interp.core.graphs.replacement import (
     FrozenForward,
     Prepared,
-    frozen_parameters,
     prepare,
-    quiet_norm_edits,
 )
 from mcp_interp.core.graphs.summary import transcoder_info
 from mcp_interp.core.graphs.targets import logit_targets
@@ -82,14 +79,8 @@ def replacement_logits(
     live_inputs: dict[int, torch.Tensor] = {}
     live_acts: dict[int, torch.Tensor] = {}
 
-    def frozen_value(name: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
-            return clean.frozen[name].to(values.dtype)
-
-        return hook
-
-    def read_input(layer: int) -> Callable[[torch.Tensor, Any], None]:
-        def hook(values: torch.Tensor, hook: Any) -> None:
+    def read_input(layer: int) -> Callable[[torch.Tensor], None]:
+        def hook(values: torch.Tensor) -> None:
             x = values[0].float()
             live_inputs[layer] = x
             acts = tc.encode(layer, x)
@@ -110,8 +101,8 @@ def replacement_logits(
                     delta[change.position] += (change.value - reference(change)) * row
         return delta
 
-    def write_output(layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+    def write_output(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        def hook(values: torch.Tensor) -> torch.Tensor:
             x = live_inputs[layer]
             skip_change = tc.skip(layer, x) - tc.skip(layer, clean.inputs[layer])
             if mlps == "frozen":
@@ -130,15 +121,14 @@ def replacement_logits(
 
         return hook
 
-    hooks: list[Hook] = []
-    for name in frozen_hooks(model.bridge):
+    edits: list[Edit] = []
+    for name in model.backend.frozen_points():
         if (freeze_patterns and name.endswith("hook_pattern")) or (freeze_scales and name.endswith("hook_scale")):
-            hooks.append((name, frozen_value(name)))
-    for layer in range(tc.n_layers):
-        hooks.append((tc.input_hooks[layer], read_input(layer)))
-        hooks.append((tc.output_hooks[layer], write_output(layer)))
-    with torch.inference_mode(), quiet_norm_edits(), model.bridge.hooks(fwd_hooks=hooks):
-        logits = model.bridge(prepared.input_ids, return_type="logits")
+            edits.append(Set(name, clean.frozen[name]))
+    for layer in range(tc.n_layers):  # the replacement's MLPs read one point and write another: local only
+        edits.append(Rewrite(tc.input_hooks[layer], read_input(layer), is_pure=False))
+        edits.append(Rewrite(tc.output_hooks[layer], write_output(layer), is_pure=False))
+    logits = model.backend.logits(prepared.input_ids, edits)
     return logits[0, -1].float()
 
 
@@ -200,7 +190,7 @@ def predicted_direct(
     (new − real activation) × its decoder row — the edge formula, for features active or not."""
     tc = prepared.transcoders
     k, n_positions = int(vectors.shape[0]), prepared.clean.n_positions
-    with frozen_parameters(model.bridge):
+    with model.backend.weights_frozen():
         frozen = FrozenForward(model, tc, prepared.input_ids, batch_size=k)
         layers = torch.full((k,), tc.n_layers, device=vectors.device)
         positions = torch.full((k,), n_positions - 1, device=vectors.device)
@@ -222,7 +212,7 @@ def graph_intervene(
     freeze_attention: bool = True,
 ) -> GraphInterveneMeasurement:
     """Set or scale features and report every target logit's change in the three runs (module docstring)."""
-    require(model.bridge, "attribution_graph")
+    require(model.backend, "attribution_graph")
     if not isinstance(freeze_attention, bool):
         raise InputError(f"`freeze_attention` must be true or false, got {freeze_attention!r}.")
     prepared = prepare(model, prompt, transcoders)

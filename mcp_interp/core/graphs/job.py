@@ -30,7 +30,7 @@ from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.graphs.intervene import replacement_logit_error
 from mcp_interp.core.graphs.neuronpedia import AttributionGraph, neuronpedia_json
 from mcp_interp.core.graphs.pruning import Pruned, graph_scores, normalized_rows, partial_influences, prune_graph
-from mcp_interp.core.graphs.replacement import FrozenForward, Prepared, contract, frozen_parameters, prepare
+from mcp_interp.core.graphs.replacement import FrozenForward, Prepared, contract, prepare
 from mcp_interp.core.graphs.summary import counts, significant, top_features, transcoder_info, view_graph
 from mcp_interp.core.graphs.targets import DESIRED_PROBABILITY, MAX_LOGITS, LogitTargets, logit_targets
 from mcp_interp.errors import InputError
@@ -97,7 +97,7 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
             )
 
     def steps(self) -> Iterator[str]:
-        require(self.model.bridge, "attribution_graph")
+        require(self.model.backend, "attribution_graph")
         self._check()
         clock = Clock()
         prepared = prepare(self.model, self.prompt, self.transcoders)
@@ -116,7 +116,7 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
         clock.forward += time.perf_counter() - clock.started
         yield f"real forward: {active.n} active features, {len(targets)} target logits"
         batch = min(self.batch_size, max(n_rows, len(targets)))
-        with frozen_parameters(self.model.bridge):
+        with self.model.backend.weights_frozen():
             started = time.perf_counter()
             frozen = FrozenForward(self.model, prepared.transcoders, prepared.input_ids, batch)
             clock.forward += time.perf_counter() - started

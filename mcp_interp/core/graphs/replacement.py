@@ -29,47 +29,18 @@ huge-norm activations are an attention sink, not content. Otherwise every positi
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import FINAL_NORM_OUT, HOOK_EMBED, final_norm_logits, frozen_hooks
-from mcp_interp.core.engine.backend.forward import StopForward
-from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.backend.edits import Edit, Rewrite
+from mcp_interp.core.engine.backend.points import FINAL_NORM_OUT, HOOK_EMBED
 from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.text.tokens import encode, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-
-# The bridge warns when a hook edits a norm's scale (it then rebuilds the output from the hooked values, which
-# differs from HF's fused kernel at float-rounding scale); freezing the scale is exactly that edit, on purpose.
-_NORM_EDIT_WARNING = ".*hook_scale/hook_normalized.*"
-
-
-@contextmanager
-def quiet_norm_edits() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_NORM_EDIT_WARNING)
-        yield
-
-
-@contextmanager
-def frozen_parameters(bridge: Any) -> Iterator[None]:
-    """Parameters without gradients for the duration (gradients are taken with respect to activations only, so
-    the backward never builds weight gradients), restored afterwards."""
-    saved = [(p, p.requires_grad) for p in bridge.parameters()]
-    try:
-        for p, _ in saved:
-            p.requires_grad_(False)
-        yield
-    finally:
-        for p, flag in saved:
-            p.requires_grad_(flag)
 
 
 @dataclass
@@ -91,25 +62,12 @@ class CleanRun:
 def clean_run(model: LoadedModel, transcoders: Transcoders, input_ids: torch.Tensor) -> CleanRun:
     """One real forward of ``input_ids`` ``[1, T]`` recording the transcoders' inputs and outputs, the embeddings,
     every pattern and norm scale, and the last position's logits."""
-    bridge = model.bridge
-    freeze = frozen_hooks(bridge)
+    freeze = model.backend.frozen_points()
     names = [*transcoders.input_hooks, *transcoders.output_hooks, HOOK_EMBED, *freeze, FINAL_NORM_OUT]
-    captured: dict[str, torch.Tensor] = {}
-
-    def keep(name: str) -> Callable[[torch.Tensor, Any], None]:
-        def hook(values: torch.Tensor, hook: Any) -> None:
-            captured[name] = values.detach().clone()
-            if name == FINAL_NORM_OUT:
-                raise StopForward  # the logits are read at the last position only
-
-        return hook
-
-    with torch.inference_mode(), suppress(StopForward), bridge.hooks(fwd_hooks=[(n, keep(n)) for n in names]):
-        bridge(input_ids, return_type=None)
-    if len(captured) != len(set(names)):
-        raise RuntimeError("the forward pass did not reach every hook the replacement model reads")
+    # the logits are read at the last position only: the forward stops at the final norm's output
+    captured = model.backend.run(input_ids, capture=names, stop_at=FINAL_NORM_OUT).acts
     with torch.inference_mode():
-        logits = final_norm_logits(bridge, captured[FINAL_NORM_OUT][:, -1])[0]
+        logits = model.backend.logits_from_normed(captured[FINAL_NORM_OUT][:, -1])[0]
     acts = {name: value.clone() for name, value in captured.items()}  # normal tensors, usable under autograd
     return CleanRun(
         input_ids=input_ids,
@@ -214,28 +172,28 @@ class FrozenForward:
     """
 
     def __init__(self, model: LoadedModel, transcoders: Transcoders, input_ids: torch.Tensor, batch_size: int) -> None:
-        self.bridge, self.transcoders, self.batch_size = model.bridge, transcoders, batch_size
+        self.backend, self.transcoders, self.batch_size = model.backend, transcoders, batch_size
         n_layers = transcoders.n_layers
         roots: dict[int, torch.Tensor] = {}
         leaves: dict[int, torch.Tensor] = {}
         held: dict[str, torch.Tensor] = {}
 
-        def detach(values: torch.Tensor, hook: Any) -> torch.Tensor:
+        def detach(values: torch.Tensor) -> torch.Tensor:
             return values.detach()
 
-        def embed_leaf(values: torch.Tensor, hook: Any) -> torch.Tensor:
+        def embed_leaf(values: torch.Tensor) -> torch.Tensor:
             held["embed"] = values.detach().requires_grad_(True)
             return held["embed"]
 
-        def keep_input(layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-            def keep(values: torch.Tensor, hook: Any) -> torch.Tensor:
+        def keep_input(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+            def keep(values: torch.Tensor) -> torch.Tensor:
                 roots[layer] = values
                 return values
 
             return keep
 
-        def output_leaf(layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-            def leaf(values: torch.Tensor, hook: Any) -> torch.Tensor:
+        def output_leaf(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+            def leaf(values: torch.Tensor) -> torch.Tensor:
                 skip = transcoders.skip(layer, roots[layer]).to(values.dtype) if transcoders.has_skip else None
                 rest = values.detach() if skip is None else (values - skip).detach()
                 leaves[layer] = rest.requires_grad_(True)
@@ -243,18 +201,17 @@ class FrozenForward:
 
             return leaf
 
-        def keep_final(values: torch.Tensor, hook: Any) -> None:
+        def keep_final(values: torch.Tensor) -> None:
             roots[n_layers] = values
-            raise StopForward
 
-        hooks: list[Hook] = [(name, detach) for name in frozen_hooks(self.bridge)]
-        hooks.append((HOOK_EMBED, embed_leaf))
+        # Every edit here builds the autograd graph the backward passes walk: local only.
+        edits: list[Edit] = [Rewrite(name, detach, is_pure=False) for name in self.backend.frozen_points()]
+        edits.append(Rewrite(HOOK_EMBED, embed_leaf, is_pure=False))
         for layer in range(n_layers):
-            hooks.append((transcoders.input_hooks[layer], keep_input(layer)))
-            hooks.append((transcoders.output_hooks[layer], output_leaf(layer)))
-        hooks.append((FINAL_NORM_OUT, keep_final))
-        with quiet_norm_edits(), torch.enable_grad(), self.bridge.hooks(fwd_hooks=hooks), suppress(StopForward):
-            self.bridge(input_ids.expand(batch_size, -1), return_type=None)
+            edits.append(Rewrite(transcoders.input_hooks[layer], keep_input(layer), is_pure=False))
+            edits.append(Rewrite(transcoders.output_hooks[layer], output_leaf(layer), is_pure=False))
+        edits.append(Rewrite(FINAL_NORM_OUT, keep_final, is_pure=False))
+        self.backend.run(input_ids.expand(batch_size, -1), edits=edits, stop_at=FINAL_NORM_OUT, mode="grad")
         if len(roots) != n_layers + 1 or len(leaves) != n_layers or "embed" not in held:
             raise RuntimeError("the frozen forward did not reach every transcoder hook and the final norm")
         self.roots = [roots[layer] for layer in range(n_layers + 1)]
@@ -279,10 +236,11 @@ class FrozenForward:
             seed[rows[mask], positions[mask]] = vectors[mask].to(seed.dtype)
             outputs.append(root)
             grad_outputs.append(seed)
-        grads = torch.autograd.grad(
+        grads = self.backend.backward(
             outputs, self.leaves, grad_outputs, retain_graph=not last, allow_unused=True, materialize_grads=True
         )
-        return grads[0][:k].float(), torch.stack(grads[1:])[:, :k].float()
+        gradients = [g for g in grads if g is not None]  # materialize_grads: none is None
+        return gradients[0][:k].float(), torch.stack(gradients[1:])[:, :k].float()
 
 
 def contract(active: ActiveFeatures, grad_embed: torch.Tensor, grad_outputs: torch.Tensor) -> torch.Tensor:

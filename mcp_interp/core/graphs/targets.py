@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import unembed_linear
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.errors import InputError
@@ -39,15 +38,15 @@ class LogitTargets:
         return len(self.ids)
 
 
-def unembedding(bridge: Any) -> torch.Tensor:
+def unembedding_matrix(model: Any) -> torch.Tensor:
     """``[vocab, d_model]``: the unembedding matrix, or an InputError for a model whose read-out is not linear."""
-    linear = unembed_linear(bridge)
-    if linear is None:
+    unembedding = model.backend.unembedding()
+    if unembedding is None:
         raise InputError(
             "This model's unembedding is not a plain linear layer, so its logits are not a linear read-out of the "
             "final norm's output and an attribution graph's logit edges would not be exact: not supported."
         )
-    return linear.weight
+    return unembedding[0]
 
 
 def logit_targets(
@@ -72,7 +71,7 @@ def logit_targets(
         if len(targets) > MAX_GIVEN_TARGETS:
             raise InputError(f"`targets` lists {len(targets)} tokens; at most {MAX_GIVEN_TARGETS} logit nodes.")
         ids = list(dict.fromkeys(resolve_answer(model.tokenizer, t) for t in targets))
-    weight = unembedding(model.bridge)
+    weight = unembedding_matrix(model)
     index = torch.tensor(ids, device=weight.device)
     vectors = (weight[index] - weight.mean(dim=0, keepdim=True)).detach().float()
     return LogitTargets(

@@ -32,7 +32,7 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
         return "z"
 
     def chosen_heads(self) -> list[Head]:
-        cfg = self.model.bridge.cfg
+        cfg = self.model.cfg
         if self.heads is None:
             return [Head(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
         return parse_heads(self.heads, cfg.n_layers, cfg.n_heads)
@@ -47,7 +47,7 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
         return [Unit(h.layer, h.head) for h in self.chosen_heads()]
 
     def report(self, outcome: PatchOutcome) -> PatchHeadsMeasurement:
-        cfg = self.model.bridge.cfg
+        cfg = self.model.cfg
         heads = [Head(c.layer, int(c.channel or 0)) for c in outcome.cells]
         clean, corrupt, patched = outcome.clean, outcome.corrupt, outcome.patched
         scores: list[list[float | None]] = [[None] * cfg.n_heads for _ in range(cfg.n_layers)]

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import hook_pattern
+from mcp_interp.core.engine.backend.points import hook_pattern
 from mcp_interp.core.engine.text.components import parse_head
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import token_strings
-from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
+from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import AttendedToken, AttentionMeasurement
 
 
 def attention(model: LoadedModel, prompt: str, layer: int, head: int, top_k: int = 5) -> AttentionMeasurement:
-    cfg = model.bridge.cfg
+    cfg = model.cfg
     parse_head({"layer": layer, "head": head}, cfg.n_layers, cfg.n_heads)
     batch = single_prompt(model, prompt)
     names = [hook_pattern(other) for other in range(cfg.n_layers)]  # every layer's, to see where the sink sits
-    _, cache = run_with_cache(model, batch.input_ids, names)
+    _, cache = read_run(model, batch.input_ids, names, logits=False)
     pattern = cache[hook_pattern(layer)][0, head].to(torch.float64)  # [query, key]
     ids = batch.ids(0)
     tokens = token_strings(model.tokenizer, ids)

@@ -18,42 +18,26 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import (
+from mcp_interp.core.engine.backend.points import (
     FINAL_NORM_SCALE,
-    attention_write_norm,
-    attn_output_projection,
-    block_norm_module,
-    final_logit_softcap,
-    final_norm_module,
     hook_attn_out,
     hook_in,
     hook_mlp_out,
     hook_out,
     hook_z,
-    norm_gain,
-    norm_scale_hook,
-    unembed_linear,
 )
 from mcp_interp.core.engine.text.answers import resolve_answer
-from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
+from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import Contribution, DLAMeasurement
 
 
 def _unembedding(model: LoadedModel) -> tuple[torch.Tensor, torch.Tensor | None]:
-    linear = unembed_linear(model.bridge)
-    if linear is None:
+    unembedding = model.backend.unembedding()
+    if unembedding is None:
         raise InputError("Direct logit attribution needs a linear unembedding; this model's is not one.")
-    return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
-
-
-def _norm(module: Any, width: int) -> tuple[str, torch.Tensor, torch.Tensor | None]:
-    """('rms' | 'layer', gain γ, bias β or None) of a norm module: y = γ ⊙ centred?(x) / scale + β."""
-    kind = "layer" if isinstance(module, torch.nn.LayerNorm) else "rms"
-    bias = getattr(module, "bias", None) if kind == "layer" else None
-    gain = norm_gain(module, width).to(torch.float64)
-    return kind, gain, None if bias is None else bias.detach().to(torch.float64)
+    return unembedding
 
 
 def _through_post_norm(
@@ -61,34 +45,17 @@ def _through_post_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each head's share of ``attn_out`` and the bias's, through block ``layer``'s post-attention norm (if any)
     with its scale frozen at its value in the run: γ ⊙ centred?(v) / s, the norm's own bias added once."""
-    post = attention_write_norm(model.bridge, layer)
+    post = model.backend.attention_write_norm(layer)
     if post is None:
         return per_head, bias
-    kind, gain, beta = _norm(block_norm_module(model.bridge, layer, post), per_head.shape[-1])
-    scale = cache[norm_scale_hook(model.bridge, layer, post)][0, pos].to(torch.float64).reshape(-1)[0]
+    kind, gain, beta = model.backend.norm(layer, post)
+    scale = cache[model.backend.norm_scale_point(layer, post)][0, pos].to(torch.float64).reshape(-1)[0]
 
     def frozen(v: torch.Tensor) -> torch.Tensor:
         v = v.to(torch.float64)
         return (v - v.mean(dim=-1, keepdim=True) if kind == "layer" else v) * gain / scale
 
     return frozen(per_head), frozen(bias) + (beta if beta is not None else 0.0)
-
-
-def head_outputs(model: LoadedModel, layer: int, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """What each head writes to the residual, and the output projection's bias, at one position.
-
-    ``z`` is [n_heads, d_head]. Uses the model's own output projection (Linear or GPT-2's
-    Conv1D alike): head h's output is o(z with only head h kept) − o(0), and o(0) is the bias.
-    Returns ([n_heads, d_model], [d_model]).
-    """
-    n_heads, d_head = z.shape
-    inputs = torch.zeros(n_heads + 1, n_heads, d_head, dtype=z.dtype, device=z.device)
-    inputs[torch.arange(n_heads), torch.arange(n_heads)] = z
-    o_proj = attn_output_projection(model.bridge, layer)
-    with torch.inference_mode():
-        out = o_proj(inputs.reshape(n_heads + 1, n_heads * d_head))
-    bias = out[-1]
-    return out[:-1] - bias, bias
 
 
 def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = None, top_k: int = 10) -> DLAMeasurement:
@@ -102,20 +69,21 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
     if not 1 <= top_k <= 100:
         raise InputError(f"top_k must be between 1 and 100, got {top_k}.")
     batch = single_prompt(model, prompt)
-    cfg = model.bridge.cfg
+    cfg = model.cfg
     n_layers, n_heads = cfg.n_layers, cfg.n_heads
     answer_id = resolve_answer(model.tokenizer, answer)
     baseline_id = resolve_answer(model.tokenizer, baseline) if baseline is not None else None
     names = [hook_in(0), FINAL_NORM_SCALE, hook_out(n_layers - 1)]
     for layer in range(n_layers):
         names += [hook_z(layer), hook_mlp_out(layer), hook_attn_out(layer)]
-        post = attention_write_norm(model.bridge, layer)
-        names += [norm_scale_hook(model.bridge, layer, post)] if post is not None else []
-    logits, cache = run_with_cache(model, batch.input_ids, names)
+        post = model.backend.attention_write_norm(layer)
+        names += [model.backend.norm_scale_point(layer, post)] if post is not None else []
+    logits, cache = read_run(model, batch.input_ids, names)
+    assert logits is not None
     pos = int(batch.answer_positions[0])
     w_u, b_u = _unembedding(model)
-    kind, gain, norm_b = _norm(final_norm_module(model.bridge), int(cfg.d_model))
-    cap = final_logit_softcap(model.bridge)
+    kind, gain, norm_b = model.backend.norm()
+    cap = model.backend.final_logit_softcap()
     answer_logits = logits[0, pos].to(torch.float64)
     if cap is not None:  # the logits before the cap, which is what the components add up to
         answer_logits = cap * torch.atanh(answer_logits / cap)
@@ -143,7 +111,7 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
     mlps: list[float] = []
     attn_biases: list[float] = []
     for layer in range(n_layers):
-        per_head, bias = head_outputs(model, layer, cache[hook_z(layer)][0, pos])
+        per_head, bias = model.backend.head_writes(layer, cache[hook_z(layer)][0, pos])
         per_head, bias = _through_post_norm(model, layer, cache, pos, per_head, bias)
         heads.append([contribution(per_head[h]) for h in range(n_heads)])
         attn_biases.append(contribution(bias) if bool(bias.any()) else 0.0)
@@ -164,7 +132,7 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
         "Only direct effects are counted: a head that matters by feeding later layers (e.g. an induction "
         "head's inputs) can have a small DLA."
     )
-    if any(attention_write_norm(model.bridge, layer) is not None for layer in range(n_layers)):
+    if any(model.backend.attention_write_norm(layer) is not None for layer in range(n_layers)):
         notes.append(
             "This model normalises each attention layer's head sum before adding it to the residual stream "
             "(post-norm): a head's term is its share of that layer's attn_out with the post-norm's scale frozen "

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.backend.bridge import hook_pattern
+from mcp_interp.core.engine.backend.points import hook_pattern
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings
-from mcp_interp.core.lens.reading import run_with_cache
+from mcp_interp.core.lens.reading import read_run
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import Contribution, InductionMeasurement
@@ -20,9 +20,7 @@ def induction_tokens(model: LoadedModel, seq_len: int, n_seqs: int, seed: int) -
     Special tokens are excluded; the same seed gives the same tokens on every device.
     """
     special = set(model.tokenizer.all_special_ids)
-    allowed = torch.tensor(
-        [t for t in range(model.bridge.cfg.d_vocab) if t not in special and t < len(model.tokenizer)]
-    )
+    allowed = torch.tensor([t for t in range(model.cfg.d_vocab) if t not in special and t < len(model.tokenizer)])
     generator = torch.Generator(device="cpu").manual_seed(seed)
     half = allowed[torch.randint(len(allowed), (n_seqs, seq_len), generator=generator)]
     return torch.cat([half, half], dim=1)
@@ -45,7 +43,7 @@ def induction(
         raise InputError(f"n_seqs must be between 1 and 64, got {n_seqs}.")
     if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
         raise InputError(f"`prefix` must be a non-empty text (e.g. 'Words:') or omitted, got {prefix!r}.")
-    cfg, tokenizer = model.bridge.cfg, model.tokenizer
+    cfg, tokenizer = model.cfg, model.tokenizer
     start = token_ids(tokenizer, prefix) if prefix is not None else []
     if prefix is None and adds_bos(tokenizer):
         start = [int(tokenizer.bos_token_id)]
@@ -59,7 +57,7 @@ def induction(
     repeated = induction_tokens(model, seq_len, n_seqs, seed)
     tokens = torch.cat([torch.tensor([start] * n_seqs, dtype=torch.long).reshape(n_seqs, len(start)), repeated], 1)
     names = [hook_pattern(layer) for layer in range(cfg.n_layers)]
-    _, cache = run_with_cache(model, tokens.to(model.device), names)
+    _, cache = read_run(model, tokens.to(model.device), names, logits=False)
     offset = len(start)
     queries = torch.arange(offset + seq_len, offset + 2 * seq_len)
     keys = queries - seq_len + 1

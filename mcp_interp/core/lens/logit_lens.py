@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import HOOK_EMBED, hook_out, logits_from_residual
+from mcp_interp.core.engine.backend.points import HOOK_EMBED, hook_out
 from mcp_interp.core.engine.text.answers import resolve_answer
-from mcp_interp.core.lens.reading import CORRELATIONAL, run_with_cache, single_prompt
+from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import LensLayer, LogitLensMeasurement, TokenProb
@@ -16,7 +16,7 @@ def _unembed(model: LoadedModel, residual: torch.Tensor) -> torch.Tensor:
     """Final norm + unembedding of residual vectors [..., d_model] → logits [..., vocab]."""
     shape = residual.shape
     with torch.inference_mode():
-        return logits_from_residual(model.bridge, residual.reshape(-1, shape[-1])).reshape(*shape[:-1], -1)
+        return model.backend.logits_from_residual(residual.reshape(-1, shape[-1])).reshape(*shape[:-1], -1)
 
 
 EMBED_LAYER = -1  # the layer index of the embedding row: read before block 0
@@ -32,9 +32,10 @@ def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k
     if not 1 <= top_k <= 50:
         raise InputError(f"top_k must be between 1 and 50, got {top_k}.")
     batch = single_prompt(model, prompt)
-    n_layers = model.bridge.cfg.n_layers
+    n_layers = model.cfg.n_layers
     names = [HOOK_EMBED] + [hook_out(layer) for layer in range(n_layers)]
-    logits, cache = run_with_cache(model, batch.input_ids, names)
+    logits, cache = read_run(model, batch.input_ids, names)
+    assert logits is not None
     position = int(batch.answer_positions[0])
     final = logits[0, position].to(torch.float64)
     target_id = resolve_answer(model.tokenizer, target) if target is not None else int(final.argmax())

@@ -1,4 +1,4 @@
-"""What every lens reader shares: one prompt's batch, a forward that keeps only the hooks asked for, and the
+"""What every lens reader shares: one prompt's batch, a forward that keeps only the points asked for, and the
 caveat every correlational reading carries.
 
 All four readers (logit lens, direct logit attribution, attention, induction) are *correlational*: they
@@ -9,7 +9,6 @@ causal claims use ablation or patching.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -29,7 +28,10 @@ def single_prompt(model: LoadedModel, prompt: str) -> Batch:
     return encode(model.tokenizer, [prompt], model.device)
 
 
-def run_with_cache(model: LoadedModel, input_ids: torch.Tensor, names: Sequence[str]) -> tuple[torch.Tensor, Any]:
-    wanted = set(names)
-    with torch.inference_mode():
-        return model.bridge.run_with_cache(input_ids, names_filter=lambda name: name in wanted)
+def read_run(
+    model: LoadedModel, input_ids: torch.Tensor, names: Sequence[str], logits: bool = True
+) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    """One forward of ``input_ids``: its logits (or None with ``logits=False``, the forward then stops after the
+    last block) and the values at ``names``."""
+    run = model.backend.run(input_ids, capture=names, output="logits" if logits else "final")
+    return run.logits, run.acts

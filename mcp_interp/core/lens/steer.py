@@ -28,8 +28,9 @@ import torch
 
 from mcp_interp import limits
 from mcp_interp.core.engine.ablation.baselines import random_unit_vectors
-from mcp_interp.core.engine.backend.bridge import hook_in, hook_out
-from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_hooks
+from mcp_interp.core.engine.backend.edits import Add, Edit
+from mcp_interp.core.engine.backend.points import hook_in, hook_out
+from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_edits
 from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import stats
@@ -57,33 +58,26 @@ def repetition(ids: list[int]) -> float:
 
 
 def _resid_at(model: LoadedModel, text: str, name: str) -> torch.Tensor:
-    """The residual at hook ``name`` at ``text``'s last token."""
+    """The residual at point ``name`` at ``text``'s last token."""
     batch = encode(model.tokenizer, [text], model.device)
-    with torch.inference_mode():
-        _, cache = model.bridge.run_with_cache(batch.input_ids, names_filter=lambda n: n == name)
-    return cache[name][0, int(batch.answer_positions[0])].detach().clone()
+    acts = model.backend.run(batch.input_ids, capture=[name], stop_at=name).acts
+    return acts[name][0, int(batch.answer_positions[0])].detach().clone()
 
 
 def greedy_steps(
-    model: LoadedModel, ids: list[int], max_new_tokens: int, hooks: list[Any], out: list[int], what: str
+    model: LoadedModel, ids: list[int], max_new_tokens: int, edits: list[Edit], out: list[int], what: str
 ) -> Iterator[str]:
-    """Greedy continuation into ``out``, one full forward per token (short prompts: no cache needed), yielding after
-    each token so a cancelled job stops within one forward. The hooks are installed for each forward only."""
-    eos = model.tokenizer.eos_token_id
-    for step in range(max_new_tokens):
-        with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
-            logits = model.bridge(torch.tensor([list(ids) + out], device=model.device), return_type="logits")
-        token = int(logits[0, -1].argmax())
+    """Greedy continuation into ``out`` under ``edits`` (``backend.generate``: one full forward per token), yielding
+    after each token so a cancelled job stops within one forward."""
+    for step, token in enumerate(model.backend.generate(ids, max_new_tokens, edits, model.tokenizer.eos_token_id)):
         out.append(token)
         yield f"{what}: token {step + 1} of {max_new_tokens}"
-        if token == eos:
-            break
 
 
-def greedy(model: LoadedModel, ids: list[int], max_new_tokens: int, hooks: list[Any]) -> list[int]:
+def greedy(model: LoadedModel, ids: list[int], max_new_tokens: int, edits: list[Edit]) -> list[int]:
     """The greedy continuation's token ids (``greedy_steps`` run to the end)."""
     out: list[int] = []
-    for _ in greedy_steps(model, ids, max_new_tokens, hooks, out, "greedy"):
+    for _ in greedy_steps(model, ids, max_new_tokens, edits, out, "greedy"):
         pass
     return out
 
@@ -147,7 +141,7 @@ def steer_steps(
     at the SAE's hook, ``coefficient`` = the activation added) or a transcoder feature (its decoder row(s) added to
     the MLP write(s) it feeds); greedy continuations with and without. Yields a progress message per step; the
     measurement is appended to ``into``."""
-    n_layers = model.bridge.cfg.n_layers
+    n_layers = model.cfg.n_layers
     chosen = sum(x is not None for x in (direction, feature)) + (positive is not None or negative is not None)
     if chosen > 1:
         raise InputError(
@@ -194,9 +188,9 @@ def steer_steps(
     baseline_ids: list[int] = []
     yield from greedy_steps(model, prompt_ids, max_new_tokens, [], baseline_ids, "unsteered")
     steered_ids: list[int] = []
-    yield from greedy_steps(model, prompt_ids, max_new_tokens, steering.hooks(added), steered_ids, "steered")
+    yield from greedy_steps(model, prompt_ids, max_new_tokens, steering.edits(added), steered_ids, "steered")
     base_logits = _next_token_logits(model, prompt_ids, [])
-    next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.hooks(added))).value)
+    next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.edits(added))).value)
     norm = float(added.norm())
     units = random_unit_vectors(random_draws, int(steering.vector.numel()), seed)
     random_kl = random_next_token_kl(model, prompt_ids, steering, norm * units, base_logits)
@@ -250,13 +244,13 @@ def steer_steps(
 
 @dataclass
 class Steering:
-    """Where a steering vector goes: ``site`` in words, ``vector`` the coefficient's unit (in the hook's own
-    space, flattened for ``z``), ``hooks(added)`` the forward hooks adding ``added`` at every position, and the
+    """Where a steering vector goes: ``site`` in words, ``vector`` the coefficient's unit (in the point's own
+    space, flattened for ``z``), ``edits(added)`` the edits adding ``added`` at every position, and the
     prompt's norm there (last token) for scale."""
 
     site: str
     vector: torch.Tensor
-    hooks: Callable[[torch.Tensor], list[Any]]
+    edits: Callable[[torch.Tensor], list[Edit]]
     residual_norm: float
 
 
@@ -276,21 +270,21 @@ def _steering(
         layers = list(feature.out_layers)
         site = f"{tc.feature_output_hook} of layer {layers[0]}" + (f" to {layers[-1]}" if len(layers) > 1 else "")
         norm = float(_resid_at(model, prompt, tc.output_hooks[feature.layer]).norm())
-        return Steering(site, feature.vector, feature.hooks, norm)
+        return Steering(site, feature.vector, feature.edits, norm)
     if feature is not None:
         sae, index = feature
         if not 0 <= index < sae.d_sae:
             raise InputError(f"SAE feature {index} does not exist; this SAE has features 0..{sae.d_sae - 1}.")
 
-        def sae_hooks(added: torch.Tensor) -> list[Any]:
+        def sae_edits(added: torch.Tensor) -> list[Edit]:
             def shift(values: torch.Tensor) -> torch.Tensor:
                 flat = sae.to_input(values)
                 return sae.from_input(flat + added.to(device=flat.device, dtype=flat.dtype), values)
 
-            return splice_hooks(sae, shift)
+            return splice_edits(sae, shift)
 
         value = sae.to_input(_resid_at(model, prompt, sae.hook_name))
-        return Steering(sae.site, sae.W_dec[index].detach().float().cpu(), sae_hooks, float(value.norm()))
+        return Steering(sae.site, sae.W_dec[index].detach().float().cpu(), sae_edits, float(value.norm()))
     if direction is not None:
         site, hook = "resid_post", hook_out(layer)
         vector = direction.projection_std * torch.tensor(direction.vector, dtype=torch.float32)
@@ -299,11 +293,8 @@ def _steering(
         site, hook = "resid_pre", hook_in(layer)
         vector = _resid_at(model, positive, hook) - _resid_at(model, negative, hook)
 
-    def add_at(added: torch.Tensor) -> list[Any]:
-        def add(resid: torch.Tensor, hook: Any) -> torch.Tensor:
-            return resid + added.to(device=resid.device, dtype=resid.dtype)
-
-        return [(hook, add)]
+    def add_at(added: torch.Tensor) -> list[Edit]:
+        return [Add(hook, added)]
 
     return Steering(site, vector, add_at, float(_resid_at(model, prompt, hook).norm()))
 
@@ -320,9 +311,8 @@ def random_next_token_kl(
     """KL(baseline‖steered) of the next token for each row of ``added`` [n, width], as one stacked forward: row j
     of the batch is the prompt with ``added[j]`` at every position."""
     rows = added.shape[0]
-    hooks = steering.hooks(added.unsqueeze(1))  # [n, 1, width]: broadcast over positions, one vector per row
-    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
-        logits = model.bridge(torch.tensor([ids] * rows, device=model.device), return_type="logits")[:, -1]
+    edits = steering.edits(added.unsqueeze(1))  # [n, 1, width]: broadcast over positions, one vector per row
+    logits = model.backend.logits(torch.tensor([ids] * rows, device=model.device), edits)[:, -1]
     return [float(kl_divergence(base_logits, logits[j : j + 1]).value) for j in range(rows)]
 
 
@@ -330,6 +320,5 @@ def _describe(feature: tuple[SparseAutoencoder, int] | TranscoderFeature) -> str
     return feature.describe() if isinstance(feature, TranscoderFeature) else f"{feature[1]} of {feature[0].describe()}"
 
 
-def _next_token_logits(model: LoadedModel, ids: list[int], hooks: list[Any]) -> torch.Tensor:
-    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
-        return model.bridge(torch.tensor([ids], device=model.device), return_type="logits")[:, -1]
+def _next_token_logits(model: LoadedModel, ids: list[int], edits: list[Edit]) -> torch.Tensor:
+    return model.backend.logits(torch.tensor([ids], device=model.device), edits)[:, -1]

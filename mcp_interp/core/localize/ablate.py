@@ -10,7 +10,6 @@ import torch
 from mcp_interp.core.engine.ablation.baselines import random_baseline
 from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
 from mcp_interp.core.engine.ablation.targets import Ablation
-from mcp_interp.core.engine.backend.forward import capture_forward
 from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.text.components import position_mask
 from mcp_interp.core.engine.text.tokens import encode
@@ -54,7 +53,7 @@ def direction_projections(model: LoadedModel, prompts: Sequence[str], ablation: 
     """The clean prompts' projection x·u on each ablated direction at the ablated positions (mean and sd)."""
     batch = encode(model.tokenizer, prompts, model.device)
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
-    acts = capture_forward(model.bridge, batch.input_ids, sorted({t.hook() for t in ablation.directions})).acts
+    acts = model.backend.capture(batch.input_ids, sorted({t.hook() for t in ablation.directions})).acts
     out = []
     for target in ablation.directions:
         values = acts[target.hook()][mask].to(torch.float64)

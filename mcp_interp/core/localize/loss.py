@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import torch
 
 from mcp_interp.core.engine.ablation.targets import Ablation, ablation_from_spec, prepare_ablation
-from mcp_interp.core.engine.backend.forward import capture_forward
 from mcp_interp.core.engine.jobs import Job, drain
 from mcp_interp.core.engine.numbers.metrics import token_losses
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
@@ -39,7 +38,7 @@ def _batch(model: LoadedModel, texts: Sequence[str] | None, token_ids: Sequence[
             "`sequences`), not both."
         )
     if token_ids is not None:
-        return encode_ids(model.tokenizer, token_ids, int(model.bridge.cfg.d_vocab), model.device)
+        return encode_ids(model.tokenizer, token_ids, int(model.cfg.d_vocab), model.device)
     assert texts is not None
     return encode(model.tokenizer, texts, model.device)
 
@@ -92,7 +91,7 @@ class LossJob(Job[LossMeasurement]):
                 "token to predict from another. Pass longer texts."
             )
         span = _span(batch, self.positions)
-        ablation = ablation_from_spec(self.intervention, model.bridge.cfg, model)
+        ablation = ablation_from_spec(self.intervention, model.cfg, model)
         chunks = [
             list(range(i, min(i + TEXTS_PER_STEP, len(batch.texts))))
             for i in range(0, len(batch.texts), TEXTS_PER_STEP)
@@ -104,7 +103,7 @@ class LossJob(Job[LossMeasurement]):
                 names = sorted({t.hook() for t in ablation.targets})
                 parts: dict[str, list[torch.Tensor]] = {name: [] for name in names}
                 for rows in chunks:
-                    acts = capture_forward(model.bridge, batch.input_ids[rows], names).acts
+                    acts = model.backend.capture(batch.input_ids[rows], names).acts
                     for name in names:
                         parts[name].append(acts[name])
                     yield f"replacements: texts {rows[0] + 1}–{rows[-1] + 1}"
@@ -116,10 +115,9 @@ class LossJob(Job[LossMeasurement]):
         for run in runs:
             loss_rows, hit_rows = [], []
             for rows in chunks:
-                sink = FirstKeyAttention(model.bridge.cfg.n_layers)
-                hooks = run.hooks_for(rows) if run is not None else sink.hooks()
-                with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
-                    logits = model.bridge(batch.input_ids[rows], return_type="logits")
+                sink = FirstKeyAttention(model.cfg.n_layers)
+                edits = run.edits_for(rows) if run is not None else sink.observers()
+                logits = model.backend.logits(batch.input_ids[rows], edits)
                 lengths = [batch.lengths[i] for i in rows]
                 if run is None:
                     sink_rows.append((*sink.share(lengths), sum(n >= 2 for n in lengths)))

@@ -52,14 +52,14 @@ class PatchJob(PatchingJob[PatchMeasurement]):
         if self.neurons is not None and self.component != "mlp_neurons":
             raise InputError("`neurons` applies only to component 'mlp_neurons'.")
         if self.component in ARCHITECTURE_DEPENDENT:
-            require(self.model.bridge, ARCHITECTURE_DEPENDENT[self.component])
+            require(self.model.backend, ARCHITECTURE_DEPENDENT[self.component])
         self._neurons()
 
     def site(self) -> Site:
         return COMPONENTS[self.component]
 
     def patched_layers(self) -> list[int]:
-        n_layers = self.model.bridge.cfg.n_layers
+        n_layers = self.model.cfg.n_layers
         if self.layers is None:
             return list(range(n_layers))
         layers = sorted(set(self.layers))
@@ -82,12 +82,12 @@ class PatchJob(PatchingJob[PatchMeasurement]):
             return [Unit(layer, n) for layer in layers for n in neurons]
         positions = self._positions(context.width)
         if self.component == "heads_by_pos":
-            n_heads = self.model.bridge.cfg.n_heads
+            n_heads = self.model.cfg.n_heads
             return [Unit(layer, h, p) for layer in layers for h in range(n_heads) for p in positions]
         return [Unit(layer, None, p) for layer in layers for p in positions]
 
     def report(self, outcome: PatchOutcome) -> PatchMeasurement:
-        cfg = self.model.bridge.cfg
+        cfg = self.model.cfg
         clean_tokens = token_strings(self.model.tokenizer, outcome.clean_batch.ids(0))
         report = PatchReport(
             component=self.component,
@@ -119,7 +119,7 @@ class PatchJob(PatchingJob[PatchMeasurement]):
     def _neurons(self) -> list[int] | None:
         if self.neurons is None:
             return None
-        d_mlp = int(self.model.bridge.cfg.d_mlp)
+        d_mlp = int(self.model.cfg.d_mlp)
         neurons = sorted(set(self.neurons))
         bad = [n for n in neurons if not isinstance(n, int) or not 0 <= n < d_mlp]
         if not neurons or bad:

@@ -5,13 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mcp_interp import limits
-from mcp_interp.core.engine.backend.bridge import (
-    attention_write_norm,
-    final_logit_softcap,
-    hf_config,
-    hf_model,
-    mixture_of_experts,
-)
 from mcp_interp.core.engine.backend.capabilities import capabilities
 from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings
 from mcp_interp.errors import InputError
@@ -36,23 +29,23 @@ def tokenization_rule(model: LoadedModel) -> str:
 
 
 def block_facts(model: LoadedModel) -> BlockFacts:
-    bridge, layers = model.bridge, range(model.bridge.cfg.n_layers)
+    backend, layers = model.backend, range(model.cfg.n_layers)
     return BlockFacts(
-        parallel_attn_mlp=bool(getattr(bridge.cfg, "parallel_attn_mlp", False)),
-        attention_post_norm=any(attention_write_norm(bridge, layer) is not None for layer in layers),
-        mixture_of_experts=any(mixture_of_experts(bridge, layer) for layer in layers),
-        final_logit_softcap=final_logit_softcap(bridge),
+        parallel_attn_mlp=bool(getattr(model.cfg, "parallel_attn_mlp", False)),
+        attention_post_norm=any(backend.attention_write_norm(layer) is not None for layer in layers),
+        mixture_of_experts=any(backend.mixture_of_experts(layer) for layer in layers),
+        final_logit_softcap=backend.final_logit_softcap(),
     )
 
 
 def model_info(model: LoadedModel) -> ModelInfoMeasurement:
-    cfg = model.bridge.cfg
-    config = hf_config(model.bridge)
+    cfg = model.cfg
+    config = model.backend.hf_config()
     n_kv = getattr(config, "num_key_value_heads", None) or cfg.n_heads
     return ModelInfoMeasurement(
         name=model.name,
         source=model.source,
-        architecture=(config.architectures or [type(hf_model(model.bridge)).__name__])[0],
+        architecture=model.backend.architecture(),
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
         n_kv_heads=int(n_kv),
@@ -76,7 +69,7 @@ def model_info(model: LoadedModel) -> ModelInfoMeasurement:
                 missing_feature=c.missing_feature,
                 reason=c.reason,
             )
-            for c in capabilities(model.bridge)
+            for c in capabilities(model.backend)
         ],
         notes=(
             [

@@ -40,7 +40,7 @@ from mcp_interp.schemas.readouts import (
 
 
 def _ablation(model: LoadedModel, intervention: Intervention | None) -> Ablation | None:
-    return ablation_from_spec(intervention, model.bridge.cfg, model)
+    return ablation_from_spec(intervention, model.cfg, model)
 
 
 def _prepared(model: LoadedModel, batch: Batch, intervention: Intervention | None) -> PreparedAblation | None:
@@ -71,8 +71,8 @@ def logit_diff(
     sequences = any(a.kind != "token" for a in good + bad)
     good_lp = bad_lp = None
     if sequences:
-        good_lp = answer_log_probs(model.bridge, batch, good, ablation)
-        bad_lp = answer_log_probs(model.bridge, batch, bad, ablation)
+        good_lp = answer_log_probs(model.backend, batch, good, ablation)
+        bad_lp = answer_log_probs(model.backend, batch, bad, ablation)
         score = metrics.score_of(good_lp - bad_lp)
     else:
         score = metrics.logit_difference(logits, [a.first_token for a in good], [a.first_token for a in bad])
@@ -196,7 +196,7 @@ def answer_rank(
     first = [_best_first_token(logits[i], a) for i, a in enumerate(answers)]
     rank = metrics.answer_ranks(logits, first)
     if sequences:
-        log_prob = metrics.score_of(answer_log_probs(model.bridge, batch, answers, ablation))
+        log_prob = metrics.score_of(answer_log_probs(model.backend, batch, answers, ablation))
     else:
         log_prob = metrics.answer_logprob(logits, first)
     top1 = _top1(model, logits)

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.backend import jacobian_lens
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.corpora import corpora_dir
@@ -54,12 +55,8 @@ def sha256_hex(data: bytes) -> str:
 def identity_lens(model: LoadedModel) -> tuple[Any, LensInfo]:
     """The protocol's ``lens="logit"``: a JacobianLens with J = I at every source layer, so atoms are unembedding
     columns. (Not ``core.lens.logit_lens``, the read-out tool that decodes each layer's residual.)"""
-    from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
-
-    cfg = model.bridge.cfg
-    layers = list(range(cfg.n_layers - 1))
-    identity = torch.eye(cfg.d_model)
-    lens = JacobianLens(dict.fromkeys(layers, identity), n_prompts=0, d_model=cfg.d_model)
+    layers = list(range(model.cfg.n_layers - 1))
+    lens = jacobian_lens.unit_lens(model.backend, layers)
     info = LensInfo(kind="logit", sha256=None, path=None, source_layers=layers, settings={"J": "identity"})
     return lens, info
 
@@ -103,7 +100,7 @@ class FitLensJob(Job[FitLensMeasurement]):
         self.corpus = corpus or "user-texts"
         self.corpus_sha256 = sha256_hex(canonical_json(self.texts))
         self.force = force
-        n_layers = model.bridge.cfg.n_layers
+        n_layers = model.cfg.n_layers
         layers = settings.source_layers if settings.source_layers is not None else list(range(n_layers - 1))
         bad = [layer for layer in layers if not 0 <= layer < n_layers - 1]
         if not layers or bad:
@@ -138,7 +135,7 @@ class FitLensJob(Job[FitLensMeasurement]):
 
     def cost(self) -> str:
         """What this fit costs, in words: passes per text and, for the embedded model, the time measured here."""
-        d_model = int(self.model.bridge.cfg.d_model)
+        d_model = int(self.model.cfg.d_model)
         backward = -(-d_model // self.settings.dim_batch)
         measured = (
             " (about 4 minutes for SmolLM2-135M on 2 CPU cores: 224 s measured)"
@@ -165,13 +162,7 @@ class FitLensJob(Job[FitLensMeasurement]):
                 "prepend_bos": self.prepend_bos,
             }
         }
-        cfg = self.model.bridge.cfg
-        saved_bos = cfg.default_prepend_bos
-        cfg.default_prepend_bos = self.prepend_bos
-        try:
-            merged = yield from self._fit_each(started, extra)
-        finally:
-            cfg.default_prepend_bos = saved_bos
+        merged = yield from self._fit_each(started, extra)
         self.fit_seconds = time.perf_counter() - started
         merged.metadata["mcp_interp"]["fit_seconds"] = round(self.fit_seconds, 1)
         merged.metadata["mcp_interp"]["skipped_short_texts"] = self.skipped_short
@@ -181,20 +172,18 @@ class FitLensJob(Job[FitLensMeasurement]):
 
     def _fit_each(self, started: float, extra: dict[str, Any]) -> Generator[str, None, Any]:
         """Fit one text at a time (progress, cancellation) and merge: the prompt-weighted mean."""
-        from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
-
         merged: Any = None
         for i, text in enumerate(self.texts):
             try:
-                shard = JacobianLens.fit(
-                    self.model.bridge,
-                    [text],
+                shard = jacobian_lens.fit_shard(
+                    self.model.backend,
+                    text,
+                    prepend_bos=self.prepend_bos,
                     corpus=self.corpus,
                     source_layers=self.layers,
                     dim_batch=self.settings.dim_batch,
                     max_seq_len=self.settings.max_seq_len,
                     skip_first_positions=self.settings.skip_first_positions,
-                    show_progress=False,
                     metadata=extra,
                 )
             except ValueError as exc:
@@ -202,7 +191,7 @@ class FitLensJob(Job[FitLensMeasurement]):
                     raise
                 self.skipped_short += 1
             else:
-                merged = shard if merged is None else JacobianLens.merge([merged, shard])
+                merged = shard if merged is None else jacobian_lens.merge([merged, shard])
             yield f"fitted text {i + 1}/{len(self.texts)} ({time.perf_counter() - started:.0f} s)"
         if merged is None:
             raise InputError(
@@ -228,10 +217,8 @@ def save_lens_atomically(lens: Any, path: Path) -> None:
 
 
 def _read_lens(path: str) -> tuple[Any, str]:
-    from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
-
     digest = sha256_hex(Path(path).read_bytes())
-    return JacobianLens.load(path), digest
+    return jacobian_lens.load(path), digest
 
 
 def load_lens_file(path: Path, model: LoadedModel) -> tuple[Any, LensInfo]:
@@ -249,7 +236,7 @@ def load_lens_file(path: Path, model: LoadedModel) -> tuple[Any, LensInfo]:
             "file written by fit_lens or TransformerLens' JacobianLens.save."
         ) from None
     try:
-        lens.validate_model(model.bridge)
+        jacobian_lens.validate(lens, model.backend)
     except (ValueError, TypeError, RuntimeError, KeyError) as exc:
         raise InputError(f"The lens file {str(path)!r} cannot be used with {model.name}: {exc}") from None
     ours = lens.metadata.get("mcp_interp", {})

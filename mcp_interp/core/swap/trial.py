@@ -38,7 +38,9 @@ from typing import Any, Final
 import torch
 from pydantic import ValidationError
 
-from mcp_interp.core.engine.backend.bridge import hook_out
+from mcp_interp.core.engine.backend import jacobian_lens
+from mcp_interp.core.engine.backend.edits import Set
+from mcp_interp.core.engine.backend.points import hook_out
 from mcp_interp.core.engine.text.tokens import token_ids
 from mcp_interp.core.swap import stats
 from mcp_interp.core.swap.controls import SharedPool, control_pool, distances_from, draw_controls
@@ -91,7 +93,7 @@ def check_settings(model: LoadedModel, settings: SwapSettings, layers: Sequence[
         first, last = lens_info.source_layers[0], lens_info.source_layers[-1]
         raise InputError(
             f"Layers {bad} cannot be edited with this lens: it covers the outputs of blocks {first}..{last} "
-            f"(the last block, {model.bridge.cfg.n_layers - 1}, is the model's output itself)."
+            f"(the last block, {model.cfg.n_layers - 1}, is the model's output itself)."
         )
 
 
@@ -177,10 +179,11 @@ class PromptRun:
 
 
 def prompt_run(model: LoadedModel, ids: list[int], position: int, layers: Sequence[int]) -> PromptRun:
-    names = {hook_out(layer) for layer in layers}
+    names = [hook_out(layer) for layer in layers]
     tokens = torch.tensor([ids], device=model.device)
-    with torch.no_grad():
-        logits, cache = model.bridge.run_with_cache(tokens, names_filter=lambda name: name in names)
+    run = model.backend.run(tokens, capture=names, mode="no_grad")
+    logits, cache = run.logits, run.acts
+    assert logits is not None
     return PromptRun(
         ids=ids,
         position=position,
@@ -195,8 +198,7 @@ def teacher_forced_logits(model: LoadedModel, run: PromptRun, answer: Sequence[i
     if len(answer) == 1:
         return run.last_logits.unsqueeze(0)
     tokens = torch.tensor([run.ids + list(answer[:-1])], device=model.device)
-    with torch.no_grad():
-        logits = model.bridge(tokens, return_type="logits")[0, len(run.ids) - 1 :]
+    logits = model.backend.logits(tokens, mode="no_grad")[0, len(run.ids) - 1 :]
     return require_finite(logits.float().cpu(), model.tokenizer, run.ids, "teacher-forcing the answer")
 
 
@@ -211,14 +213,8 @@ def edited_logits(
     """Logits ``[n_edits, 1 + len(continuation), vocab]`` at the prompt's last position and after each
     continuation token, with row i's activation at (layer, position) set to ``patched[i]``."""
     tokens = torch.tensor([run.ids + list(continuation)], device=model.device).expand(patched.shape[0], -1)
-
-    def write(activation: torch.Tensor, hook: Any) -> torch.Tensor:
-        activation = activation.clone()
-        activation[:, run.position, :] = patched.to(device=activation.device, dtype=activation.dtype)
-        return activation
-
-    with torch.no_grad(), model.bridge.hooks(fwd_hooks=[(hook_out(layer), write)]):
-        logits = model.bridge(tokens, return_type="logits")
+    edit = Set(hook_out(layer), patched.unsqueeze(1), pos=[run.position])  # row i: patched[i] at the position
+    logits = model.backend.logits(tokens, [edit], mode="no_grad")
     where = f"after an edit at layer {layer}, position {run.position}"
     return require_finite(logits[:, len(run.ids) - 1 :].float().cpu(), model.tokenizer, run.ids, where)
 
@@ -285,9 +281,9 @@ class EditPlan:
 def decomposition_at(model: LoadedModel, lens: Any, run: PromptRun, layer: int, k: int) -> Any:
     """The sparse decomposition of the prompt's activation at ``layer`` (computed once per run and layer)."""
     if layer not in run.decompositions:
-        dictionary = lens.lens_vector_dictionary(model.bridge, layer)
+        dictionary = jacobian_lens.dictionary(lens, model.backend, layer)
         x = run.activations[layer].float().to(dictionary.device)
-        run.decompositions[layer] = lens.decompose(model.bridge, x, layer, k=k)
+        run.decompositions[layer] = jacobian_lens.decompose(lens, model.backend, x, layer, k)
     return run.decompositions[layer]
 
 
@@ -316,7 +312,7 @@ def match_controls(
 
     A control must be displacement-matched at every layer its swap is edited at, since it stays the same token at
     all of them (``swap.controls``); the active support is excluded per layer, as for a single layer."""
-    dictionary = lens.lens_vector_dictionary(model.bridge, layer)
+    dictionary = jacobian_lens.dictionary(lens, model.backend, layer)
     support = [int(t) for t in decomposition_at(model, lens, run, layer, settings.k).support.tolist()]
     for tokens, shared in swaps:
         if tokens.source_id not in support:
@@ -356,10 +352,8 @@ def plan_edit_trial(
     edited at; None when too few tokens qualify). Returns None (with ``record`` skipped and explained) when the trial
     cannot execute. Separate from the forward so a benchmark can run the edits of several trials of one prompt and
     layer in one batch."""
-    from transformer_lens.tools.analysis.jacobian_lens_coordinate_patch import solve_coordinate_patch
-
     tokenizer = model.tokenizer
-    dictionary = lens.lens_vector_dictionary(model.bridge, layer)
+    dictionary = jacobian_lens.dictionary(lens, model.backend, layer)
     x = run.activations[layer].float().to(dictionary.device)
     decomposition = decomposition_at(model, lens, run, layer, settings.k)
     support = [int(t) for t in decomposition.support.tolist()]
@@ -394,7 +388,7 @@ def plan_edit_trial(
     for edit in edits:
         with warnings.catch_warnings(record=True) as raised:
             warnings.simplefilter("always")
-            patch = solve_coordinate_patch(
+            patch = jacobian_lens.coordinate_patch(
                 x, dictionary, tokens.source_id, edit, decomposition=decomposition, k=settings.k, alpha=settings.alpha
             )
         patches.append(patch)

@@ -28,10 +28,8 @@ from mcp_interp.core.engine.ablation.targets import (
     PreparedAblation,
     Target,
     prepare_ablation,
-    stacked_hooks,
+    stacked_edits,
 )
-from mcp_interp.core.engine.backend.bridge import logits_from_residual
-from mcp_interp.core.engine.backend.forward import capture_forward
 from mcp_interp.core.engine.numbers import metrics, stats
 from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, resolve_answer_specs
 from mcp_interp.core.engine.text.components import position_mask
@@ -109,9 +107,9 @@ class Effect:
             if self.bad is not None:
                 return metrics.logit_difference(logits, first, [a.first_token for a in self.bad]).value
             return metrics.answer_logprob(logits, first).value
-        good = answer_log_probs(model.bridge, batch, self.tracked, prepared)
+        good = answer_log_probs(model.backend, batch, self.tracked, prepared)
         if self.bad is not None:
-            good = good - answer_log_probs(model.bridge, batch, self.bad, prepared)
+            good = good - answer_log_probs(model.backend, batch, self.bad, prepared)
         return float(good.mean())
 
 
@@ -146,7 +144,7 @@ def random_baseline(
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
     matched, first_left_out = matched_mask(mask)
     names = sorted({t.hook() for t in ablation.targets})
-    capture = capture_forward(model.bridge, batch.input_ids, names)
+    capture = model.backend.capture(batch.input_ids, names)
     clean = answer_logits(model, batch, capture.final)
     effect = effect_of(model, batch, clean, correct, incorrect)
     before = effect.value(model, batch, clean, None)
@@ -208,7 +206,7 @@ def answer_logits(model: LoadedModel, batch: Batch, final: torch.Tensor) -> torc
     positions = batch.answer_positions.repeat(copies)
     rows = final[torch.arange(final.shape[0], device=final.device), positions]
     with torch.inference_mode():
-        return logits_from_residual(model.bridge, rows).to(torch.float64)
+        return model.backend.logits_from_residual(rows).to(torch.float64)
 
 
 def effect_values(
@@ -222,8 +220,8 @@ def effect_values(
     values: list[float] = []
     for start in range(0, len(prepared), per_forward):
         chunk = prepared[start : start + per_forward]
-        hooks = stacked_hooks([p.hooks for p in chunk], rows)
-        final = capture_forward(model.bridge, batch.input_ids.repeat(len(chunk), 1), hooks=hooks).final
+        edits = stacked_edits([p.edits for p in chunk], rows)
+        final = model.backend.capture(batch.input_ids.repeat(len(chunk), 1), edits=edits).final
         logits = answer_logits(model, batch, final)
         values.extend(effect.value(model, batch, logits[j * rows : (j + 1) * rows], None) for j in range(len(chunk)))
     return values

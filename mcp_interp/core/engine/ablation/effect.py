@@ -36,7 +36,7 @@ def parsed_ablation(model: LoadedModel, ablation: Ablation | Intervention) -> Ab
     """The core ``Ablation`` of a tool's arguments (an ``Intervention``), or the ``Ablation`` itself."""
     if isinstance(ablation, Ablation):
         return ablation
-    parsed = ablation_from_spec(ablation, model.bridge.cfg, model)  # a tool's arguments, names as strings or objects
+    parsed = ablation_from_spec(ablation, model.cfg, model)  # a tool's arguments, names as strings or objects
     assert parsed is not None
     return parsed
 
@@ -98,10 +98,10 @@ def ablation_outcome(
                 log_prob=metrics.answer_logprob(logits, first),
                 rank=metrics.answer_ranks(logits, first),
             )
-        log_prob = answer_log_probs(model.bridge, batch, tracked, with_ablation)
+        log_prob = answer_log_probs(model.backend, batch, tracked, with_ablation)
         diff = None
         if bad is not None and good is not None:
-            diff = metrics.score_of(log_prob - answer_log_probs(model.bridge, batch, bad, with_ablation))
+            diff = metrics.score_of(log_prob - answer_log_probs(model.backend, batch, bad, with_ablation))
         return MetricSet(logit_diff=diff, log_prob=metrics.score_of(log_prob), rank=metrics.answer_ranks(logits, first))
 
     before, after = metric_set(clean, None), metric_set(ablated, prepared)

@@ -21,17 +21,16 @@ the rest of x untouched. Three ways to remove a target's part, from crudest to g
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.backend.bridge import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
 from mcp_interp.core.engine.backend.capabilities import require
-from mcp_interp.core.engine.backend.forward import capture_forward
-from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.backend.edits import Edit, Rewrite
+from mcp_interp.core.engine.backend.points import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
@@ -284,7 +283,7 @@ class PreparedAblation:
     positions) and, for mean/resample, each target's replacement part there (``replacements[i]`` [batch, seq, width],
     None = zero), computed once from the prompts' clean run.
 
-    ``hooks_for`` applies it to a batch whose rows begin with a prompt's tokens followed by a teacher-forced answer.
+    ``edits_for`` applies it to a batch whose rows begin with a prompt's tokens followed by a teacher-forced answer.
     The prompt's positions are ablated exactly as in the prompt batch. With ``positions='all'`` the answer's tokens
     are ablated too (a component removed from the model is removed while it writes the answer), each with the part
     the prompt's answer position gets — zero, the mean answer-position part, or the resampled prompt's — since every
@@ -302,12 +301,12 @@ class PreparedAblation:
         return self.ablation.describe()
 
     @property
-    def hooks(self) -> list[Hook]:
-        """Forward hooks for the prompt batch itself."""
-        return self.hooks_for(None)
+    def edits(self) -> list[Edit]:
+        """The edits for the prompt batch itself."""
+        return self.edits_for(None)
 
-    def hooks_for(self, owners: list[int] | None) -> list[Hook]:
-        """Forward hooks for a batch whose row r starts with prompt ``owners[r]``'s tokens (None = the prompt batch)."""
+    def edits_for(self, owners: list[int] | None) -> list[Edit]:
+        """The edits for a batch whose row r starts with prompt ``owners[r]``'s tokens (None = the prompt batch)."""
         rows = list(range(self.mask.shape[0])) if owners is None else list(owners)
         index = torch.tensor(rows, dtype=torch.long)
         mask = self.mask[index.to(self.mask.device)]
@@ -339,10 +338,10 @@ class PreparedAblation:
                 parts.append(part)
             return where, parts
 
-        held: dict[str, torch.Tensor] = {}  # values of read hooks that are not their target's write hook
+        held: dict[str, torch.Tensor] = {}  # values of read points that are not their target's write point
 
-        def make_hook(members: list[int]) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-            def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+        def make_edit(name: str, members: list[int]) -> Edit:
+            def ablate(values: torch.Tensor) -> torch.Tensor:
                 where, parts = extend(values)
                 for i in members:
                     target = targets[i]
@@ -356,42 +355,45 @@ class PreparedAblation:
                     values = target.shift(values, torch.where(where.unsqueeze(-1), new_part, part), part)
                 return values
 
-            return hook
+            # A target read at another point (a transcoder's input) makes the edit depend on more than its value.
+            pure = all(targets[i].read_hook() == targets[i].hook() for i in members)
+            return Rewrite(name, ablate, is_pure=pure)
 
-        def keep(name: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-            def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+        def keep(name: str) -> Edit:
+            def hold(values: torch.Tensor) -> None:
                 held[name] = values
-                return values
 
-            return hook
+            return Rewrite(name, hold, is_pure=False)
 
-        by_hook: dict[str, list[int]] = {}
+        by_point: dict[str, list[int]] = {}
         for i, target in enumerate(targets):
-            by_hook.setdefault(target.hook(), []).append(i)
+            by_point.setdefault(target.hook(), []).append(i)
         read_only = sorted({t.read_hook() for t in targets if t.read_hook() != t.hook()})
-        hooks: list[Hook] = [(name, keep(name)) for name in read_only]
-        return hooks + [(name, make_hook(members)) for name, members in by_hook.items()]
+        edits: list[Edit] = [keep(name) for name in read_only]
+        return edits + [make_edit(name, members) for name, members in by_point.items()]
 
 
-def stacked_hooks(hook_lists: list[list[Hook]], rows: int) -> list[Hook]:
-    """Hooks for a batch of ``len(hook_lists)`` stacked copies of a ``rows``-row batch: copy j gets ``hook_lists[j]``.
+def stacked_edits(edit_lists: list[list[Edit]], rows: int) -> list[Edit]:
+    """Edits for a batch of ``len(edit_lists)`` stacked copies of a ``rows``-row batch: copy j gets ``edit_lists[j]``.
     Runs k variants of an ablation (random stand-ins) in one forward instead of k."""
-    names = list(dict.fromkeys(name for hooks in hook_lists for name, _ in hooks))
+    names = list(dict.fromkeys(edit.point for edits in edit_lists for edit in edits))
 
-    def make(name: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        functions = [dict(hooks).get(name) for hooks in hook_lists]
+    def make(name: str) -> Edit:
+        chosen = [[edit for edit in edits if edit.point == name] for edits in edit_lists]
 
-        def hook(values: torch.Tensor, hook: Any) -> torch.Tensor:
+        def apply(values: torch.Tensor) -> torch.Tensor:
             chunks: list[torch.Tensor] = []
-            for j, function in enumerate(functions):
+            for j, edits in enumerate(chosen):
                 chunk = values[j * rows : (j + 1) * rows]
-                out = None if function is None else function(chunk, hook)
-                chunks.append(chunk if out is None else out)
+                for edit in edits:
+                    out = edit.apply(chunk)
+                    chunk = chunk if out is None else out
+                chunks.append(chunk)
             return torch.cat(chunks, dim=0)
 
-        return hook
+        return Rewrite(name, apply, is_pure=all(edit.pure for edits in chosen for edit in edits))
 
-    return [(name, make(name)) for name in names]
+    return [make(name) for name in names]
 
 
 def derangement(n: int, seed: int) -> list[int]:
@@ -442,7 +444,7 @@ def mean_replacement(
 def prepare_ablation(
     model: Any, batch: Batch, ablation: Ablation, clean: Mapping[str, torch.Tensor] | None = None
 ) -> PreparedAblation:
-    """Make ``ablation`` concrete for ``batch`` (``model`` a ``LoadedModel``: its bridge runs, its tokenizer encodes
+    """Make ``ablation`` concrete for ``batch`` (``model`` a ``LoadedModel``: its backend runs, its tokenizer encodes
     the reference prompts by the shared rule): mean/resample read the targets' clean parts from one forward of the
     prompts (or ``clean``, those activations already captured), and mean's reference prompts from one more.
 
@@ -478,12 +480,12 @@ def prepare_ablation(
         names = sorted({t.read_hook() for t in ablation.targets})
         acts = clean if clean is not None and all(name in clean for name in names) else None
         if acts is None:
-            acts = capture_forward(model.bridge, batch.input_ids, names).acts
+            acts = model.backend.capture(batch.input_ids, names).acts
         reference_acts: Mapping[str, torch.Tensor] | None = None
         reference_mask = None
         if ablation.reference_prompts:
             reference = encode(model.tokenizer, list(ablation.reference_prompts), str(batch.input_ids.device))
-            reference_acts = capture_forward(model.bridge, reference.input_ids, names).acts
+            reference_acts = model.backend.capture(reference.input_ids, names).acts
             reference_mask = reference.attention_mask
             check_reference_lengths(batch, reference, mask)
         for i, target in enumerate(ablation.targets):
@@ -525,7 +527,7 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
         neurons = parse_neurons(spec, cfg.n_layers, int(cfg.d_mlp or 0))
         if neurons is not None:
             if model is not None:
-                require(model.bridge, "neuron_targets")  # mixture-of-experts blocks have no layer of neurons
+                require(model.backend, "neuron_targets")  # mixture-of-experts blocks have no layer of neurons
             return NeuronsTarget(*neurons)
         head = parse_head(spec, cfg.n_layers, cfg.n_heads)
         return HeadTarget(head.layer, head.head)
@@ -534,7 +536,7 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
         return HeadTarget(head.layer, head.head)
     if isinstance(spec, Mapping) and set(spec) == {"layer", "neurons"}:
         if model is not None:
-            require(model.bridge, "neuron_targets")
+            require(model.backend, "neuron_targets")
         layer, neurons, d_mlp = _layer(spec["layer"], cfg, spec), spec["neurons"], int(cfg.d_mlp)
         if not isinstance(neurons, list) or not neurons:
             raise InputError(f"Target {dict(spec)!r}: `neurons` must be a non-empty list of neuron indices.")
@@ -682,7 +684,5 @@ def logits_at_answers(model: Any, batch: Batch, ablation: Ablation | PreparedAbl
     """One forward pass (under ``ablation`` if given); ``[batch, vocab]`` logits at the answer positions."""
     if isinstance(ablation, Ablation):
         ablation = prepare_ablation(model, batch, ablation)
-    hooks = ablation.hooks if ablation is not None else []
-    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
-        logits = model.bridge(batch.input_ids, return_type="logits")
+    logits = model.backend.logits(batch.input_ids, ablation.edits if ablation is not None else [])
     return at_answer_positions(logits, batch.answer_positions)

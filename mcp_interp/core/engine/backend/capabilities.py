@@ -180,8 +180,9 @@ class Capability:
     reason: str | None
 
 
-def capability(bridge: Any, key: str) -> Capability:
+def capability(backend: Any, key: str) -> Capability:
     """Whether the use ``key`` of ``USES`` applies to this model (the first missing feature decides why not)."""
+    bridge = backend.bridge
     use = USES[key]
     for need in use.needs:
         feature = FEATURES[need]
@@ -191,18 +192,18 @@ def capability(bridge: Any, key: str) -> Capability:
     return Capability(key, use.tools, use.option, True, None, None)
 
 
-def capabilities(bridge: Any) -> list[Capability]:
+def capabilities(backend: Any) -> list[Capability]:
     """Every tool and option whose availability depends on the architecture, for this model (``model_info``)."""
-    return [capability(bridge, key) for key in USES]
+    return [capability(backend, key) for key in USES]
 
 
-def require(bridge: Any, key: str) -> None:
+def require(backend: Any, key: str) -> None:
     """Refuse the use ``key`` of ``USES`` before any model work when this model lacks what it needs: an
     ``InputError`` naming the missing feature, why, and what to use instead."""
-    found = capability(bridge, key)
+    found = capability(backend, key)
     if not found.available:
         what = f"{found.option} ({', '.join(found.tools)})" if found.option else f"`{found.tools[0]}`"
-        architecture = type(hf_model(bridge)).__name__
+        architecture = type(hf_model(backend.bridge)).__name__
         raise InputError(
             f"{what} needs {found.missing_feature}, which this model ({architecture}) does not have: {found.reason} "
             "(model_info lists under `capabilities` what applies to this model.)"

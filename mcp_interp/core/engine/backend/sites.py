@@ -17,17 +17,17 @@ and a gradient taken there is the gradient with respect to resid_mid.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import hook_attn_out, hook_in, site_hook
+from mcp_interp.core.engine.backend.edits import Edit, Rewrite
+from mcp_interp.core.engine.backend.points import hook_attn_out, hook_in, site_hook
 
 Site = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "mlp_post"]
 SITES: tuple[Site, ...] = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "mlp_post")
 INSIDE_BLOCK: frozenset[str] = frozenset({"z", "attn_out", "resid_mid", "mlp_out", "mlp_post"})
 CHANNEL_SITES: frozenset[str] = frozenset({"z", "mlp_post"})
-Hook = tuple[str, Callable[[torch.Tensor, Any], torch.Tensor | None]]
 
 
 def write_hook(site: str, layer: int) -> str:
@@ -36,23 +36,20 @@ def write_hook(site: str, layer: int) -> str:
     return hook_attn_out(layer) if site == "resid_mid" else site_hook(site, layer)
 
 
-def replace_hooks(site: str, layer: int, replace_fn: Callable[[torch.Tensor], torch.Tensor]) -> list[Hook]:
-    """Forward hooks that replace the site's value ``v`` (``[batch, seq, ...]`` as its hook sees it) by
+def replace_edits(site: str, layer: int, replace_fn: Callable[[torch.Tensor], torch.Tensor]) -> list[Edit]:
+    """Edits that replace the site's value ``v`` (``[batch, seq, ...]`` as its point holds it) by
     ``replace_fn(v)`` at every position, so that everything downstream reads the replacement
-    (``resid_mid`` through ``attn_out``, see the module docstring)."""
+    (``resid_mid`` through ``attn_out``, see the module docstring: that one also reads resid_pre, so it runs only
+    on a local model)."""
     if site != "resid_mid":
-
-        def write(values: torch.Tensor, hook: Any) -> torch.Tensor:
-            return replace_fn(values).to(values.dtype)
-
-        return [(site_hook(site, layer), write)]
+        return [Rewrite(site_hook(site, layer), lambda values: replace_fn(values).to(values.dtype))]
     held: dict[str, torch.Tensor] = {}
 
-    def keep(values: torch.Tensor, hook: Any) -> None:
+    def keep(values: torch.Tensor) -> None:
         held["resid_pre"] = values
 
-    def write_mid(attn_out: torch.Tensor, hook: Any) -> torch.Tensor:
+    def write_mid(attn_out: torch.Tensor) -> torch.Tensor:
         resid_pre = held.pop("resid_pre")
         return (replace_fn(resid_pre + attn_out) - resid_pre).to(attn_out.dtype)
 
-    return [(hook_in(layer), keep), (hook_attn_out(layer), write_mid)]
+    return [Rewrite(hook_in(layer), keep, is_pure=False), Rewrite(hook_attn_out(layer), write_mid, is_pure=False)]

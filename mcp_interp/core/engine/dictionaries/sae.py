@@ -23,7 +23,8 @@ from typing import ClassVar, Literal
 
 import torch
 
-from mcp_interp.core.engine.backend.sites import Hook, Site, replace_hooks
+from mcp_interp.core.engine.backend.edits import Edit
+from mcp_interp.core.engine.backend.sites import Site, replace_edits
 
 SaeArchitecture = Literal["standard", "jumprelu", "topk"]
 
@@ -122,7 +123,7 @@ class TopKSae(SparseAutoencoder):
 ARCHITECTURES: dict[str, type[SparseAutoencoder]] = {cls.architecture: cls for cls in (ReluSae, JumpReluSae, TopKSae)}
 
 
-def splice_hooks(sae: SparseAutoencoder, replace_fn: Callable[[torch.Tensor], torch.Tensor]) -> list[Hook]:
-    """Forward hooks that replace the SAE's activation ``v`` by ``replace_fn(v)`` at every position, so that
-    everything downstream reads the replacement (``sites.replace_hooks``: resid_mid is written through attn_out)."""
-    return replace_hooks(sae.site, sae.layer, replace_fn)
+def splice_edits(sae: SparseAutoencoder, replace_fn: Callable[[torch.Tensor], torch.Tensor]) -> list[Edit]:
+    """Edits that replace the SAE's activation ``v`` by ``replace_fn(v)`` at every position, so that everything
+    downstream reads the replacement (``sites.replace_edits``: resid_mid is written through attn_out)."""
+    return replace_edits(sae.site, sae.layer, replace_fn)

@@ -53,8 +53,8 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import hf_config, site_hook
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.points import site_hook
 from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.dictionaries.sae import ARCHITECTURES, SparseAutoencoder
 from mcp_interp.core.engine.text.tokens import adds_bos
@@ -409,7 +409,7 @@ def _read_weights(path: Path, architecture: str) -> dict[str, torch.Tensor]:
 
 def hook_width(model: LoadedModel, site: Site) -> tuple[int, str]:
     """The width of a site's activation on ``model`` and what it is, e.g. (576, 'd_model')."""
-    cfg = model.bridge.cfg
+    cfg = model.cfg
     if site == "z":
         return int(cfg.n_heads) * int(cfg.d_head), "n_heads × d_head"
     if site == "mlp_post":
@@ -420,9 +420,9 @@ def hook_width(model: LoadedModel, site: Site) -> tuple[int, str]:
 def _check_against(sae: SparseAutoencoder, model: LoadedModel) -> list[str]:
     """Errors for an SAE that cannot run on ``model``; the notes for one that can."""
     if sae.site in SITE_NEEDS:
-        require(model.bridge, SITE_NEEDS[sae.site])
+        require(model.backend, SITE_NEEDS[sae.site])
     trained_on = f" (cfg.json says it was trained on {sae.model_name!r})" if sae.model_name else ""
-    n_layers = int(model.bridge.cfg.n_layers)
+    n_layers = int(model.cfg.n_layers)
     if not 0 <= sae.layer < n_layers:
         raise InputError(
             f"The SAE's `hook_name` {sae.saelens_hook!r} names layer {sae.layer}, but the loaded model "
@@ -457,7 +457,7 @@ def _normalise_name(name: str) -> str:
 
 def same_model(sae_model: str, model: LoadedModel) -> bool:
     """Whether a dictionary's recorded model name looks like the loaded model's (case and punctuation ignored)."""
-    config = hf_config(model.bridge)
-    names = [model.name, getattr(model.bridge.cfg, "model_name", None), getattr(config, "_name_or_path", None)]
+    config = model.backend.hf_config()
+    names = [model.name, getattr(model.cfg, "model_name", None), getattr(config, "_name_or_path", None)]
     wanted = _normalise_name(sae_model)
     return any(isinstance(n, str) and n and _normalise_name(n) == wanted for n in names)

@@ -45,8 +45,7 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import (
-    has_hook,
+from mcp_interp.core.engine.backend.points import (
     hook_mlp_input,
     hook_mlp_norm_normalized,
     hook_mlp_out,
@@ -377,7 +376,7 @@ def _hooks(
                 f"{', '.join(repr(k) for k in table)} (TransformerLens names relative to blocks.{{l}}.)."
             )
         hooks = tuple(table[name](layer) for layer in range(n_layers))
-        absent = [h for h in hooks if not has_hook(model.bridge, h)]
+        absent = [h for h in hooks if not model.backend.has_point(h)]
         if absent:
             raise InputError(
                 f"{where}: `{field_name}` = {name!r} maps to {absent[0]}, which the loaded model {model.name!r} "
@@ -392,7 +391,7 @@ def _read_set(
 ) -> Transcoders:
     where = location.folder / CONFIG_FILE
     kind = cfg["model_kind"]
-    n_model_layers, d_model = int(model.bridge.cfg.n_layers), int(model.bridge.cfg.d_model)
+    n_model_layers, d_model = int(model.cfg.n_layers), int(model.cfg.d_model)
     if kind == "cross_layer_transcoder":
         layers = [_clt_layer(files[2 * i], files[2 * i + 1], i) for i in range(len(files) // 2)]
     else:

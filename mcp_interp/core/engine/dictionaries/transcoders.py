@@ -27,7 +27,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.backend.edits import Add, Edit
 
 TranscoderKind = Literal["transcoder_set", "cross_layer_transcoder"]
 ActivationName = Literal["relu", "jumprelu", "topk"]
@@ -174,8 +174,8 @@ class TranscoderFeature:
     """One transcoder feature as a steering direction: its decoder rows at every layer it writes to.
 
     ``vector`` is the rows concatenated (``[n_out · d_model]``, the space a coefficient and a random
-    comparison direction live in); ``hooks(added)`` adds the matching slice of ``added`` at each output hook,
-    every position.
+    comparison direction live in); ``edits(added)`` adds the matching slice of ``added`` (its last dimension:
+    ``[n_out · d_model]``, or one such row per batch row) at each output point, every position.
     """
 
     transcoders: Transcoders
@@ -191,17 +191,12 @@ class TranscoderFeature:
         rows = [self.transcoders.decoder_rows(self.layer, [self.feature], j)[0] for j in self.out_layers]
         return torch.cat(rows).detach().float().cpu()
 
-    def hooks(self, added: torch.Tensor) -> list[Hook]:
+    def edits(self, added: torch.Tensor) -> list[Edit]:
         d = self.transcoders.d_model
-        hooks: list[Hook] = []
-        for i, out_layer in enumerate(self.out_layers):
-            piece = added[i * d : (i + 1) * d]
-
-            def add(values: torch.Tensor, hook: object, piece: torch.Tensor = piece) -> torch.Tensor:
-                return values + piece.to(device=values.device, dtype=values.dtype)
-
-            hooks.append((self.transcoders.output_hooks[out_layer], add))
-        return hooks
+        return [
+            Add(self.transcoders.output_hooks[out_layer], added[..., i * d : (i + 1) * d])
+            for i, out_layer in enumerate(self.out_layers)
+        ]
 
     def describe(self) -> str:
         return f"feature {self.feature} of layer {self.layer} of {self.transcoders.describe()}"

@@ -18,14 +18,6 @@ from typing import Any, Protocol
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import (
-    final_logit_softcap,
-    final_norm,
-    logits_from_residual,
-    soft_cap,
-    unembed_linear,
-)
-
 # A metric per row: (final residuals or answer logits [rows, width], each row's prompt index [rows]) → [rows].
 RowMetric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -48,12 +40,12 @@ class LogitDiffReadout:
     the two logits capped before the difference, as its forward does.
     """
 
-    def __init__(self, bridge: Any, correct: torch.Tensor, incorrect: torch.Tensor) -> None:
-        self.bridge, self.correct, self.incorrect = bridge, correct, incorrect
-        self.cap = final_logit_softcap(bridge)
-        linear = unembed_linear(bridge)
-        self.weight = linear.weight if linear is not None else None
-        self.bias = linear.bias if linear is not None else None
+    def __init__(self, backend: Any, correct: torch.Tensor, incorrect: torch.Tensor) -> None:
+        self.backend, self.correct, self.incorrect = backend, correct, incorrect
+        self.cap = backend.final_logit_softcap()
+        unembedding = backend.unembedding()
+        self.weight = unembedding[0] if unembedding is not None else None
+        self.bias = unembedding[1] if unembedding is not None else None
 
     def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         good = logits.gather(1, self.correct[prompts].unsqueeze(1)).to(torch.float64)
@@ -62,10 +54,10 @@ class LogitDiffReadout:
 
     def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         if self.weight is None:
-            return self.from_logits(logits_from_residual(self.bridge, residual), prompts)
+            return self.from_logits(self.backend.logits_from_residual(residual), prompts)
         # The norm runs in the model's dtype (it is the model's computation); the two dot products are taken in
         # float32 at least, so a bfloat16/float16 model's logit difference is not rounded twice more.
-        normed = final_norm(self.bridge, residual)
+        normed = self.backend.final_norm(residual)
         wide = torch.promote_types(normed.dtype, torch.float32)
         normed = normed.to(wide)
         good, bad = self.correct[prompts], self.incorrect[prompts]
@@ -77,14 +69,14 @@ class LogitDiffReadout:
         logits = [(normed * self.weight[t].to(wide)).sum(dim=-1) for t in (good, bad)]
         if self.bias is not None:
             logits = [logit + self.bias[t].to(wide) for logit, t in zip(logits, (good, bad), strict=True)]
-        capped = [soft_cap(logit.to(torch.float64), self.cap) for logit in logits]
+        capped = [self.backend.soft_cap(logit.to(torch.float64)) for logit in logits]
         return capped[0] - capped[1]
 
 
 class _FullVocabulary:
     """``from_residual`` through the model's final norm and whole unembedding, chunked."""
 
-    bridge: Any
+    backend: Any
 
     def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -92,7 +84,7 @@ class _FullVocabulary:
     def from_residual(self, residual: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         pieces = [
             self.from_logits(
-                logits_from_residual(self.bridge, residual[lo : lo + ROWS_PER_CHUNK]), prompts[lo : lo + ROWS_PER_CHUNK]
+                self.backend.logits_from_residual(residual[lo : lo + ROWS_PER_CHUNK]), prompts[lo : lo + ROWS_PER_CHUNK]
             )
             for lo in range(0, residual.shape[0], ROWS_PER_CHUNK)
         ]
@@ -102,8 +94,8 @@ class _FullVocabulary:
 class LogProbReadout(_FullVocabulary):
     """log P(correct[p]) for rows of prompt p (≤ 0; 0 = certain)."""
 
-    def __init__(self, bridge: Any, correct: torch.Tensor) -> None:
-        self.bridge, self.correct = bridge, correct
+    def __init__(self, backend: Any, correct: torch.Tensor) -> None:
+        self.backend, self.correct = backend, correct
 
     def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
@@ -113,8 +105,8 @@ class LogProbReadout(_FullVocabulary):
 class KLReadout(_FullVocabulary):
     """KL(clean‖run) = Σ_t P_clean(t) (log P_clean(t) − log P_run(t)) for rows of prompt p, nats, ≥ 0."""
 
-    def __init__(self, bridge: Any, clean_logits: torch.Tensor) -> None:
-        self.bridge = bridge
+    def __init__(self, backend: Any, clean_logits: torch.Tensor) -> None:
+        self.backend = backend
         self.clean_log_probs = torch.log_softmax(clean_logits.detach().to(torch.float64), dim=-1)  # [batch, vocab]
 
     def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
@@ -125,7 +117,7 @@ class KLReadout(_FullVocabulary):
 
 def make_readout(
     name: str,
-    bridge: Any,
+    backend: Any,
     correct: torch.Tensor | None,
     incorrect: torch.Tensor | None,
     clean_logits: torch.Tensor | None,
@@ -133,9 +125,9 @@ def make_readout(
     """The readout called ``name`` (``logit_diff``, ``log_prob`` or ``kl``) with what it needs."""
     if name == "logit_diff":
         assert correct is not None and incorrect is not None
-        return LogitDiffReadout(bridge, correct, incorrect)
+        return LogitDiffReadout(backend, correct, incorrect)
     if name == "log_prob":
         assert correct is not None
-        return LogProbReadout(bridge, correct)
+        return LogProbReadout(backend, correct)
     assert clean_logits is not None
-    return KLReadout(bridge, clean_logits)
+    return KLReadout(backend, clean_logits)

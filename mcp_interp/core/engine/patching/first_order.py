@@ -8,15 +8,13 @@ approximation otherwise — cheap, and labelled as such wherever it is reported.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import site_hook
-from mcp_interp.core.engine.backend.forward import StopForward, stop_after_last_block
+from mcp_interp.core.engine.backend.edits import Edit, Rewrite, observe
+from mcp_interp.core.engine.backend.points import site_hook
 from mcp_interp.core.engine.backend.sites import INSIDE_BLOCK, Site, write_hook
 from mcp_interp.core.engine.numbers.row_readouts import RowMetric
 
@@ -31,7 +29,7 @@ class Attribution:
 
 
 def attribution_terms(
-    bridge: Any,
+    backend: Any,
     base_ids: torch.Tensor,
     site: Site,
     source: dict[int, torch.Tensor],
@@ -55,40 +53,32 @@ def attribution_terms(
     grads_at: dict[int, torch.Tensor] = {}
     values_at: dict[int, torch.Tensor] = {}
 
-    def keep(layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+    def keep(layer: int) -> Rewrite:
+        def hold(value: torch.Tensor) -> torch.Tensor:
             # Return a new tensor so the rest of the forward provably consumes it: the bridge may
             # hand the hook a reshaped view that is not itself on the path to the logits.
             grads_at[layer] = value.clone()
             return grads_at[layer]
 
-        return hook
+        grad_point = write_hook(site, layer) if site in INSIDE_BLOCK else site_hook(site, layer)
+        return Rewrite(grad_point, hold, is_pure=False)
 
-    def read(layer: int) -> Callable[[torch.Tensor, Any], None]:
-        def hook(value: torch.Tensor, hook: Any) -> None:
-            values_at[layer] = value.detach()
+    def read(layer: int) -> Edit:
+        return observe(site_hook(site, layer), lambda value: values_at.__setitem__(layer, value.detach()))
 
-        return hook
-
-    grad_hook = write_hook if site in INSIDE_BLOCK else site_hook
-    fwd_hooks: list[tuple[str, Callable[[torch.Tensor, Any], torch.Tensor | None]]]
-    fwd_hooks = [(grad_hook(site, layer), keep(layer)) for layer in layers]
+    edits: list[Edit] = [keep(layer) for layer in layers]
     if site == "resid_mid":  # the gradient is read at attn_out, the value at resid_mid
-        fwd_hooks += [(site_hook(site, layer), read(layer)) for layer in layers]
+        edits += [read(layer) for layer in layers]
     batch = base_ids.shape[0]
-    final: list[torch.Tensor] = []
-    handle = stop_after_last_block(bridge, final)
-    try:
-        with torch.enable_grad(), bridge.hooks(fwd_hooks=fwd_hooks):
-            with contextlib.suppress(StopForward):
-                bridge(base_ids, return_type=None)
-            rows = final[0][torch.arange(batch), answer_positions]
-            total = residual_metric(rows, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
-            grads = torch.autograd.grad(total, [grads_at[layer] for layer in layers])
-    finally:
-        handle.remove()
+    run = backend.run(base_ids, edits=edits, output="final", mode="grad")
+    assert run.final is not None
+    with torch.enable_grad():
+        rows = run.final[torch.arange(batch), answer_positions]
+        total = residual_metric(rows, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
+    grads = backend.backward(total, [grads_at[layer] for layer in layers])
     terms = {}
     for layer, grad in zip(layers, grads, strict=True):
+        assert grad is not None
         base = values_at[layer] if site == "resid_mid" else grads_at[layer].detach()
         term = (source[layer].to(torch.float64) - base.to(torch.float64)) * grad.to(torch.float64)
         terms[layer] = term if site == "mlp_post" else term.sum(dim=-1)

@@ -26,8 +26,8 @@ from typing import Any, Generic
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.backend.bridge import logits_from_residual, site_hook
-from mcp_interp.core.engine.backend.forward import BlockTrace, capture_forward, trace_blocks
+from mcp_interp.core.engine.backend.forward import BlockTrace
+from mcp_interp.core.engine.backend.points import site_hook
 from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.jobs import Job, R
 from mcp_interp.core.engine.numbers.row_readouts import LogProbReadout, Readout, make_readout
@@ -132,7 +132,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     # --- the job --------------------------------------------------------------------------------
 
     def total_steps(self) -> int:
-        sweep = self.model.bridge.cfg.n_layers - min(self.patched_layers())
+        sweep = self.model.cfg.n_layers - min(self.patched_layers())
         chooser = 1 if self.cells_need_attribution() else 0
         work = sweep if self.method == "exact" else 1 + (sweep if self.verify_top else 0)
         return 1 + chooser + work
@@ -140,7 +140,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     def steps(self) -> Iterator[str]:
         self._check()
         self.check()
-        model, tokenizer, bridge = self.model, self.model.tokenizer, self.model.bridge
+        model, tokenizer, backend = self.model, self.model.tokenizer, self.model.backend
         names = ("clean_prompts", "corrupt_prompts")
         diffs = validate_pairs(tokenizer, self.clean_prompts, self.corrupt_prompts, names)
         clean = encode(tokenizer, self.clean_prompts, model.device)
@@ -155,7 +155,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             base, source = source, base
         rows = base.input_ids.shape[0]
 
-        source_run = capture_forward(bridge, source.input_ids, [site_hook(site, layer) for layer in layers])
+        source_run = backend.capture(source.input_ids, [site_hook(site, layer) for layer in layers])
         source_acts = {layer: source_run.acts[site_hook(site, layer)] for layer in layers}
         everyone = torch.arange(rows)
         source_answer = source_run.final[everyone, source.answer_positions]
@@ -164,7 +164,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         kl_needs_base = self.metric == "kl" and self.direction == "noise"
         base_run = None
         if self.method == "exact" or kl_needs_base:
-            base_run = capture_forward(bridge, base.input_ids, trace=self.method == "exact")
+            base_run = backend.capture(base.input_ids, trace=self.method == "exact")
         clean_logits = None
         if self.metric == "kl":
             if self.direction == "denoise":
@@ -173,12 +173,12 @@ class PatchingJob(Job[R], ABC, Generic[R]):
                 assert base_run is not None
                 clean_answer = base_run.final[everyone, base.answer_positions]
             with torch.inference_mode():
-                clean_logits = logits_from_residual(bridge, clean_answer)
+                clean_logits = backend.logits_from_residual(clean_answer)
         readout = self._readout(clean_logits)
         attribution = None
         if self.method == "attribution" or self.cells_need_attribution():
             attribution = attribution_terms(
-                bridge, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual
+                backend, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual
             )
         if base_run is not None:
             base_answer = base_run.final[everyone, base.answer_positions]
@@ -213,7 +213,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             if self.verify_top:
                 order = ranked_scores(patched, clean_m, corrupt_m, self.direction)[: self.verify_top]
                 exact_rows = yield from self._exact(
-                    trace_blocks(bridge, base.input_ids), site, source_acts, [cells[i] for i in order], mask, base,
+                    backend.trace(base.input_ids), site, source_acts, [cells[i] for i in order], mask, base,
                     readout, first_diff,
                 )  # fmt: skip
                 exact = self.plan.combine(exact_rows)
@@ -276,11 +276,11 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     def _readout(self, clean_logits: torch.Tensor | None) -> Readout:
         if not self.plan.is_identity:
             assert self.plan.targets is not None
-            return LogProbReadout(self.model.bridge, self.plan.targets)
+            return LogProbReadout(self.model.backend, self.plan.targets)
         good, bad = self._token_answers
         correct = torch.tensor([a.first_token for a in good]) if good is not None else None
         incorrect = torch.tensor([a.first_token for a in bad]) if bad is not None else None
-        return make_readout(self.metric, self.model.bridge, correct, incorrect, clean_logits)
+        return make_readout(self.metric, self.model.backend, correct, incorrect, clean_logits)
 
     def _mask(self, rows: Batch, prompts: Batch) -> torch.Tensor:
         """``[rows, seq]``: where a cell without a position is patched in each row (``patch_positions``)."""
@@ -314,12 +314,12 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         run = [i for i, c in enumerate(cells) if c.position is None or c.position >= first_diff]
         if not run:
             return patched
-        chosen = best_sweep(self.model.bridge, trace, site, source_acts, [cells[i] for i in run], mask,
+        chosen = best_sweep(self.model.backend, trace, site, source_acts, [cells[i] for i in run], mask,
                             base.answer_positions, readout.from_residual, first_diff)  # fmt: skip
         self.engine = chosen.engine
         if chosen.note and chosen.note not in self.notes:
             self.notes.append(chosen.note)
-        last = self.model.bridge.cfg.n_layers - 1
+        last = self.model.cfg.n_layers - 1
         for layer in chosen.sweep.steps():
             yield f"exact patching: layer {layer} of {last} done"
         assert chosen.sweep.values is not None

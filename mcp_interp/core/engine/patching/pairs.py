@@ -35,7 +35,7 @@ def prepare_pairs(
     corrupt = encode(tokenizer, corrupt_prompts, model.device)
     n = len(clean.texts)
     readout = LogitDiffReadout(
-        model.bridge,
+        model.backend,
         torch.tensor(resolve_answers(tokenizer, correct, n, "correct")),
         torch.tensor(resolve_answers(tokenizer, incorrect, n, "incorrect")),
     )

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import run_block
+from mcp_interp.core.engine.backend.edits import Rewrite
 from mcp_interp.core.engine.backend.forward import BlockTrace
 from mcp_interp.core.engine.backend.sites import CHANNEL_SITES, INSIDE_BLOCK, Site, write_hook
 from mcp_interp.core.engine.numbers.row_readouts import RowMetric
@@ -95,7 +95,7 @@ class PatchSweep(ABC):
     is exhausted, ``values`` holds the metric per unit and prompt, ``[len(units), batch]``.
     """
 
-    bridge: Any
+    backend: Any  # the model's backend (``backend.local.LocalBackend``: it re-runs single blocks)
     base: BlockTrace
     site: Site
     source: dict[int, torch.Tensor]  # layer -> source run's values at the site, [batch, seq, ...]
@@ -132,7 +132,7 @@ class PatchSweep(ABC):
 
     def layers(self) -> list[int]:
         first = min(u.layer for u in self.units)
-        return list(range(first, len(self.bridge.blocks)))
+        return list(range(first, self.backend.n_layers))
 
     def steps(self) -> Iterator[int]:
         batch, start = self.base.batch_size, self.first_position()
@@ -144,7 +144,7 @@ class PatchSweep(ABC):
         rows_prompt = torch.empty(0, dtype=torch.long)
         rows_unit = torch.empty(0, dtype=torch.long)  # index into self.units
         rows_layer = torch.empty(0, dtype=torch.long)  # the layer each row's unit is patched at
-        last_layer = len(self.bridge.blocks) - 1
+        last_layer = self.backend.n_layers - 1
         with torch.inference_mode():
             for layer in self.layers():
                 joining = [i for i in order if self.units[i].layer == layer]
@@ -233,8 +233,8 @@ class PatchSweep(ABC):
 
 @dataclass(kw_only=True)
 class BridgePatchSweep(PatchSweep):
-    """The generic engine: every block called through the TransformerBridge on every position,
-    the patch applied by a hook. Works for any model the bridge runs."""
+    """The generic engine: every block called through the backend on every position, the patch applied as an
+    edit at its point. Works for any model the local backend runs."""
 
     max_rows_per_call: int = 512
 
@@ -249,17 +249,13 @@ class BridgePatchSweep(PatchSweep):
         patch: SitePatch | None,
         query: torch.Tensor | None,
     ) -> torch.Tensor:
-        fwd_hooks = []
+        edits = []
         if patch is not None:
             applied = patch.minus(residual) if self.site == "resid_mid" else patch
-
-            def patch_values(values: torch.Tensor, hook: Any) -> torch.Tensor:
-                return applied.apply(values.clone())  # the hook's tensor may be a view the bridge still uses
-
-            fwd_hooks.append((write_hook(self.site, layer), patch_values))
+            # the value at the point may be a view the bridge still uses: patch a copy
+            edits.append(Rewrite(write_hook(self.site, layer), lambda values: applied.apply(values.clone())))
         call_kwargs = _rows_kwargs(self.base.kwargs[layer], rows_prompt, self.base.batch_size)
-        with self.bridge.hooks(fwd_hooks=fwd_hooks):
-            return run_block(self.bridge, layer, residual, call_kwargs)
+        return self.backend.run_block(layer, residual, call_kwargs, edits)
 
 
 def _rows_kwargs(call_kwargs: dict[str, Any], rows_prompt: torch.Tensor, batch_size: int) -> dict[str, Any]:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.ablation.targets import PreparedAblation
+from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.text.tokens import Batch, token_strings
 from mcp_interp.errors import InputError
 
@@ -183,8 +183,15 @@ def describe(tokenizer: Any, answer: Answer) -> str:
     return " | ".join(parts)
 
 
+class RowEdits(Protocol):
+    """Edits for a batch whose row r starts with prompt ``owners[r]``'s tokens (``ablation.targets.PreparedAblation``
+    is one): how an intervention prepared on the prompts applies to their teacher-forced rows."""
+
+    def edits_for(self, owners: list[int] | None) -> list[Edit]: ...
+
+
 def answer_log_probs(
-    bridge: Any, batch: Batch, answers: Sequence[Answer], ablation: PreparedAblation | None = None
+    backend: Any, batch: Batch, answers: Sequence[Answer], ablation: RowEdits | None = None
 ) -> torch.Tensor:
     """log P(answer_i | prompt_i) per prompt, float64, teacher-forced (see the module docstring).
 
@@ -204,9 +211,8 @@ def answer_log_probs(
             "shorten the prompt or the answer, or raise --max-tokens."
         )
     extended = batch_of_ids(sequences, [lengths[i] - 1 for i, _ in rows], batch.input_ids.device)
-    hooks = ablation.hooks_for([i for i, _ in rows]) if ablation is not None else []
-    with torch.inference_mode(), bridge.hooks(fwd_hooks=hooks):
-        logits = bridge(extended.input_ids, return_type="logits")
+    edits = ablation.edits_for([i for i, _ in rows]) if ablation is not None else []
+    logits = backend.logits(extended.input_ids, edits)
     per_row = []
     for r, (i, alt) in enumerate(rows):
         start = lengths[i] - 1  # the prediction of the answer's first token

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend.bridge import hook_pattern
-from mcp_interp.core.engine.backend.sites import Hook
+from mcp_interp.core.engine.backend.edits import Edit, observe
+from mcp_interp.core.engine.backend.points import hook_pattern
 from mcp_interp.core.engine.text.tokens import adds_bos
 
 SINK_SHARE = 0.3
@@ -29,18 +29,15 @@ SINK_OVER_UNIFORM = 3.0
 
 
 class FirstKeyAttention:
-    """Forward hooks that keep, for every layer, the attention each query pays to key 0 (``[batch, heads, q]``,
+    """Observers that keep, for every layer, the attention each query pays to key 0 (``[batch, heads, q]``,
     a sliver of the pattern), then ``share`` over the real queries of each row."""
 
     def __init__(self, n_layers: int) -> None:
         self.n_layers = n_layers
         self.kept: list[torch.Tensor] = []
 
-    def hooks(self) -> list[Hook]:
-        def keep(value: torch.Tensor, hook: Any) -> None:
-            self.kept.append(value[:, :, :, 0].detach().to(torch.float64))
-
-        return [(hook_pattern(layer), keep) for layer in range(self.n_layers)]
+    def observers(self) -> list[Edit]:
+        return [observe(hook_pattern(layer), self.add) for layer in range(self.n_layers)]
 
     def add(self, pattern: torch.Tensor) -> None:
         """Record one layer's full pattern ``[batch, heads, q, k]`` (when the caller already has it)."""
