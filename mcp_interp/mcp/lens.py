@@ -14,7 +14,7 @@ from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
-from mcp_interp.core.features.directions import load_direction
+from mcp_interp.core.engine.directions import load_direction
 from mcp_interp.core.lens import figures as lens_figures
 from mcp_interp.core.lens.attention import attention as measure_attention
 from mcp_interp.core.lens.dla import dla as measure_dla

@@ -37,8 +37,8 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, InputRequiredResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError, create_model
 
+from mcp_interp.core.engine.directions import resolve_direction_refs
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.features.directions import resolve_direction_refs
 from mcp_interp.errors import InputError, InterpError, NumericalError
 from mcp_interp.mcp.queue import JobQueue, current_job
 from mcp_interp.mcp.results import DEFAULT_TOP, compact, cut_note, summary_text
