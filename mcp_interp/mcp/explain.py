@@ -13,10 +13,11 @@ from pydantic import Field
 
 from mcp_interp.core.explain.job import ExplainJob
 from mcp_interp.core.explain.report import report_markdown
+from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.heads import heads_heatmap
 from mcp_interp.mcp.lens import attention_figure, dla_figure, logit_lens_figure
 from mcp_interp.mcp.localize import patch_figure
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit
 from mcp_interp.schemas.explain import ExplainResult
 
 family = Family("explain")

@@ -28,7 +28,8 @@ from mcp_interp.mcp.arguments import (
     Top,
     VerifyTop,
 )
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.ablation import AblationOutcome
 from mcp_interp.schemas.common import Intervention, PositionsSpec, TargetSpec
 from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsMeasurement, PatchHeadsResult

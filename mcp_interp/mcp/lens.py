@@ -24,7 +24,8 @@ from mcp_interp.core.lens.logit_lens import logit_lens as measure_logit_lens
 from mcp_interp.core.lens.steer import SteerJob
 from mcp_interp.errors import InputError
 from mcp_interp.mcp.arguments import RandomDraws
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import (
     AttentionMeasurement,

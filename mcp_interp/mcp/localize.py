@@ -33,8 +33,9 @@ from mcp_interp.mcp.arguments import (
     Top,
     VerifyTop,
 )
+from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.heads import ablation_summary
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import (
     AblateResult,
