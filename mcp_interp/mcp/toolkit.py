@@ -7,7 +7,8 @@ with ``Toolkit.of(ctx)``). Each method is a step every tool would otherwise writ
 * ``call`` / ``run`` / ``run_job`` — core work on the model thread under the model lock (``run``
   adds provenance; ``run_job`` drives a long job step by step with MCP progress, so a cancelled
   request stops at the next step boundary);
-* ``figure`` / ``store`` — render on the figure thread, store, and link as a resource;
+* ``figure`` / ``draw`` / ``store`` — render (a family's ``Plot``) on the figure thread, store, and link as a
+  resource;
 * ``finish`` — summary text plus structured content (clients such as Claude Code read only the
   structured part, so the summary repeats nothing the JSON lacks).
 
@@ -35,6 +36,7 @@ from pydantic import BaseModel
 from mcp_interp.core.engine.directions import resolve_direction_refs
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.errors import InputError, InterpError, NumericalError
+from mcp_interp.figures import Plot
 from mcp_interp.mcp.queue import JobQueue, current_job
 from mcp_interp.mcp.results import DEFAULT_TOP, compact, cut_note, summary_text
 from mcp_interp.models import LoadedModel
@@ -174,6 +176,10 @@ class Toolkit:
         with error_boundary():
             png = await self.session.render(render, *args)
         return self.store("figure", png, title)
+
+    async def draw(self, plot: Plot) -> tuple[str, ResourceLink]:
+        """``figure`` for the ``Plot`` a family says a result is drawn as."""
+        return await self.figure(plot.name, plot.render, *plot.args)
 
     def store(self, kind: str, data: bytes, name: str, references: list[str] | None = None) -> tuple[str, ResourceLink]:
         """Store ``data`` as a new entry of ``kind`` (figure, report, artifact, …) that keeps the stored entries it
