@@ -1,7 +1,8 @@
 """Figures as PNG bytes: the style every family's renderers share (matplotlib, Agg backend: no display,
 thread-safe with ``LOCK``), and the one figure several families draw, the layer × head heatmap.
 
-Each family renders its own figures in ``core/<family>/figures.py`` with these helpers.
+Each family renders its own figures in ``core/<family>/figures.py`` with these helpers, and says which figure a
+result is drawn as with a ``Plot`` (what the single tool and ``explain`` both draw, so their pictures agree).
 
 Sizes are fixed by the data's shape (no ``bbox_inches="tight"``), so a figure's pixel size is
 predictable: ``heatmap_size`` says what ``layer_head_heatmap`` will produce.
@@ -12,7 +13,8 @@ from __future__ import annotations
 import io
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import matplotlib
@@ -22,6 +24,16 @@ import matplotlib.pyplot as plt
 
 DPI = 100
 LOCK = threading.Lock()  # pyplot's state machine is not thread-safe
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A figure to draw: the name it is stored and linked under, its renderer (→ PNG bytes) and the renderer's
+    arguments. A family says what to draw; the adapter renders it on the figure thread (``Toolkit.draw``)."""
+
+    name: str
+    render: Callable[..., bytes]
+    args: tuple[Any, ...] = ()
 
 
 def heatmap_size(n_rows: int, n_cols: int) -> tuple[int, int]:

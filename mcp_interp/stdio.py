@@ -69,8 +69,10 @@ def claim_stdin() -> BinaryIO:
 async def serve_stdio(server: Any, protocol: BinaryIO, stdin: BinaryIO | None = None) -> None:
     """Run ``server`` (an MCPServer) over stdin and the claimed protocol stream; resources and tools advertise
     ``listChanged`` (stored entries appear as tools run)."""
-    lowlevel = server._lowlevel_server  # MCPServer exposes no public handle; mcp.Client uses the same attribute
-    options = lowlevel.create_initialization_options()  # listChanged set where the server is built (mcp.protocol)
+    from mcp_interp.mcp.sdk_internals import lowlevel_server  # here: claim_stdout's import stays light
+
+    lowlevel = lowlevel_server(server)
+    options = lowlevel.create_initialization_options()  # listChanged set where the server is built (protocol.install)
     async with answering_stdio(stdin if stdin is not None else claim_stdin(), protocol) as (read, write):
         await lowlevel.run(read, write, options)
 

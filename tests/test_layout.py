@@ -7,7 +7,9 @@ reaches upward is caught too. Layers, lowest first:
     schemas  <  base utilities  <  models  <  core  <  session  <  mcp (adapters)  <  entry points
 
 A module may import its own layer or lower. ``schemas/`` imports nothing else from the project;
-neither ``schemas/`` nor ``core/`` imports the MCP SDK.
+neither ``schemas/`` nor ``core/`` imports the MCP SDK. In ``mcp/``, no module imports a family's adapter (the
+modules ``server.py`` registers in ``FAMILIES``) but ``server.py``, only a family's own adapter imports its
+``core/<family>/``, and only ``sdk_internals.py`` reaches into the SDK's internals.
 """
 
 from __future__ import annotations
@@ -368,3 +370,118 @@ def test_the_seam_check_catches_planted_violations() -> None:
         ]
     )
     assert seam_violations(planted, f"{SEAM}.local") == []
+
+
+MCP = "mcp_interp.mcp"
+SERVER = f"{MCP}.server"
+SDK_INTERNALS = f"{MCP}.sdk_internals"
+
+
+def family_adapters() -> set[str]:
+    """The adapter modules ``server.py`` registers: its ``FAMILIES = (readouts.family, heads.family, …)``."""
+    for node in ast.parse(MODULES[SERVER].read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == "FAMILIES" for t in targets):
+                assert isinstance(node.value, ast.Tuple)
+                elements = node.value.elts
+                names = [e.value.id for e in elements if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)]
+                assert len(names) == len(elements), "FAMILIES lists <module>.family entries"
+                return {f"{MCP}.{name}" for name in names}
+    raise AssertionError(f"{SERVER} defines no FAMILIES")
+
+
+ADAPTERS = family_adapters()
+
+
+def adapter_violations(graph: dict[str, set[str]], adapters: set[str]) -> list[str]:
+    """mcp/ modules that import a family's adapter other than themselves (only server.py registers them)."""
+    return [
+        f"{name} imports the adapter {target}"
+        for name, targets in graph.items()
+        if name.startswith(MCP + ".") and name != SERVER
+        for target in sorted(targets)
+        if target in adapters and target != name
+    ]
+
+
+def mcp_family_violations(graph: dict[str, set[str]], adapters: set[str]) -> list[str]:
+    """mcp/ modules that import a family's core other than the family's own adapter (``mcp/<family>.py`` may import
+    ``core/<family>/``; any mcp/ module may import the engine)."""
+    return [
+        f"{name} imports family {there!r} ({target})"
+        for name, targets in graph.items()
+        if name.startswith(MCP + ".")
+        for target in sorted(targets)
+        if (there := core_place(target)) not in (None, "engine") and not (name == f"{MCP}.{there}" and name in adapters)
+    ]
+
+
+def test_the_family_adapters_are_read_from_server_py() -> None:
+    families = ("readouts", "heads", "localize", "lens", "explain", "circuits", "features", "graphs", "swap")
+    assert {f"{MCP}.{family}" for family in families} <= ADAPTERS
+    assert set(MODULES) >= ADAPTERS and SERVER not in ADAPTERS and f"{MCP}.toolkit" not in ADAPTERS
+
+
+def test_no_mcp_module_imports_another_familys_adapter() -> None:
+    assert adapter_violations(GRAPH, ADAPTERS) == []
+
+
+def test_only_a_familys_own_adapter_imports_its_core() -> None:
+    assert mcp_family_violations(GRAPH, ADAPTERS) == []
+
+
+def test_the_adapter_rules_catch_planted_violations() -> None:
+    adapters = {f"{MCP}.heads", f"{MCP}.lens", f"{MCP}.explain"}
+    planted = {
+        f"{MCP}.explain": {f"{MCP}.heads", f"{MCP}.toolkit", f"{CORE}.explain.job", f"{CORE}.lens.figures"},
+        f"{MCP}.toolkit": {f"{CORE}.features.directions", f"{ENGINE}.jobs"},
+        f"{MCP}.lens": {f"{MCP}.lens", f"{CORE}.lens.dla", f"{ENGINE}.directions"},  # allowed
+        SERVER: {f"{MCP}.heads", f"{MCP}.lens", f"{MCP}.explain"},  # allowed: it registers them
+    }
+    assert adapter_violations(planted, adapters) == [f"{MCP}.explain imports the adapter {MCP}.heads"]
+    assert mcp_family_violations(planted, adapters) == [
+        f"{MCP}.explain imports family 'lens' ({CORE}.lens.figures)",
+        f"{MCP}.toolkit imports family 'features' ({CORE}.features.directions)",
+    ]
+
+
+def reaches_in(source: str) -> list[str]:
+    """Reaches into another object's internals: ``x._private`` (x not ``self`` or ``cls``), ``x.fn_metadata`` (the
+    SDK's private record of a tool function) and ``x.__dict__``, with their line numbers."""
+    found = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and ((node.attr.startswith("_") and not node.attr.startswith("__")) or node.attr in ("fn_metadata", "__dict__"))
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+    return [
+        f"line {node.lineno}: {ast.unparse(node)}" for node in sorted(found, key=lambda n: (n.lineno, n.col_offset))
+    ]
+
+
+def test_only_sdk_internals_reaches_into_the_sdk() -> None:
+    # Outside core/ (whose reaches into TransformerLens live in the engine's bridge), every reach into an object's
+    # internals is a reach into the MCP SDK's, and they live in one module, one named function each.
+    reaches = {
+        name: found
+        for name, path in MODULES.items()
+        if not name.startswith(CORE + ".") and (found := reaches_in(path.read_text(encoding="utf-8")))
+    }
+    assert list(reaches) == [SDK_INTERNALS]
+    assert any("_tool_manager" in reach for reach in reaches[SDK_INTERNALS])
+
+
+def test_the_sdk_rule_catches_a_planted_reach() -> None:
+    planted = (
+        "def f(server, tool, self):\n"
+        "    self._registrations.append(server._tool_manager.get_tool('x'))\n"
+        "    tool.fn_metadata.output_schema = {}\n"
+        "    tool.__dict__.pop('output_schema', None)\n"
+    )
+    assert reaches_in(planted) == [
+        "line 2: server._tool_manager",
+        "line 3: tool.fn_metadata",
+        "line 4: tool.__dict__",
+    ]

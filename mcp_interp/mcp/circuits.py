@@ -24,7 +24,8 @@ from mcp_interp.mcp.arguments import (
     OtherAnswers,
     Top,
 )
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import (
     CircuitFaithfulnessResult,

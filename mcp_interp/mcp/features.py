@@ -11,12 +11,13 @@ from typing import Annotated, Literal
 from mcp.types import CallToolResult
 from pydantic import Field
 
+from mcp_interp.core.engine.directions import encode_direction
 from mcp_interp.core.features import figures as features_figures
-from mcp_interp.core.features.directions import encode_direction
 from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.sae_report import SaeFeaturesJob, sae_report
 from mcp_interp.mcp.arguments import Background
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.features import ProbeResult
 from mcp_interp.schemas.sae import SaeFeaturesResult, SaeResult
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from mcp.types import CallToolResult, ResourceLink
+from mcp.types import CallToolResult
 from pydantic import Field
 
-from mcp_interp import figures
 from mcp_interp.core.heads.ablate_head import ablate_heads
+from mcp_interp.core.heads.figures import heads_plot
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.mcp.arguments import (
     AblationMethodArgument,
@@ -28,10 +28,11 @@ from mcp_interp.mcp.arguments import (
     Top,
     VerifyTop,
 )
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
-from mcp_interp.schemas.ablation import AblationOutcome
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.summaries import ablation_summary
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.common import Intervention, PositionsSpec, TargetSpec
-from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsMeasurement, PatchHeadsResult
+from mcp_interp.schemas.heads import AblateHeadResult, PatchHeadsResult
 
 family = Family("heads")
 
@@ -56,27 +57,6 @@ async def ablate_head(
     return await Toolkit.of(ctx).run(
         ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect, summary=ablation_summary
     )
-
-
-def ablation_summary(result: AblationOutcome) -> str:
-    """One paragraph for an ablation's before/after (``ablate_head`` and ``ablate``)."""
-    diff = ""
-    if result.before.logit_diff is not None and result.after.logit_diff is not None:
-        diff = f"logit difference {result.before.logit_diff.value:+.3f} → {result.after.logit_diff.value:+.3f}; "
-    return (
-        f"{result.method}-ablation: {diff}log-prob {result.before.log_prob.value:+.3f} → "
-        f"{result.after.log_prob.value:+.3f}; KL(clean‖ablated) {result.kl.value:.4f} nats."
-        + (f" Notes: {len(result.notes)} (read them)." if result.notes else "")
-    )
-
-
-async def heads_heatmap(
-    kit: Toolkit, patching: PatchHeadsMeasurement, model_name: str, name: str | None = None
-) -> tuple[str, ResourceLink]:
-    """The layer × head heatmap of a head-patching result (``patch_heads`` and ``explain`` draw the same one)."""
-    title = f"patch_heads {patching.direction} ({patching.method}) score: {model_name}"
-    label = "recovered fraction" if patching.direction == "denoise" else "destroyed fraction"
-    return await kit.figure(name or title, figures.layer_head_heatmap, patching.scores, title, label)
 
 
 @family.tool(view="heads-heatmap", background=True)
@@ -104,7 +84,7 @@ async def patch_heads(
         lambda model: PatchHeadsJob(model=model, **arguments),
     )
     assert job.result is not None
-    job.result.figure_uri, link = await heads_heatmap(kit, job.result, job.model.name)
+    job.result.figure_uri, link = await kit.draw(heads_plot(job.result, job.model.name))
     result = kit.with_provenance(PatchHeadsResult, job.result, started)
     best = ", ".join(f"{h.head} {h.score:+.3f}" for h in result.heads[:5] if h.score is not None)
     summary = (

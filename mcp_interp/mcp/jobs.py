@@ -10,7 +10,8 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from mcp_interp.errors import InputError
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, error_boundary
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, error_boundary
 from mcp_interp.schemas.jobs import JobStatus
 from mcp_interp.store import NotFound
 

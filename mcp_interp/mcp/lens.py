@@ -1,12 +1,12 @@
 """Lens tools: reading the residual stream and the heads of one prompt — ``logit_lens``, ``dla``,
-``attention``, ``induction``, ``steer``. The figure helpers here are also what ``explain`` draws."""
+``attention``, ``induction``, ``steer``. Their figures are ``core/lens/figures``' plots, which ``explain`` draws too."""
 
 from __future__ import annotations
 
 import time
 from typing import Annotated
 
-from mcp.types import CallToolResult, ResourceLink
+from mcp.types import CallToolResult
 from pydantic import Field
 
 from mcp_interp import figures
@@ -14,49 +14,28 @@ from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
-from mcp_interp.core.features.directions import load_direction
-from mcp_interp.core.lens import figures as lens_figures
+from mcp_interp.core.engine.directions import load_direction
 from mcp_interp.core.lens.attention import attention as measure_attention
 from mcp_interp.core.lens.dla import dla as measure_dla
+from mcp_interp.core.lens.figures import attention_plot, dla_plot, logit_lens_plot
 from mcp_interp.core.lens.induction import induction as measure_induction
 from mcp_interp.core.lens.logit_lens import layer_label
 from mcp_interp.core.lens.logit_lens import logit_lens as measure_logit_lens
 from mcp_interp.core.lens.steer import SteerJob
 from mcp_interp.errors import InputError
 from mcp_interp.mcp.arguments import RandomDraws
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import (
-    AttentionMeasurement,
     AttentionResult,
-    DLAMeasurement,
     DLAResult,
     InductionResult,
-    LogitLensMeasurement,
     LogitLensResult,
     SteerResult,
 )
 
 family = Family("lens")
-
-
-async def logit_lens_figure(kit: Toolkit, measurement: LogitLensMeasurement, name: str) -> tuple[str, ResourceLink]:
-    """The target's probability and rank across layers."""
-    rows = measurement.layers
-    layers = [layer_label(r.layer) for r in rows]
-    probs, ranks = [r.target_prob for r in rows], [r.target_rank for r in rows]
-    return await kit.figure(name, lens_figures.logit_lens_figure, layers, probs, ranks, measurement.target)
-
-
-async def dla_figure(kit: Toolkit, measurement: DLAMeasurement, name: str) -> tuple[str, ResourceLink]:
-    """Layer × head heatmap of direct contributions plus the MLPs' bars."""
-    return await kit.figure(name, lens_figures.dla_figure, measurement.heads, measurement.mlps, measurement.quantity)
-
-
-async def attention_figure(kit: Toolkit, measurement: AttentionMeasurement) -> tuple[str, ResourceLink]:
-    """One head's query × key pattern with token labels."""
-    title = f"L{measurement.layer}H{measurement.head} attention"
-    return await kit.figure(title, lens_figures.attention_figure, measurement.pattern, measurement.tokens, title)
 
 
 @family.tool(view="logit-lens")
@@ -72,7 +51,7 @@ async def logit_lens(
     model = await kit.model(ctx)
     started = time.perf_counter()
     measurement = await kit.call(measure_logit_lens, model, prompt, target, top_k)
-    measurement.figure_uri, link = await logit_lens_figure(kit, measurement, f"logit lens {measurement.target!r}")
+    measurement.figure_uri, link = await kit.draw(logit_lens_plot(measurement, f"logit lens {measurement.target!r}"))
     result = kit.with_provenance(LogitLensResult, measurement, started)
     first = result.first_top1_layer
     settled = "never top-1 to the end" if first is None else f"top-1 from layer {layer_label(first)} on"
@@ -95,7 +74,7 @@ async def dla(
     model = await kit.model(ctx)
     started = time.perf_counter()
     measurement = await kit.call(measure_dla, model, prompt, answer, baseline, top_k)
-    measurement.figure_uri, link = await dla_figure(kit, measurement, f"DLA {measurement.quantity}")
+    measurement.figure_uri, link = await kit.draw(dla_plot(measurement, f"DLA {measurement.quantity}"))
     result = kit.with_provenance(DLAResult, measurement, started)
     tops = ", ".join(f"{c.component} {c.value:+.3f}" for c in result.top[:5])
     summary = f"DLA of {result.quantity} = {result.measured:+.3f}: {tops}. Figure: {result.figure_uri}"
@@ -114,7 +93,7 @@ async def attention(
     model = await kit.model(ctx)
     started = time.perf_counter()
     measurement = await kit.call(measure_attention, model, prompt, layer, head)
-    measurement.figure_uri, link = await attention_figure(kit, measurement)
+    measurement.figure_uri, link = await kit.draw(attention_plot(measurement))
     result = kit.with_provenance(AttentionResult, measurement, started)
     tops = ", ".join(f"{t.token!r}@{t.position} {t.weight:.2f}" for t in result.top_attended)
     return kit.finish(result, f"L{layer}H{head} at the answer position attends to: {tops}", [link])

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from mcp.types import CallToolResult, ResourceLink
+from mcp.types import CallToolResult
 from pydantic import Field
 
-from mcp_interp.core.localize import figures as localize_figures
 from mcp_interp.core.localize.ablate import ablate as ablate_targets
+from mcp_interp.core.localize.figures import patch_plot
 from mcp_interp.core.localize.loss import LossJob
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.mcp.arguments import (
@@ -33,39 +33,18 @@ from mcp_interp.mcp.arguments import (
     Top,
     VerifyTop,
 )
-from mcp_interp.mcp.heads import ablation_summary
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit, tool_arguments
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.summaries import ablation_summary
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import (
     AblateResult,
     Component,
     LossResult,
-    PatchMeasurement,
     PatchResult,
 )
 
 family = Family("localize")
-
-
-async def patch_figure(kit: Toolkit, result: PatchMeasurement, model_name: str) -> tuple[str, ResourceLink]:
-    """The heatmap of a ``patch`` result: layers × tokens (heads × tokens for heads_by_pos; bars for neurons)."""
-    title = f"patch {result.component} {result.direction} ({result.method}, {result.metric}): {model_name}"
-    label = "recovered fraction" if result.direction == "denoise" else "destroyed fraction"
-    tokens = [t.clean_token if not t.differs_in_pairs else f"{t.clean_token}/{t.corrupt_token}" for t in result.tokens]
-    if result.scores is not None:
-        return await kit.figure(title, localize_figures.layer_position_heatmap, result.scores, tokens, title, label)
-    if result.head_scores is not None:
-        rows, names = [], []
-        for layer, heads in enumerate(result.head_scores):
-            for head, row in enumerate(heads):
-                if any(v is not None for v in row):
-                    rows.append(row)
-                    names.append(f"L{layer}H{head}")
-        return await kit.figure(
-            title, localize_figures.layer_position_heatmap, rows, tokens, title, label, "head", names
-        )
-    labels = [cell.label for cell in result.cells]
-    return await kit.figure(title, localize_figures.cell_bars, labels, [c.score for c in result.cells], title, label)
 
 
 @family.tool(view="layer-position", background=True)
@@ -102,7 +81,7 @@ async def patch(
         lambda model: PatchJob(model=model, **arguments),
     )
     assert job.result is not None
-    job.result.figure_uri, link = await patch_figure(kit, job.result, job.model.name)
+    job.result.figure_uri, link = await kit.draw(patch_plot(job.result, job.model.name))
     result = kit.with_provenance(PatchResult, job.result, started)
     best = "; ".join(f"{c.label}: {c.score:+.2f}" for c in result.cells[:5] if c.score is not None)
     summary = (

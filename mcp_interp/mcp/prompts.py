@@ -9,7 +9,7 @@ from __future__ import annotations
 from string import Template
 
 from mcp_interp.corpora import subject_number, templates_dir
-from mcp_interp.mcp.toolkit import Family
+from mcp_interp.mcp.family import Family
 
 family = Family("prompts")
 

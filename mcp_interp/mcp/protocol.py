@@ -12,17 +12,17 @@ a live ``resources/list``, and ``listChanged`` when that list changes.
   ``notifications/resources/list_changed`` (and on 2026-07-28 connections, on the subscription bus).
 
 The SDK has no public hooks for these: each replaces one request handler of the low-level server
-(``add_request_handler``, the documented way to serve a method) around the SDK's own handler.
+(``add_request_handler``, the documented way to serve a method) around the SDK's own handler — reaches that live in
+``sdk_internals``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from typing import Any
 
-from mcp.server import MCPServer, NotificationOptions
+from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     INTERNAL_ERROR,
@@ -41,6 +41,7 @@ from mcp.types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_interp.corpora import corpora_dir
+from mcp_interp.mcp.sdk_internals import advertise_list_changed, sdk_get_prompt, sdk_read_resource, serve_method
 from mcp_interp.mcp.toolkit import Toolkit
 from mcp_interp.store import KINDS, MIME_TYPES
 
@@ -52,14 +53,11 @@ LISTED = 50  # stored entries of each kind in resources/list
 
 
 def install(server: MCPServer[Toolkit], toolkit: Toolkit) -> None:
-    low = server._lowlevel_server
-    low.create_initialization_options = functools.partial(  # type: ignore[method-assign]
-        low.create_initialization_options, NotificationOptions(resources_changed=True, tools_changed=True)
-    )
+    advertise_list_changed(server)
 
     async def read_resource(ctx: Any, params: ReadResourceRequestParams) -> Any:
         try:
-            return await server._handle_read_resource(ctx, params)
+            return await sdk_read_resource(server, ctx, params)
         except MCPError as exc:  # the SDK raises -32602 exactly for a resource that is not found
             if exc.code == INVALID_PARAMS and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 raise MCPError(code=RESOURCE_NOT_FOUND, message=exc.message, data=exc.data) from exc
@@ -84,7 +82,7 @@ def install(server: MCPServer[Toolkit], toolkit: Toolkit) -> None:
                 data={"missing": missing, "unknown": unknown},
             )
         try:
-            return await server._handle_get_prompt(ctx, params)
+            return await sdk_get_prompt(server, ctx, params)
         except ValueError as exc:  # the SDK wraps every render failure in ValueError
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
 
@@ -92,9 +90,9 @@ def install(server: MCPServer[Toolkit], toolkit: Toolkit) -> None:
         static = await server.list_resources()
         return ListResourcesResult(resources=[*static, *stored_resources(toolkit)])
 
-    low.add_request_handler("resources/read", ReadResourceRequestParams, read_resource)
-    low.add_request_handler("prompts/get", GetPromptRequestParams, get_prompt)
-    low.add_request_handler("resources/list", PaginatedRequestParams, list_resources)
+    serve_method(server, "resources/read", ReadResourceRequestParams, read_resource)
+    serve_method(server, "prompts/get", GetPromptRequestParams, get_prompt)
+    serve_method(server, "resources/list", PaginatedRequestParams, list_resources)
 
     @server.completion()
     async def complete(

@@ -11,7 +11,8 @@ from pydantic import Field
 from mcp_interp.core.readouts import info
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.mcp.arguments import OptionalIntervention, OtherSequenceAnswers, Prompts, SequenceAnswers
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit
 from mcp_interp.schemas.common import Measurement, Score
 from mcp_interp.schemas.readouts import (
     AnswerRankResult,

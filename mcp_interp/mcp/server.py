@@ -28,7 +28,9 @@ from mcp_interp.mcp import (
     swap,
     views,
 )
-from mcp_interp.mcp.toolkit import Family, Server, Toolkit
+from mcp_interp.mcp.argument_errors import Server
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import Toolkit
 from mcp_interp.session import Session
 
 INSTRUCTIONS = """\

@@ -11,7 +11,8 @@ from mcp.types import CallToolResult, ImageContent
 from pydantic import Field
 
 from mcp_interp import figures
-from mcp_interp.mcp.toolkit import Family, ToolContext, Toolkit
+from mcp_interp.mcp.family import Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit
 from mcp_interp.schemas.common import FigureInfo
 from mcp_interp.store import NotFound
 

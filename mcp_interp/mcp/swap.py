@@ -17,7 +17,8 @@ from mcp_interp.core.swap.benchmark import SwapBenchmarkJob, prepare_benchmark
 from mcp_interp.core.swap.lenses import FitLensJob, default_fit
 from mcp_interp.core.swap.trial import MAX_ALPHA, trial_with_lens
 from mcp_interp.mcp.arguments import Background
-from mcp_interp.mcp.toolkit import WRITES_CACHE, Family, ToolContext, Toolkit, error_boundary
+from mcp_interp.mcp.family import WRITES_CACHE, Family
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, error_boundary
 from mcp_interp.schemas.swap import (
     FitLensResult,
     FitSettings,

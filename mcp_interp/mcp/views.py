@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import partial
 
 from mcp_interp.corpora import views_dir
-from mcp_interp.mcp.toolkit import Family, view_uri
+from mcp_interp.mcp.family import Family, view_uri
 
 family = Family("views")
 

@@ -1,5 +1,6 @@
 """Types every tool family shares: one ``Score``, which weights (``ModelRef``), the measured part
-of a result (``Measurement``) and its provenance, and the inputs that name heads and positions.
+of a result (``Measurement``) and its provenance, the inputs that name heads and positions, and the
+stored direction (``StoredDirection``) a ``direction://`` in those inputs names.
 
 Every result is a *measurement* (computed in ``core/``, no MCP) combined with *provenance*
 (added by the adapter: which weights, which run, how long). Field descriptions are written for
@@ -68,6 +69,29 @@ AnswerSpec = str | AnyOf
 class DirectionRef(BaseModel):
     layer: int = Field(description="Its resid_post.")
     direction: list[float] | str = Field(description="d_model floats, or 'direction://…'.")
+
+
+class StoredDirection(BaseModel):
+    """The JSON behind ``direction://{id}``: a unit direction in one layer's output residual stream."""
+
+    layer: int = Field(description="Block whose output residual stream (resid_post) the direction lives in.")
+    site: Literal["resid_post"] = "resid_post"
+    position: str | int = Field(description="The position rule of the texts it was fitted on.")
+    vector: list[float] = Field(description="The unit vector, d_model floats.")
+    norm: float = Field(description="Its norm before normalising.")
+    method: str = Field(description="How it was found, e.g. 'probe:logistic'.")
+    labels: list[str] = Field(description="It points from labels[0] toward labels[1].")
+    accuracy: float | None = Field(
+        default=None, description="Held-out accuracy of this direction alone (midpoint threshold), not the probe's."
+    )
+    selectivity: float | None = Field(default=None, description="The probe's selectivity at this layer.")
+    projection_std: float = Field(
+        description="Std of x·vector over the probe's texts: the unit of `steer`'s coefficient for this direction."
+    )
+    projection_means: dict[str, float] = Field(description="Mean x·vector of each label's texts.")
+    model_name: str
+    model_fingerprint: str = Field(description="The weights it was fitted on; other weights refuse it.")
+    data_hash: str = Field(description="sha256 of the texts, labels and position rule it was fitted on.")
 
 
 class SaeFeaturesRef(BaseModel):

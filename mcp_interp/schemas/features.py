@@ -1,4 +1,5 @@
-"""Results of the features family: ``probe`` (linear probes with controls) and stored directions."""
+"""Results of the features family: ``probe`` (linear probes with controls). The directions it stores
+(``direction://``) are ``common.StoredDirection``: every intervention and ``steer`` can name one."""
 
 from __future__ import annotations
 
@@ -57,26 +58,3 @@ class ProbeMeasurement(Measurement):
 
 class ProbeResult(Provenance, ProbeMeasurement):
     pass
-
-
-class StoredDirection(BaseModel):
-    """The JSON behind ``direction://{id}``: a unit direction in one layer's output residual stream."""
-
-    layer: int = Field(description="Block whose output residual stream (resid_post) the direction lives in.")
-    site: Literal["resid_post"] = "resid_post"
-    position: str | int = Field(description="The position rule of the texts it was fitted on.")
-    vector: list[float] = Field(description="The unit vector, d_model floats.")
-    norm: float = Field(description="Its norm before normalising.")
-    method: str = Field(description="How it was found, e.g. 'probe:logistic'.")
-    labels: list[str] = Field(description="It points from labels[0] toward labels[1].")
-    accuracy: float | None = Field(
-        default=None, description="Held-out accuracy of this direction alone (midpoint threshold), not the probe's."
-    )
-    selectivity: float | None = Field(default=None, description="The probe's selectivity at this layer.")
-    projection_std: float = Field(
-        description="Std of x·vector over the probe's texts: the unit of `steer`'s coefficient for this direction."
-    )
-    projection_means: dict[str, float] = Field(description="Mean x·vector of each label's texts.")
-    model_name: str
-    model_fingerprint: str = Field(description="The weights it was fitted on; other weights refuse it.")
-    data_hash: str = Field(description="sha256 of the texts, labels and position rule it was fitted on.")

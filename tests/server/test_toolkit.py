@@ -10,8 +10,10 @@ from mcp.server.mcpserver import Context
 from pydantic import ValidationError
 
 from mcp_interp.errors import InputError
+from mcp_interp.mcp.argument_errors import argument_error
+from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.server import FAMILIES, build_server
-from mcp_interp.mcp.toolkit import Family, Toolkit, argument_error
+from mcp_interp.mcp.toolkit import Toolkit
 from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
 from tests.helpers import error_text

@@ -13,5 +13,6 @@
   the attention sink sits (``conventions``);
 * ``numbers/`` — metrics at the answer (``metrics``), the same for many patched rows (``row_readouts``), recovered
   fractions (``scores``), verdict statistics (``stats``);
+* ``directions`` — stored directions (``direction://``), as every intervention and ``steer`` take them;
 * ``jobs`` — the long-job contract.
 """

@@ -23,7 +23,8 @@ from mcp_interp.core.features import probe
 from mcp_interp.core.features.residuals import check_layers, check_position, read_residuals
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.features import ProbeLayer, ProbeMeasurement, StoredDirection
+from mcp_interp.schemas.common import StoredDirection
+from mcp_interp.schemas.features import ProbeLayer, ProbeMeasurement
 
 SHUFFLE_SEED_OFFSET = 1  # the shuffled-label draws come from seed + 1, the type-keyed ones from seed + 2
 KEY_SEED_OFFSET = 2

@@ -1,11 +1,14 @@
-"""Figures of the lens family: the logit lens across layers, DLA, and one head's attention pattern."""
+"""Figures of the lens family: the logit lens across layers, DLA, and one head's attention pattern; each with the
+``Plot`` of a result (``logit_lens_plot``, ``dla_plot``, ``attention_plot``: what the tool and ``explain`` draw)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from mcp_interp.figures import DPI, LOCK, plt, png
+from mcp_interp.core.lens.logit_lens import layer_label
+from mcp_interp.figures import DPI, LOCK, Plot, plt, png
+from mcp_interp.schemas.lens import AttentionMeasurement, DLAMeasurement, LogitLensMeasurement
 
 
 def logit_lens_figure(layers: Sequence[str], probs: Sequence[float], ranks: Sequence[int], target: str) -> bytes:
@@ -76,3 +79,22 @@ def attention_figure(pattern: Sequence[Sequence[float]], tokens: Sequence[str], 
             return png(fig)
         finally:
             plt.close(fig)
+
+
+def logit_lens_plot(measurement: LogitLensMeasurement, name: str) -> Plot:
+    """The target's probability and rank across layers."""
+    rows = measurement.layers
+    layers = [layer_label(r.layer) for r in rows]
+    probs, ranks = [r.target_prob for r in rows], [r.target_rank for r in rows]
+    return Plot(name, logit_lens_figure, (layers, probs, ranks, measurement.target))
+
+
+def dla_plot(measurement: DLAMeasurement, name: str) -> Plot:
+    """Layer × head heatmap of direct contributions plus the MLPs' bars."""
+    return Plot(name, dla_figure, (measurement.heads, measurement.mlps, measurement.quantity))
+
+
+def attention_plot(measurement: AttentionMeasurement) -> Plot:
+    """One head's query × key pattern with token labels."""
+    title = f"L{measurement.layer}H{measurement.head} attention"
+    return Plot(title, attention_figure, (measurement.pattern, measurement.tokens, title))

@@ -38,7 +38,7 @@ from mcp_interp.core.engine.numbers.metrics import kl_divergence
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.features import StoredDirection
+from mcp_interp.schemas.common import StoredDirection
 from mcp_interp.schemas.lens import SteerMeasurement
 
 DEGENERATE = 0.5  # fraction of repeated 3-grams above which a continuation is called degenerate

@@ -1,4 +1,5 @@
-"""Figures of the localize family: the layers × tokens patching map and the bars of single cells."""
+"""Figures of the localize family: the layers × tokens patching map and the bars of single cells; ``patch_plot`` is
+the one a ``patch`` result is drawn as (by the tool and by ``explain``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Sequence
 
 import matplotlib
 
-from mcp_interp.figures import DPI, LOCK, plt, png
+from mcp_interp.figures import DPI, LOCK, Plot, plt, png
+from mcp_interp.schemas.localize import PatchMeasurement
 
 
 def layer_position_heatmap(
@@ -62,3 +64,22 @@ def cell_bars(labels: Sequence[str], values: Sequence[float | None], title: str,
             return png(fig)
         finally:
             plt.close(fig)
+
+
+def patch_plot(result: PatchMeasurement, model_name: str) -> Plot:
+    """The heatmap of a ``patch`` result: layers × tokens (heads × tokens for heads_by_pos; bars for neurons)."""
+    title = f"patch {result.component} {result.direction} ({result.method}, {result.metric}): {model_name}"
+    label = "recovered fraction" if result.direction == "denoise" else "destroyed fraction"
+    tokens = [t.clean_token if not t.differs_in_pairs else f"{t.clean_token}/{t.corrupt_token}" for t in result.tokens]
+    if result.scores is not None:
+        return Plot(title, layer_position_heatmap, (result.scores, tokens, title, label))
+    if result.head_scores is not None:
+        rows, names = [], []
+        for layer, heads in enumerate(result.head_scores):
+            for head, row in enumerate(heads):
+                if any(v is not None for v in row):
+                    rows.append(row)
+                    names.append(f"L{layer}H{head}")
+        return Plot(title, layer_position_heatmap, (rows, tokens, title, label, "head", names))
+    labels = [cell.label for cell in result.cells]
+    return Plot(title, cell_bars, (labels, [c.score for c in result.cells], title, label))

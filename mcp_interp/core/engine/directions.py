@@ -1,11 +1,11 @@
-"""Stored directions (``direction://{id}``) and their use by interventions.
+"""Stored directions (``direction://{id}``) and their use by interventions and steering.
 
-A direction a probe found is stored as JSON (``schemas.features.StoredDirection``): the unit vector
+A direction a probe found is stored as JSON (``schemas.common.StoredDirection``): the unit vector
 in one layer's output residual stream, the statistics of the texts' projections onto it, and the
-fingerprint of the weights it was fitted on. Interventions name it by URI wherever a raw vector
-is accepted — ``{"layer": 12, "direction": "direction://…"}`` — and ``resolve_direction_refs``
+fingerprint of the weights it was fitted on. Every family's interventions name it by URI wherever a
+raw vector is accepted — ``{"layer": 12, "direction": "direction://…"}`` — and ``resolve_direction_refs``
 replaces each URI by its vector before the intervention is parsed, refusing a direction fitted on
-other weights (same shape is not same model) or an unknown id.
+other weights (same shape is not same model) or an unknown id; ``steer`` loads one with ``load_direction``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from pydantic import ValidationError
 
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import DirectionRef, Intervention
-from mcp_interp.schemas.features import StoredDirection
+from mcp_interp.schemas.common import DirectionRef, Intervention, StoredDirection
 
 DIRECTION_SCHEME = "direction://"
 Lookup = Callable[[str], bytes]  # id → the stored JSON; raises LookupError for an unknown id
