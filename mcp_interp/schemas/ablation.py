@@ -7,7 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import Measurement, PositionsSpec, Score
+from mcp_interp.schemas.common import AblationMethod, Measurement, PositionsSpec, Score
+
+MeanOver = Literal["per_position", "per_position_from_end"]
 
 
 class MetricSet(BaseModel):
@@ -21,9 +23,9 @@ class MetricSet(BaseModel):
 class AblationOutcome(Measurement):
     """Every metric before and after an ablation (``ablate_head`` and ``ablate`` share it)."""
 
-    method: Literal["zero", "mean", "resample"]
+    method: AblationMethod
     positions: PositionsSpec
-    mean_over: Literal["per_position", "per_position_from_end"] | None = Field(
+    mean_over: MeanOver | None = Field(
         default=None,
         description="For method 'mean': per_position = each position gets the batch mean at that index (equal "
         "lengths); per_position_from_end = each position gets the batch mean at the same distance from each prompt's "

@@ -6,7 +6,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import Measurement, Provenance, Score
+from mcp_interp.schemas.common import Granularity, Measurement, Provenance, RankBy, Score
+
+EdgeAttributionMethod = Literal["eap", "eap-ig"]  # eap: the gradient on the corrupt run; eap-ig: integrated
+ReceiverInput = Literal["q", "k", "v"]  # a path's receiver: a query head's query, a key/value group's key or value
+CircuitAblation = Literal["corrupt", "mean"]  # what an ablated edge carries: the corrupt write or the mean
 
 NODE_NAMES = (
     "Writers: 'embed', a head 'L5H1', an MLP 'L5MLP'. Readers: a query input 'L5H1.q', the key or value input "
@@ -33,9 +37,9 @@ class NodeScore(BaseModel):
 class EdgeAttributionMeasurement(Measurement):
     RANKED = ("edges", "nodes")
 
-    method: Literal["eap", "eap-ig"]
+    method: EdgeAttributionMethod
     ig_steps: int = Field(description="Gradient runs averaged (1 for eap).")
-    granularity: Literal["edge", "node"]
+    granularity: Granularity
     approximate: bool = Field(default=True, description="Always true: attribution is a gradient estimate.")
     clean_logit_diff: Score
     corrupt_logit_diff: Score
@@ -68,7 +72,7 @@ class ReceiverScore(BaseModel):
 
 class PathPatchMeasurement(Measurement):
     sender: str
-    component: Literal["q", "k", "v"]
+    component: ReceiverInput
     clean_logit_diff: Score
     corrupt_logit_diff: Score
     patched_logit_diff: list[list[float | None]] = Field(
@@ -113,8 +117,8 @@ FAITHFULNESS = (
 
 
 class CircuitFaithfulnessMeasurement(Measurement):
-    ablation: Literal["corrupt", "mean"]
-    granularity: Literal["edge", "node"] = Field(description="How top_k counts: edges or nodes.")
+    ablation: CircuitAblation
+    granularity: Granularity = Field(description="How top_k counts: edges or nodes.")
     n_edges: int = Field(description="Edges in the circuit.")
     total_edges: int
     clean_logit_diff: Score
@@ -140,9 +144,9 @@ class FindCircuitMeasurement(Measurement):
     RANKED = ("edges",)
 
     target: float
-    granularity: Literal["edge", "node"]
-    rank_by: Literal["abs", "signed"]
-    ablation: Literal["corrupt", "mean"]
+    granularity: Granularity
+    rank_by: RankBy
+    ablation: CircuitAblation
     k: int = Field(description="Edges or nodes chosen: the smallest top-k reaching the target.")
     n_edges: int = Field(description="Edges in the circuit.")
     total_edges: int

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.ablation import AblationOutcome
-from mcp_interp.schemas.common import Measurement, PatchMetricName, PositionsSpec, Provenance, Score
+from mcp_interp.schemas.common import (
+    Measurement,
+    PatchDirection,
+    PatchMethod,
+    PatchMetric,
+    PositionsSpec,
+    Provenance,
+    Score,
+)
 
 # --- ablate_head ----------------------------------------------------------------------------
 
@@ -50,12 +56,12 @@ class PatchHeadsMeasurement(Measurement):
     RANKED = ("heads",)
     BULKY = ("patched_logit_diff",)
 
-    method: Literal["exact", "attribution"]
+    method: PatchMethod
     approximate: bool = Field(description="True for attribution patching (a first-order estimate).")
-    direction: Literal["denoise", "noise"] = Field(
+    direction: PatchDirection = Field(
         description="denoise: run corrupt, patch in clean z; noise: run clean, patch in corrupt z."
     )
-    metric: PatchMetricName = Field(
+    metric: PatchMetric = Field(
         default="logit_diff",
         description="What is read at the answer: logit_diff (logit(correct) − logit(incorrect); with answers of "
         "several tokens log P(correct) − log P(incorrect), teacher-forced), log_prob (log P(correct)), or kl "

@@ -7,7 +7,14 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.ablation import AblationOutcome, DirectionProjection, RandomBaseline
-from mcp_interp.schemas.common import Measurement, PatchMetricName, Provenance, Score
+from mcp_interp.schemas.common import (
+    Measurement,
+    PatchDirection,
+    PatchMethod,
+    PatchMetric,
+    Provenance,
+    Score,
+)
 
 Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
 
@@ -46,12 +53,12 @@ class PatchMeasurement(Measurement):
     BULKY = ("head_patched", "head_scores", "patched")
 
     component: Component
-    method: Literal["exact", "attribution"]
+    method: PatchMethod
     approximate: bool = Field(description="True for attribution (a first-order gradient estimate).")
-    direction: Literal["denoise", "noise"] = Field(
+    direction: PatchDirection = Field(
         description="denoise: corrupt run, clean activation patched in; noise: clean run, corrupt patched in."
     )
-    metric: PatchMetricName = Field(
+    metric: PatchMetric = Field(
         description="logit_diff: logit(correct) − logit(incorrect); log_prob: log P(correct); "
         "kl: KL(clean‖run) at the answer position, nats (0 for the clean run)."
     )

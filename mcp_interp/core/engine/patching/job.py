@@ -39,12 +39,9 @@ from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.answers import Answer, resolve_answer_specs, spacing_notes
 from mcp_interp.core.engine.text.components import PositionSpec, position_mask
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, encode, validate_pairs
-from mcp_interp.errors import InputError
+from mcp_interp.errors import InputError, require_choice
 from mcp_interp.models import LoadedModel
-
-DIRECTIONS = ("denoise", "noise")
-METHODS = ("exact", "attribution")
-METRICS = ("logit_diff", "log_prob", "kl")
+from mcp_interp.schemas.common import PatchDirection, PatchMethod, PatchMetric
 
 
 @dataclass(kw_only=True)
@@ -88,9 +85,9 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     corrupt_prompts: Sequence[str]
     correct: Any = None  # answers as the tools take them (``answers``): strings, {"any_of": [...]}, or a list
     incorrect: Any = None
-    direction: str = "denoise"
-    method: str = "exact"
-    metric: str = "logit_diff"
+    direction: PatchDirection = "denoise"
+    method: PatchMethod = "exact"
+    metric: PatchMetric = "logit_diff"
     verify_top: int = 0
     result: R | None = field(default=None, init=False)
     outcome: PatchOutcome | None = field(default=None, init=False)
@@ -236,14 +233,9 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     # --- inputs -----------------------------------------------------------------------------------
 
     def _check(self) -> None:
-        choices = {
-            "direction": (self.direction, DIRECTIONS),
-            "method": (self.method, METHODS),
-            "metric": (self.metric, METRICS),
-        }
-        for name, (value, allowed) in choices.items():
-            if value not in allowed:
-                raise InputError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+        require_choice("direction", self.direction, PatchDirection)
+        require_choice("method", self.method, PatchMethod)
+        require_choice("metric", self.metric, PatchMetric)
         if self.metric in ("logit_diff", "log_prob") and self.correct is None:
             raise InputError(f"metric {self.metric!r} needs `correct`; or use metric 'kl', which needs no answer.")
         if self.metric == "logit_diff" and self.incorrect is None:
