@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import AblationMethod, Measurement, PositionsSpec, Score
+from mcp_interp.schemas.common import ANSWER_KIND, AblationMethod, AnswerKind, Measurement, PositionsSpec, Score
 
 MeanOver = Literal["per_position", "per_position_from_end"]
 
@@ -35,6 +35,7 @@ class AblationOutcome(Measurement):
         default=None, description="For method 'resample': prompt i received prompt permutation[i]'s activation."
     )
     answer: str = Field(description="Which token log_prob and rank track: 'correct' or the clean run's top-1.")
+    answer_kind: AnswerKind = Field(default="token", description=ANSWER_KIND)
     answer_tokens: list[str]
     before: MetricSet = Field(description="Clean run.")
     after: MetricSet = Field(description="Ablated run.")

@@ -71,6 +71,7 @@ ANSWER_KIND = (
     "sequence: some answer is several tokens, scored by its teacher-forced log-probability; set: some answer is "
     "{any_of: [...]}, scored by the log of its members' summed (teacher-forced) probability."
 )
+PATCH_ANSWER_KIND = ANSWER_KIND + " null: metric 'kl', which scores no answer."
 
 
 class AnyOf(BaseModel):

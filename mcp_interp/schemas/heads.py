@@ -6,6 +6,8 @@ from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.ablation import AblationOutcome
 from mcp_interp.schemas.common import (
+    PATCH_ANSWER_KIND,
+    AnswerKind,
     Measurement,
     PatchDirection,
     PatchMethod,
@@ -67,6 +69,7 @@ class PatchHeadsMeasurement(Measurement):
         "several tokens log P(correct) − log P(incorrect), teacher-forced), log_prob (log P(correct)), or kl "
         "(KL(clean‖run), nats). The *_logit_diff fields hold this metric.",
     )
+    answer_kind: AnswerKind | None = Field(default=None, description=PATCH_ANSWER_KIND)
     positions: PositionsSpec
     clean_logit_diff: Score = Field(description="The metric on the clean prompts.")
     corrupt_logit_diff: Score = Field(description="The metric on the corrupt prompts.")

@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.ablation import AblationOutcome, DirectionProjection, RandomBaseline
 from mcp_interp.schemas.common import (
+    PATCH_ANSWER_KIND,
+    AnswerKind,
     Measurement,
     PatchDirection,
     PatchMethod,
@@ -62,6 +64,7 @@ class PatchMeasurement(Measurement):
         description="logit_diff: logit(correct) − logit(incorrect); log_prob: log P(correct); "
         "kl: KL(clean‖run) at the answer position, nats (0 for the clean run)."
     )
+    answer_kind: AnswerKind | None = Field(default=None, description=PATCH_ANSWER_KIND)
     clean: Score = Field(description="The metric on the clean prompts.")
     corrupt: Score = Field(description="The metric on the corrupt prompts.")
     tokens: list[PositionToken] = Field(description="Every position of the (padded) batch, with its tokens.")

@@ -87,6 +87,7 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
             approximate=self.method == "attribution",
             direction=self.direction,
             metric=self.metric,
+            answer_kind=self.scored_answer_kind(),
             positions=self.positions if self.positions is not None else "all",
             clean_logit_diff=metrics.score_of(clean),
             corrupt_logit_diff=metrics.score_of(corrupt),

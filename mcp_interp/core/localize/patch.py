@@ -93,6 +93,7 @@ class PatchJob(PatchingJob[PatchMeasurement]):
             direction=self.direction,
             method=self.method,
             metric=self.metric,
+            answer_kind=self.scored_answer_kind(),
             n_layers=cfg.n_layers,
             n_heads=cfg.n_heads,
             tokenizer=self.model.tokenizer,

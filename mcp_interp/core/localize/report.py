@@ -12,7 +12,7 @@ from mcp_interp.core.engine.numbers.scores import SMALL_GAP, TOP_WITH_EXAMPLES, 
 from mcp_interp.core.engine.patching.job import PatchOutcome
 from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, token_strings
-from mcp_interp.schemas.common import PatchDirection, PatchMethod, PatchMetric, Score
+from mcp_interp.schemas.common import AnswerKind, PatchDirection, PatchMethod, PatchMetric, Score
 from mcp_interp.schemas.localize import Component, PatchCell, PatchMeasurement, PositionToken, VerifiedCell
 
 
@@ -24,6 +24,7 @@ class PatchReport:
     direction: PatchDirection
     method: PatchMethod
     metric: PatchMetric
+    answer_kind: AnswerKind | None
     n_layers: int
     n_heads: int
     tokenizer: Any
@@ -103,6 +104,7 @@ class PatchReport:
             approximate=self.method == "attribution",
             direction=self.direction,
             metric=self.metric,
+            answer_kind=self.answer_kind,
             clean=metrics.score_of(clean_m),
             corrupt=metrics.score_of(corrupt_m),
             tokens=tokens,

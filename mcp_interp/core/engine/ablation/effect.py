@@ -23,6 +23,7 @@ from mcp_interp.core.engine.ablation.targets import (
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.text.answers import (
     Answer,
+    answer_kind,
     answer_log_probs,
     describe,
     resolve_answer_specs,
@@ -121,6 +122,7 @@ def ablation_outcome(
         mean_over=prepared.mean_over,
         permutation=prepared.permutation,
         answer=answer,
+        answer_kind=answer_kind(tracked + (bad or [])),
         answer_tokens=[
             describe(model.tokenizer, a) if sequences else model.tokenizer.decode([a.first_token]) for a in tracked
         ],

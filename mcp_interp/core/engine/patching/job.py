@@ -36,12 +36,12 @@ from mcp_interp.core.engine.patching.first_order import Attribution, attribution
 from mcp_interp.core.engine.patching.rows import RowPlan
 from mcp_interp.core.engine.patching.suffix_sweep import best_sweep
 from mcp_interp.core.engine.patching.sweep import Unit
-from mcp_interp.core.engine.text.answers import Answer, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.text.answers import Answer, answer_kind, resolve_answer_specs, spacing_notes
 from mcp_interp.core.engine.text.components import PositionSpec, position_mask
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, encode, validate_pairs
 from mcp_interp.errors import InputError, require_choice
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.common import PatchDirection, PatchMethod, PatchMetric
+from mcp_interp.schemas.common import AnswerKind, PatchDirection, PatchMethod, PatchMetric
 
 
 @dataclass(kw_only=True)
@@ -249,6 +249,12 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         if self.metric == "logit_diff":
             bad = resolve_answer_specs(tokenizer, self.incorrect, n, "incorrect")
         return good, bad
+
+    def scored_answer_kind(self) -> AnswerKind | None:
+        """The kind of the answers the metric scored (a result's ``answer_kind``), once the job has read them; None
+        for metric 'kl', which scores no answer."""
+        good, bad = self._token_answers
+        return None if good is None else answer_kind(good + (bad or []))
 
     def _row_plan(self, n: int) -> RowPlan:
         """One row per pair, or one per answer token when some answer is several tokens or a set."""
