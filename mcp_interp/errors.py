@@ -5,6 +5,10 @@ The adapters' one error boundary (``mcp/toolkit.py:error_boundary``) turns these
 short tool error naming its type, and the traceback is logged to stderr.
 """
 
+from __future__ import annotations
+
+from typing import Any, get_args
+
 
 class InterpError(Exception):
     """Base class: the message is shown to the caller as-is."""
@@ -20,3 +24,12 @@ class ModelLoadError(InterpError, RuntimeError):
 
 class NumericalError(InterpError, ArithmeticError):
     """The model produced non-finite numbers (NaN or ±inf) where a measurement needs finite ones."""
+
+
+def require_choice(argument: str, value: object, vocabulary: Any, hint: str = "") -> None:
+    """Refuse ``value`` unless it is one of the values of the ``Literal`` type ``vocabulary`` (``schemas.common``): an
+    ``InputError`` listing them (a tool's arguments are checked on arrival; this guards calls from Python)."""
+    allowed = [repr(choice) for choice in get_args(vocabulary)]
+    if value not in get_args(vocabulary):
+        choices = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+        raise InputError(f"`{argument}` must be {choices}, got {value!r}.{hint}")

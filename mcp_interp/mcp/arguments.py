@@ -4,9 +4,9 @@ are written once, in the server's instructions."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import Field, WithJsonSchema
+from pydantic import Field, TypeAdapter, WithJsonSchema
 
 from mcp_interp.schemas.common import (
     METHOD_DESCRIPTION,
@@ -14,7 +14,9 @@ from mcp_interp.schemas.common import (
     AblationMethod,
     AnswerSpec,
     Intervention,
-    PatchMetricName,
+    PatchDirection,
+    PatchMethod,
+    PatchMetric,
     PositionsSpec,
     TargetSpec,
 )
@@ -26,7 +28,7 @@ INTERVENTION_SHAPE = {
     "type": ["object", "null"],
     "properties": {
         "ablate": {"type": "array", "items": {"type": ["string", "object"]}},
-        "method": {"enum": ["zero", "mean", "resample"]},
+        "method": TypeAdapter(AblationMethod).json_schema(),
         "positions": {"type": ["string", "array"]},
         "seed": {"type": "integer"},
         "reference_prompts": {"type": "array", "items": {"type": "string"}},
@@ -72,13 +74,11 @@ AblationPositions = Annotated[PositionsSpec, Field(description="'all', 'last' (t
 ResampleSeed = Annotated[int, Field(description="Seeds resampling and random baselines.")]
 ReferencePrompts = Annotated[list[str] | None, Field(description="mean: prompts whose mean is used (default: these).")]
 RandomDraws = Annotated[int, Field(ge=19, le=100, description="Random directions/features ranked against.")]
-PatchDirection = Annotated[
-    Literal["denoise", "noise"], Field(description="denoise: corrupt run, clean patched in; noise: the reverse.")
+PatchDirectionArgument = Annotated[
+    PatchDirection, Field(description="denoise: corrupt run, clean patched in; noise: the reverse.")
 ]
-PatchMethod = Annotated[
-    Literal["exact", "attribution"], Field(description="attribution: a first-order estimate (fast).")
-]
-PatchMetric = Annotated[PatchMetricName, Field(description="kl needs no answers; log_prob needs `correct`.")]
+PatchMethodArgument = Annotated[PatchMethod, Field(description="attribution: a first-order estimate (fast).")]
+PatchMetricArgument = Annotated[PatchMetric, Field(description="kl needs no answers; log_prob needs `correct`.")]
 VerifyTop = Annotated[int, Field(ge=0, le=64, description="With attribution: rerun the top items exactly.")]
 Top = Annotated[int, Field(ge=1, le=1000, description="Ranked items returned (all in result://).")]
 Background = Annotated[bool, Field(description="Return a job:// handle at once (job_status).")]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated
 
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
@@ -28,12 +28,16 @@ from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import (
+    CircuitAblation,
     CircuitFaithfulnessResult,
+    EdgeAttributionMethod,
     EdgeAttributionResult,
     EdgeRef,
     FindCircuitResult,
     PathPatchResult,
+    ReceiverInput,
 )
+from mcp_interp.schemas.common import Granularity, RankBy
 
 family = Family("circuits")
 
@@ -52,12 +56,12 @@ async def edge_attribution(
     incorrect: OtherAnswers,
     ctx: ToolContext,
     method: Annotated[
-        Literal["eap", "eap-ig"],
+        EdgeAttributionMethod,
         Field(description="eap: the gradient on the corrupt run; eap-ig: integrated over `ig_steps` (× the cost)."),
     ] = "eap",
     ig_steps: Annotated[int, Field(description="1 to 64.")] = 5,
     top_k: Annotated[int, Field(description="Edges listed and drawn, by |score|.")] = 50,
-    granularity: Annotated[Literal["edge", "node"], Field(description="node: writers' totals only.")] = "edge",
+    granularity: Annotated[Granularity, Field(description="node: writers' totals only.")] = "edge",
     background: Background = False,
 ) -> Annotated[CallToolResult, EdgeAttributionResult]:
     """Edge attribution patching over the residual-stream graph (embeddings, heads, MLPs → each head's q, each
@@ -93,7 +97,7 @@ async def path_patch(
         Field(description="Default: every later head (q) or key/value group (k, v); 'logits'; or 'L9H3' / 'L9KV1'."),
     ] = None,
     component: Annotated[
-        Literal["q", "k", "v"], Field(description="The receiver's input: 'q' (query), 'k' (key) or 'v' (value).")
+        ReceiverInput, Field(description="The receiver's input: 'q' (query), 'k' (key) or 'v' (value).")
     ] = "q",
 ) -> Annotated[CallToolResult, PathPatchResult]:
     """Exact direct path patching: the sender's clean − corrupt write added to one receiver's input only, in the
@@ -119,11 +123,11 @@ async def path_patch(
     return kit.finish(result, summary, [link])
 
 
-Ablation = Annotated[
-    Literal["corrupt", "mean"], Field(description="An ablated edge carries the corrupt write or the mean.")
+CircuitAblationArgument = Annotated[
+    CircuitAblation, Field(description="An ablated edge carries the corrupt write or the mean.")
 ]
-Granularity = Annotated[Literal["edge", "node"], Field(description="node: k heads/MLPs, all their edges.")]
-RankBy = Annotated[Literal["abs", "signed"], Field(description="By |score| or signed score.")]
+GranularityArgument = Annotated[Granularity, Field(description="node: k heads/MLPs, all their edges.")]
+RankByArgument = Annotated[RankBy, Field(description="By |score| or signed score.")]
 HeldOut = Annotated[float, Field(ge=0, lt=1, description="Fraction of pairs held out to score on (seeded).")]
 RandomCircuits = Annotated[int, Field(ge=19, le=100, description="Random circuits from the top 4k, for the p-value.")]
 
@@ -154,9 +158,9 @@ async def circuit_faithfulness(
     ] = None,
     circuit: Annotated[str | None, Field(description="Or a circuit:// from find_circuit.")] = None,
     top_k: Annotated[int | None, Field(description="Or the top k by attribution, with a curve over k.")] = None,
-    granularity: Granularity = "edge",
-    rank_by: RankBy = "abs",
-    ablation: Ablation = "corrupt",
+    granularity: GranularityArgument = "edge",
+    rank_by: RankByArgument = "abs",
+    ablation: CircuitAblationArgument = "corrupt",
     held_out: HeldOut = 0.0,
     random_circuits: RandomCircuits = 20,
     seed: int = 0,
@@ -206,9 +210,9 @@ async def find_circuit(
     incorrect: OtherAnswers,
     ctx: ToolContext,
     target: Annotated[float, Field(description="Faithfulness to reach, in (0, 1].")] = 0.8,
-    granularity: Granularity = "edge",
-    rank_by: RankBy = "abs",
-    ablation: Ablation = "corrupt",
+    granularity: GranularityArgument = "edge",
+    rank_by: RankByArgument = "abs",
+    ablation: CircuitAblationArgument = "corrupt",
     held_out: HeldOut = 0.0,
     random_circuits: RandomCircuits = 20,
     seed: int = 0,

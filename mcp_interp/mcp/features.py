@@ -18,7 +18,7 @@ from mcp_interp.core.features.sae_report import SaeFeaturesJob, sae_report
 from mcp_interp.mcp.arguments import Background
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
-from mcp_interp.schemas.features import ProbeResult
+from mcp_interp.schemas.features import ProbeMethod, ProbeResult
 from mcp_interp.schemas.sae import SaeFeaturesResult, SaeResult
 
 family = Family("features")
@@ -32,7 +32,7 @@ async def probe(
     layers: Annotated[list[int] | None, Field(description="resid_post of these layers; default all.")] = None,
     position: Annotated[Literal["last", "mean"] | int, Field(description="Token read, or the mean.")] = "last",
     method: Annotated[
-        Literal["logistic", "diff_means"],
+        ProbeMethod,
         Field(description="logistic regression, or the class means' difference (classified with LDA)."),
     ] = "logistic",
     test_fraction: Annotated[float, Field(description="Held out.")] = 0.25,

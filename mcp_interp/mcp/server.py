@@ -40,7 +40,8 @@ Start with `model_info` (the model, its layers and heads, how text is tokenized)
 Conventions, the same in every tool:
 - Answers: a string is its tokens under the model's tokenizer, without special tokens (GPT-2-style
   tokenizers want the leading space, ' Mary'); one token is read from the logits, several tokens or
-  {"any_of": [...]} by teacher-forced log-probability. Minimal pairs need equal token lengths.
+  {"any_of": [...]} by teacher-forced log-probability (`answer_kind` in the result says which).
+  Minimal pairs need equal token lengths.
 - Components: 'L9H3' (a head), 'L28MLP', 'L12ATTN', 'L28N17' or 'L28N17,403' (neurons), {layer,
   direction} (a residual direction: floats or 'direction://…'), {sae, features} (SAE features: a
   SAELens folder or cached hub id), {transcoders, layer, features} (transcoder features).

@@ -209,7 +209,7 @@ class Toolkit:
         stored as ``result://`` and named), with a short summary and resource links as content. A result holding a
         non-finite number would violate its own schema: that is a tool error naming where, never a result."""
         with error_boundary():
-            require_finite(result.model_dump(mode="python"), "")
+            require_finite_result(result.model_dump(mode="python"), "")
         data, cut = compact(result, top)
         if cut:
             full = result.model_copy(update={"notes": [*getattr(result, "notes", [])]})
@@ -223,7 +223,7 @@ class Toolkit:
         )
 
 
-def require_finite(value: Any, path: str) -> None:
+def require_finite_result(value: Any, path: str) -> None:
     """Raise ``NumericalError`` at the first NaN or infinity in a result (a JSON number cannot be either, and null
     would break the result's own schema)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -234,10 +234,10 @@ def require_finite(value: Any, path: str) -> None:
         )
     if isinstance(value, dict):
         for key, sub in value.items():
-            require_finite(sub, f"{path}.{key}" if path else str(key))
+            require_finite_result(sub, f"{path}.{key}" if path else str(key))
     elif isinstance(value, list | tuple):
         for index, sub in enumerate(value):
-            require_finite(sub, f"{path}[{index}]")
+            require_finite_result(sub, f"{path}[{index}]")
 
 
 def iter_uris(value: Any) -> list[str]:

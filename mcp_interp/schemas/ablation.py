@@ -7,7 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import Measurement, PositionsSpec, Score
+from mcp_interp.schemas.common import ANSWER_KIND, AblationMethod, AnswerKind, Measurement, PositionsSpec, Score
+
+MeanOver = Literal["per_position", "per_position_from_end"]
 
 
 class MetricSet(BaseModel):
@@ -21,9 +23,9 @@ class MetricSet(BaseModel):
 class AblationOutcome(Measurement):
     """Every metric before and after an ablation (``ablate_head`` and ``ablate`` share it)."""
 
-    method: Literal["zero", "mean", "resample"]
+    method: AblationMethod
     positions: PositionsSpec
-    mean_over: Literal["per_position", "per_position_from_end"] | None = Field(
+    mean_over: MeanOver | None = Field(
         default=None,
         description="For method 'mean': per_position = each position gets the batch mean at that index (equal "
         "lengths); per_position_from_end = each position gets the batch mean at the same distance from each prompt's "
@@ -33,6 +35,7 @@ class AblationOutcome(Measurement):
         default=None, description="For method 'resample': prompt i received prompt permutation[i]'s activation."
     )
     answer: str = Field(description="Which token log_prob and rank track: 'correct' or the clean run's top-1.")
+    answer_kind: AnswerKind = Field(default="token", description=ANSWER_KIND)
     answer_tokens: list[str]
     before: MetricSet = Field(description="Clean run.")
     after: MetricSet = Field(description="Ablated run.")

@@ -6,7 +6,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import Measurement, Provenance, Score
+from mcp_interp.schemas.common import AnswerKind, Granularity, Measurement, Provenance, RankBy, Score
+
+EdgeAttributionMethod = Literal["eap", "eap-ig"]  # eap: the gradient on the corrupt run; eap-ig: integrated
+ReceiverInput = Literal["q", "k", "v"]  # a path's receiver: a query head's query, a key/value group's key or value
+CircuitAblation = Literal["corrupt", "mean"]  # what an ablated edge carries: the corrupt write or the mean
+ONE_TOKEN_ANSWERS = "Always 'token': the circuit tools read one-token answers (a longer answer is refused)."
 
 NODE_NAMES = (
     "Writers: 'embed', a head 'L5H1', an MLP 'L5MLP'. Readers: a query input 'L5H1.q', the key or value input "
@@ -33,9 +38,10 @@ class NodeScore(BaseModel):
 class EdgeAttributionMeasurement(Measurement):
     RANKED = ("edges", "nodes")
 
-    method: Literal["eap", "eap-ig"]
+    method: EdgeAttributionMethod
     ig_steps: int = Field(description="Gradient runs averaged (1 for eap).")
-    granularity: Literal["edge", "node"]
+    granularity: Granularity
+    answer_kind: AnswerKind = Field(default="token", description=ONE_TOKEN_ANSWERS)
     approximate: bool = Field(default=True, description="Always true: attribution is a gradient estimate.")
     clean_logit_diff: Score
     corrupt_logit_diff: Score
@@ -68,7 +74,8 @@ class ReceiverScore(BaseModel):
 
 class PathPatchMeasurement(Measurement):
     sender: str
-    component: Literal["q", "k", "v"]
+    component: ReceiverInput
+    answer_kind: AnswerKind = Field(default="token", description=ONE_TOKEN_ANSWERS)
     clean_logit_diff: Score
     corrupt_logit_diff: Score
     patched_logit_diff: list[list[float | None]] = Field(
@@ -113,8 +120,9 @@ FAITHFULNESS = (
 
 
 class CircuitFaithfulnessMeasurement(Measurement):
-    ablation: Literal["corrupt", "mean"]
-    granularity: Literal["edge", "node"] = Field(description="How top_k counts: edges or nodes.")
+    ablation: CircuitAblation
+    granularity: Granularity = Field(description="How top_k counts: edges or nodes.")
+    answer_kind: AnswerKind = Field(default="token", description=ONE_TOKEN_ANSWERS)
     n_edges: int = Field(description="Edges in the circuit.")
     total_edges: int
     clean_logit_diff: Score
@@ -140,9 +148,10 @@ class FindCircuitMeasurement(Measurement):
     RANKED = ("edges",)
 
     target: float
-    granularity: Literal["edge", "node"]
-    rank_by: Literal["abs", "signed"]
-    ablation: Literal["corrupt", "mean"]
+    granularity: Granularity
+    rank_by: RankBy
+    ablation: CircuitAblation
+    answer_kind: AnswerKind = Field(default="token", description=ONE_TOKEN_ANSWERS)
     k: int = Field(description="Edges or nodes chosen: the smallest top-k reaching the target.")
     n_edges: int = Field(description="Edges in the circuit.")
     total_edges: int

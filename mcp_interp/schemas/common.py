@@ -55,8 +55,24 @@ class Provenance(BaseModel):
 
 
 PositionsSpec = Literal["all", "last"] | list[int]
-PatchMetricName = Literal["logit_diff", "log_prob", "kl"]
-AblationMethod = Literal["zero", "mean", "resample"]
+
+# The vocabulary of the tools' choices, each spelled once: the type of a tool's parameter, of the job field it fills
+# and of the result field that reports it. Code that needs the values (an error message, a check) reads them with
+# ``typing.get_args``.
+PatchDirection = Literal["denoise", "noise"]  # denoise: corrupt run, clean patched in; noise: the reverse
+PatchMethod = Literal["exact", "attribution"]  # attribution: the first-order (gradient) estimate of exact
+PatchMetric = Literal["logit_diff", "log_prob", "kl"]  # what patching reads at the answer
+AblationMethod = Literal["zero", "mean", "resample"]  # what replaces an ablated component's part
+AnswerKind = Literal["token", "sequence", "set"]  # one token; several, teacher-forced; {any_of: [...]}
+Granularity = Literal["edge", "node"]  # a circuit counted in edges, or in nodes (heads, MLPs: all their edges)
+RankBy = Literal["abs", "signed"]  # circuit items ranked by |score| or by signed score
+
+ANSWER_KIND = (
+    "The kind of the answers scored. token: every answer is one token, read from the logits at the answer position; "
+    "sequence: some answer is several tokens, scored by its teacher-forced log-probability; set: some answer is "
+    "{any_of: [...]}, scored by the log of its members' summed (teacher-forced) probability."
+)
+PATCH_ANSWER_KIND = ANSWER_KIND + " null: metric 'kl', which scores no answer."
 
 
 class AnyOf(BaseModel):

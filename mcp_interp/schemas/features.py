@@ -9,6 +9,10 @@ from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance
 
+ProbeMethod = Literal["logistic", "diff_means"]
+SplitKind = Literal["labels", "key", "random", "groups"]  # held out: stratified by label or key type, random, groups
+ControlKind = Literal["type_keyed", "shuffled_labels"]
+
 
 class ProbeLayer(BaseModel):
     layer: int = Field(description="resid_post of this block.")
@@ -29,7 +33,7 @@ class ProbeLayer(BaseModel):
 
 
 class ProbeMeasurement(Measurement):
-    method: Literal["logistic", "diff_means"] = Field(
+    method: ProbeMethod = Field(
         description="logistic: L2 logistic regression, direction w/σ; diff_means: direction μ₁ − μ₀, texts "
         "classified by shrunk LDA."
     )
@@ -38,12 +42,10 @@ class ProbeMeasurement(Measurement):
     n_texts: int
     n_train: int
     n_test: int
-    split: Literal["labels", "key", "random", "groups"] = Field(
-        description="Held out: stratified by label or key type, random, or whole groups."
-    )
+    split: SplitKind = Field(description="Held out: stratified by label or key type, random, or whole groups.")
     chance: float = Field(description="Held-out majority-label rate.")
     seed: int
-    control_kind: Literal["type_keyed", "shuffled_labels"] | None = Field(
+    control_kind: ControlKind | None = Field(
         default=None, description="type_keyed (Hewitt & Liang) when the labels are a function of control_key."
     )
     control_key: str | None = Field(default=None, description="e.g. token 1 (40 types: …).")

@@ -216,8 +216,11 @@ class TargetChange(BaseModel):
     model_probability: float = Field(description="The token's probability in that real-model run, 0..1.")
 
 
+InterventionRunName = Literal["direct", "replacement", "model"]
+
+
 class InterventionRun(BaseModel):
-    name: Literal["direct", "replacement", "model"]
+    name: InterventionRunName
     attention_frozen: bool = Field(description="Attention patterns held at their values in the real run.")
     norm_scales_frozen: bool = Field(description="Norm denominators held at their values in the real run.")
     mlps: str = Field(description="What the MLPs write in this run.")

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.ablation import AblationOutcome
-from mcp_interp.schemas.common import Measurement, PatchMetricName, PositionsSpec, Provenance, Score
+from mcp_interp.schemas.common import (
+    PATCH_ANSWER_KIND,
+    AnswerKind,
+    Measurement,
+    PatchDirection,
+    PatchMethod,
+    PatchMetric,
+    PositionsSpec,
+    Provenance,
+    Score,
+)
 
 # --- ablate_head ----------------------------------------------------------------------------
 
@@ -50,17 +58,18 @@ class PatchHeadsMeasurement(Measurement):
     RANKED = ("heads",)
     BULKY = ("patched_logit_diff",)
 
-    method: Literal["exact", "attribution"]
+    method: PatchMethod
     approximate: bool = Field(description="True for attribution patching (a first-order estimate).")
-    direction: Literal["denoise", "noise"] = Field(
+    direction: PatchDirection = Field(
         description="denoise: run corrupt, patch in clean z; noise: run clean, patch in corrupt z."
     )
-    metric: PatchMetricName = Field(
+    metric: PatchMetric = Field(
         default="logit_diff",
         description="What is read at the answer: logit_diff (logit(correct) − logit(incorrect); with answers of "
         "several tokens log P(correct) − log P(incorrect), teacher-forced), log_prob (log P(correct)), or kl "
         "(KL(clean‖run), nats). The *_logit_diff fields hold this metric.",
     )
+    answer_kind: AnswerKind | None = Field(default=None, description=PATCH_ANSWER_KIND)
     positions: PositionsSpec
     clean_logit_diff: Score = Field(description="The metric on the clean prompts.")
     corrupt_logit_diff: Score = Field(description="The metric on the corrupt prompts.")

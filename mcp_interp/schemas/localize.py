@@ -7,7 +7,16 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.ablation import AblationOutcome, DirectionProjection, RandomBaseline
-from mcp_interp.schemas.common import Measurement, PatchMetricName, Provenance, Score
+from mcp_interp.schemas.common import (
+    PATCH_ANSWER_KIND,
+    AnswerKind,
+    Measurement,
+    PatchDirection,
+    PatchMethod,
+    PatchMetric,
+    Provenance,
+    Score,
+)
 
 Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
 
@@ -46,15 +55,16 @@ class PatchMeasurement(Measurement):
     BULKY = ("head_patched", "head_scores", "patched")
 
     component: Component
-    method: Literal["exact", "attribution"]
+    method: PatchMethod
     approximate: bool = Field(description="True for attribution (a first-order gradient estimate).")
-    direction: Literal["denoise", "noise"] = Field(
+    direction: PatchDirection = Field(
         description="denoise: corrupt run, clean activation patched in; noise: clean run, corrupt patched in."
     )
-    metric: PatchMetricName = Field(
+    metric: PatchMetric = Field(
         description="logit_diff: logit(correct) − logit(incorrect); log_prob: log P(correct); "
         "kl: KL(clean‖run) at the answer position, nats (0 for the clean run)."
     )
+    answer_kind: AnswerKind | None = Field(default=None, description=PATCH_ANSWER_KIND)
     clean: Score = Field(description="The metric on the clean prompts.")
     corrupt: Score = Field(description="The metric on the corrupt prompts.")
     tokens: list[PositionToken] = Field(description="Every position of the (padded) batch, with its tokens.")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import Measurement, Provenance, Score
+from mcp_interp.schemas.common import ANSWER_KIND, AnswerKind, Measurement, Provenance, Score
 
 # --- model_info -----------------------------------------------------------------------------
 
@@ -88,14 +88,6 @@ class TokenizeResult(Provenance, TokenizeMeasurement):
 
 
 # --- logit_diff -----------------------------------------------------------------------------
-
-
-AnswerKind = Literal["token", "sequence"]
-ANSWER_KIND = (
-    "token: every answer is one token, read from the logits at the answer position; sequence: some answer is "
-    "several tokens or a set {any_of: [...]}, scored by its teacher-forced log-probability (a set: log of the "
-    "summed probability of its members)."
-)
 
 
 class LogitDiffExample(BaseModel):

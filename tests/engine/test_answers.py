@@ -53,7 +53,7 @@ def test_single_token_answers_keep_the_logit_path(tiny: LoadedModel) -> None:
     assert token.answer_kind == "token" and token.examples[0].correct_log_prob is None
     # The same answers as one-member sets go through the sequence path: log P(a) − log P(b) = logit difference.
     as_sets = readouts.logit_diff(tiny, PROMPTS, AnyOf(any_of=["mary"]), AnyOf(any_of=["john"]))
-    assert as_sets.answer_kind == "sequence"
+    assert as_sets.answer_kind == "set"
     assert as_sets.logit_diff.per_example == pytest.approx(token.logit_diff.per_example, abs=1e-5)
 
 
@@ -73,7 +73,7 @@ def test_a_set_scores_the_log_of_its_summed_probability(tiny: LoadedModel) -> No
 
 def test_per_prompt_lists_mix_tokens_sequences_and_sets(tiny: LoadedModel) -> None:
     result = readouts.answer_rank(tiny, PROMPTS, ["mary", AnyOf(any_of=["tom", LONG])])
-    assert result.answer_kind == "sequence"
+    assert result.answer_kind == "set"
     assert result.examples[0].log_prob == pytest.approx(hand_sequence_log_prob(tiny, PROMPTS[0], "mary"), abs=1e-5)
 
 

@@ -15,7 +15,7 @@ gradients), which the first-order estimate does not.
 Why written here rather than called: TransformerLens 4.3's ``attribution_patch`` refuses
 grouped-query attention (``_check_kv_heads_match_query_heads``) and raises ``NotImplementedError``
 for ``ig_steps > 1``. The bridge itself exposes what is needed — each head's write (``hook_result``)
-and each reader's own input, key/value inputs per key/value group (``edge_hooks``) — so this module
+and each reader's own input, key/value inputs per key/value group (``backend.edge_points``) — so this module
 reads those hooks and does the arithmetic; on a multi-head model its scores equal
 ``attribution_patch(..., EdgeAttributionConfig(granularity="edge"))`` summed over positions (a test).
 Every score is an estimate, never a measurement: exact checks belong to path patching and

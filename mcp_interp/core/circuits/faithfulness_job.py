@@ -18,7 +18,7 @@ from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores, gr
 from mcp_interp.core.circuits.edge_graph import Graph
 from mcp_interp.core.circuits.faithfulness import Ablator
 from mcp_interp.core.circuits.job import edge_score
-from mcp_interp.core.circuits.selection import Ranking, check_choice, held_out_split, rank
+from mcp_interp.core.circuits.selection import EdgeRanking, NodeRanking, check_choice, held_out_split, rank
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics, stats
@@ -27,6 +27,7 @@ from mcp_interp.core.engine.patching.pairs import Pairs, subset_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import (
+    CircuitAblation,
     CircuitBaseline,
     CircuitFaithfulnessMeasurement,
     CurvePoint,
@@ -34,6 +35,7 @@ from mcp_interp.schemas.circuits import (
     NodeScore,
     SearchStep,
 )
+from mcp_interp.schemas.common import Granularity, RankBy
 
 CURVE = (10, 25, 50, 100, 200)
 ATTRIBUTION_STEPS = 3  # edge attribution's progress messages (clean run, corrupt run, one gradient)
@@ -82,7 +84,9 @@ def attribute(model: LoadedModel, pairs: Pairs) -> Iterator[str | EdgeScores]:
     yield attribution.result
 
 
-def judged(ablator: Ablator, ranking: Ranking, size: int, real: float, count: int, seed: int) -> CircuitBaseline:
+def judged(
+    ablator: Ablator, ranking: EdgeRanking | NodeRanking, size: int, real: float, count: int, seed: int
+) -> CircuitBaseline:
     """``count`` random circuits of ``size`` items from the ranking's candidate pool, and the real one's rank among
     them (see ``selection``)."""
     randoms = [ablator.recovered(ablator.run(c)).value for c in ranking.random_circuits(size, count, seed)]
@@ -120,9 +124,9 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
     incorrect: Any
     edges: Sequence[Any] | None = None
     top_k: int | None = None
-    granularity: str = "edge"
-    rank_by: str = "abs"
-    ablation: str = "corrupt"
+    granularity: Granularity = "edge"
+    rank_by: RankBy = "abs"
+    ablation: CircuitAblation = "corrupt"
     held_out: float = 0.0
     random_circuits: int = stats.DEFAULT_DRAWS
     seed: int = 0
@@ -203,8 +207,8 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         notes.extend(empty_note(self.ablation, fraction.value, empty))
         notes.extend(small_gap_note(ablator))
         self.result = CircuitFaithfulnessMeasurement(
-            ablation=self.ablation,  # type: ignore[arg-type]
-            granularity=self.granularity if self.top_k is not None else "edge",  # type: ignore[arg-type]
+            ablation=self.ablation,
+            granularity=self.granularity if self.top_k is not None else "edge",
             n_edges=len(circuit),
             total_edges=len(graph.edges),
             clean_logit_diff=metrics.score_of(ablator.clean_m),
@@ -240,9 +244,9 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
     correct: Any
     incorrect: Any
     target: float = 0.8
-    granularity: str = "edge"
-    rank_by: str = "abs"
-    ablation: str = "corrupt"
+    granularity: Granularity = "edge"
+    rank_by: RankBy = "abs"
+    ablation: CircuitAblation = "corrupt"
     held_out: float = 0.0
     random_circuits: int = stats.DEFAULT_DRAWS
     seed: int = 0
@@ -304,7 +308,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
 
     def _measurement(
         self,
-        ranking: Ranking,
+        ranking: EdgeRanking | NodeRanking,
         k: int,
         best: Any,
         held: Any,
@@ -336,15 +340,15 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         edges = sorted(self.circuit, key=lambda e: -abs(float(scores.scores[e])))
         totals = scores.scores.sum(dim=1)
         nodes = (
-            [NodeScore(node=str(graph.writers[w]), score=float(totals[w])) for w in ranking.items[:k]]  # type: ignore[index]
-            if self.granularity == "node"
+            [NodeScore(node=str(graph.writers[w]), score=float(totals[w])) for w in ranking.items[:k]]
+            if isinstance(ranking, NodeRanking)
             else []
         )
         return FindCircuitMeasurement(
             target=self.target,
-            granularity=self.granularity,  # type: ignore[arg-type]
-            rank_by=self.rank_by,  # type: ignore[arg-type]
-            ablation=self.ablation,  # type: ignore[arg-type]
+            granularity=self.granularity,
+            rank_by=self.rank_by,
+            ablation=self.ablation,
             k=k,
             n_edges=len(self.circuit),
             total_edges=len(graph.edges),

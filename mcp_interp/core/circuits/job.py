@@ -12,9 +12,10 @@ from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES
 from mcp_interp.core.engine.patching.pairs import prepare_pairs
-from mcp_interp.errors import InputError
+from mcp_interp.errors import InputError, require_choice
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeScore, NodeScore
+from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeAttributionMethod, EdgeScore, NodeScore
+from mcp_interp.schemas.common import Granularity
 
 MAX_IG_STEPS = 64
 
@@ -39,18 +40,16 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
     corrupt_prompts: Sequence[str]
     correct: Any
     incorrect: Any
-    method: str = "eap"
+    method: EdgeAttributionMethod = "eap"
     ig_steps: int = 5
     top_k: int = 50
-    granularity: str = "edge"
+    granularity: Granularity = "edge"
     result: EdgeAttributionMeasurement | None = field(default=None, init=False)
     scores: EdgeScores | None = field(default=None, init=False)
 
     def _check(self) -> None:
-        if self.method not in ("eap", "eap-ig"):
-            raise InputError(f"`method` must be 'eap' or 'eap-ig', got {self.method!r}.")
-        if self.granularity not in ("edge", "node"):
-            raise InputError(f"`granularity` must be 'edge' or 'node', got {self.granularity!r}.")
+        require_choice("method", self.method, EdgeAttributionMethod)
+        require_choice("granularity", self.granularity, Granularity)
         if not isinstance(self.ig_steps, int) or not 1 <= self.ig_steps <= MAX_IG_STEPS:
             raise InputError(
                 f"`ig_steps` must be an integer from 1 to {MAX_IG_STEPS} (each step is one forward and backward), "
@@ -119,9 +118,9 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
             )
         per = graph.n_heads // graph.n_kv_heads
         return EdgeAttributionMeasurement(
-            method=self.method,  # type: ignore[arg-type]
+            method=self.method,
             ig_steps=self.ig_steps if integrated else 1,
-            granularity=self.granularity,  # type: ignore[arg-type]
+            granularity=self.granularity,
             clean_logit_diff=metrics.score_of(result.clean_metric),
             corrupt_logit_diff=metrics.score_of(result.corrupt_metric),
             n_edges=len(graph.edges),

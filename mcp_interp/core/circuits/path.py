@@ -28,9 +28,9 @@ from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.row_readouts import LogitDiffReadout
 from mcp_interp.core.engine.patching.pairs import prepare_pairs
-from mcp_interp.errors import InputError
+from mcp_interp.errors import InputError, require_choice
 from mcp_interp.models import LoadedModel
-from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverScore
+from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverInput, ReceiverScore
 
 ROWS_PER_CALL = 256
 _SENDER = re.compile(r"^\s*L(\d+)\s*(?:H(\d+)|(MLP))\s*$", re.IGNORECASE)
@@ -42,7 +42,7 @@ class Receiver:
     layer: int  # -1 for the logits
     index: int = 0  # query head for "q", key/value group for "k"/"v"
 
-    def name(self, component: str) -> str:
+    def name(self, component: ReceiverInput) -> str:
         if self.layer < 0:
             return "logits"
         return f"L{self.layer}H{self.index}.q" if component == "q" else f"L{self.layer}KV{self.index}.{component}"
@@ -57,7 +57,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
     incorrect: Any
     sender: str
     receivers: Any = None  # None (every later head or group), "logits", or a list of names
-    component: str = "q"
+    component: ReceiverInput = "q"
     result: PathPatchMeasurement | None = field(default=None, init=False)
 
     def _sender(self) -> tuple[int, int | None]:
@@ -112,8 +112,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
 
     def steps(self) -> Iterator[str]:
         require(self.model.backend, "path_patch")
-        if self.component not in ("q", "k", "v"):
-            raise InputError(f"`component` must be 'q', 'k' or 'v', got {self.component!r}.")
+        require_choice("component", self.component, ReceiverInput)
         sender_layer, sender_head = self._sender()
         receivers = self._receivers(sender_layer)
         pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
@@ -226,7 +225,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
             )
         return PathPatchMeasurement(
             sender=self.sender.strip(),
-            component=self.component,  # type: ignore[arg-type]
+            component=self.component,
             clean_logit_diff=metrics.score_of(clean_m),
             corrupt_logit_diff=metrics.score_of(corrupt_m),
             patched_logit_diff=grid,

@@ -22,55 +22,72 @@ ranking inside the pool carries no information" the chosen circuit is one more r
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Generic, TypeVar
 
 import torch
 
 from mcp_interp.core.circuits.edge_graph import Graph
-from mcp_interp.errors import InputError
+from mcp_interp.errors import InputError, require_choice
+from mcp_interp.schemas.common import Granularity, RankBy
 
 POOL_FACTOR = 4  # the candidate pool of a k-circuit: the top POOL_FACTOR · k items by the same ranking
-RANK_BY = ("abs", "signed")
-GRANULARITIES = ("edge", "node")
+Edge = tuple[int, int]  # (writer index, reader index)
+Item = TypeVar("Item", Edge, int)  # what a ranking orders: edges, or writer indices (nodes)
 
 
 @dataclass(frozen=True)
-class Ranking:
+class Ranking(ABC, Generic[Item]):
     """Items (edges or writer nodes) best first, and how a prefix of them becomes a circuit's edges."""
 
-    granularity: str
-    items: list[tuple[int, int]] | list[int]  # edges (writer, reader) or writer indices
+    granularity: ClassVar[Granularity]
+    items: list[Item]
     graph: Graph
 
-    def circuit(self, chosen: Sequence[tuple[int, int]] | Sequence[int]) -> set[tuple[int, int]]:
+    @abstractmethod
+    def circuit(self, chosen: Sequence[Item]) -> set[Edge]:
         """The edges of a circuit made of ``chosen`` items."""
-        if self.granularity == "edge":
-            return set(chosen)  # type: ignore[arg-type]
-        return node_circuit(self.graph, chosen)  # type: ignore[arg-type]
 
-    def top(self, k: int) -> set[tuple[int, int]]:
+    def top(self, k: int) -> set[Edge]:
         return self.circuit(self.items[:k])
 
-    def pool(self, k: int) -> list[tuple[int, int]] | list[int]:
+    def pool(self, k: int) -> list[Item]:
         """The candidates a random k-circuit is drawn from: the top POOL_FACTOR · k items (at least k)."""
         return self.items[: max(k, min(len(self.items), POOL_FACTOR * k))]
 
-    def random_circuits(self, k: int, count: int, seed: int) -> list[set[tuple[int, int]]]:
+    def random_circuits(self, k: int, count: int, seed: int) -> list[set[Edge]]:
         """``count`` random circuits of k items from the pool (seeded; each a uniform k-subset)."""
         generator = random.Random(seed)
         pool = self.pool(k)
-        return [self.circuit(generator.sample(pool, k)) for _ in range(count)]  # type: ignore[arg-type]
+        return [self.circuit(generator.sample(pool, k)) for _ in range(count)]
 
 
-def check_choice(granularity: str, rank_by: str) -> None:
-    if granularity not in GRANULARITIES:
-        raise InputError(f"`granularity` must be 'edge' or 'node', got {granularity!r}.")
-    if rank_by not in RANK_BY:
-        raise InputError(f"`rank_by` must be 'abs' (|score|) or 'signed' (score, largest first), got {rank_by!r}.")
+class EdgeRanking(Ranking[Edge]):
+    """Edges (writer, reader), best first; a circuit is the chosen edges."""
+
+    granularity = "edge"
+
+    def circuit(self, chosen: Sequence[Edge]) -> set[Edge]:
+        return set(chosen)
 
 
-def rank(graph: Graph, scores: torch.Tensor, granularity: str, rank_by: str) -> Ranking:
+class NodeRanking(Ranking[int]):
+    """Writers (heads and MLPs; not the embeddings), best first; a circuit is every edge out of them."""
+
+    granularity = "node"
+
+    def circuit(self, chosen: Sequence[int]) -> set[Edge]:
+        return node_circuit(self.graph, chosen)
+
+
+def check_choice(granularity: Granularity, rank_by: RankBy) -> None:
+    require_choice("granularity", granularity, Granularity)
+    require_choice("rank_by", rank_by, RankBy, " 'abs' ranks by |score|, 'signed' by score, largest first.")
+
+
+def rank(graph: Graph, scores: torch.Tensor, granularity: Granularity, rank_by: RankBy) -> EdgeRanking | NodeRanking:
     """Edges by their score, or writers (heads, MLPs; not the embeddings) by their summed edge scores."""
     check_choice(granularity, rank_by)
 
@@ -78,13 +95,13 @@ def rank(graph: Graph, scores: torch.Tensor, granularity: str, rank_by: str) -> 
         return -abs(value) if rank_by == "abs" else -value
 
     if granularity == "edge":
-        return Ranking("edge", sorted(graph.edges, key=lambda e: key(float(scores[e]))), graph)
+        return EdgeRanking(sorted(graph.edges, key=lambda e: key(float(scores[e]))), graph)
     totals = scores.sum(dim=1)
     writers = sorted(range(1, len(graph.writers)), key=lambda w: key(float(totals[w])))
-    return Ranking("node", writers, graph)
+    return NodeRanking(writers, graph)
 
 
-def node_circuit(graph: Graph, writers: Sequence[int]) -> set[tuple[int, int]]:
+def node_circuit(graph: Graph, writers: Sequence[int]) -> set[Edge]:
     """Every edge out of the embeddings (writer 0) or out of one of ``writers``."""
     kept = {0, *writers}
     return {(w, r) for w, r in graph.edges if w in kept}

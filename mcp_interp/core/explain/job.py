@@ -29,9 +29,9 @@ from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.explain import ExplainMeasurement
 from mcp_interp.schemas.heads import PatchHeadsMeasurement
 from mcp_interp.schemas.lens import AttentionMeasurement, DLAMeasurement, LogitLensMeasurement
-from mcp_interp.schemas.localize import PatchMeasurement
+from mcp_interp.schemas.localize import Component, PatchMeasurement
 
-MAPPED_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")
+MAPPED_COMPONENTS: tuple[Component, ...] = ("resid_pre", "attn_out", "mlp_out")
 
 
 @dataclass(kw_only=True)
@@ -74,7 +74,7 @@ class ExplainJob(Job[ExplainMeasurement]):
     def _patching_job(self) -> PatchHeadsJob:
         return PatchHeadsJob(**self._pair())
 
-    def _map_job(self, component: str, positions: list[int] | None = None) -> PatchJob:
+    def _map_job(self, component: Component, positions: list[int] | None = None) -> PatchJob:
         """The ``patch`` call whose layer × position map explain reports for `component` (same arguments)."""
         return PatchJob(**self._pair(), component=component, positions=positions)
 

@@ -47,14 +47,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from mcp_interp.errors import InputError
-
-ProbeMethod = Literal["logistic", "diff_means"]
-SplitKind = Literal["labels", "key", "random", "groups"]
+from mcp_interp.schemas.features import ProbeMethod, SplitKind
 
 
 @dataclass(frozen=True)

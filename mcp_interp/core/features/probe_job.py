@@ -21,10 +21,10 @@ from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.text.tokens import token_ids
 from mcp_interp.core.features import probe
 from mcp_interp.core.features.residuals import check_layers, check_position, read_residuals
-from mcp_interp.errors import InputError
+from mcp_interp.errors import InputError, require_choice
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import StoredDirection
-from mcp_interp.schemas.features import ProbeLayer, ProbeMeasurement
+from mcp_interp.schemas.features import ControlKind, ProbeLayer, ProbeMeasurement, ProbeMethod
 
 SHUFFLE_SEED_OFFSET = 1  # the shuffled-label draws come from seed + 1, the type-keyed ones from seed + 2
 KEY_SEED_OFFSET = 2
@@ -50,7 +50,7 @@ class ProbeJob:
     labels: Sequence[Any]
     layers: Sequence[int] | None = None
     position: str | int = "last"
-    method: str = "logistic"
+    method: ProbeMethod = "logistic"
     test_fraction: float = 0.25
     seed: int = 0
     control: bool = True
@@ -67,8 +67,7 @@ class ProbeJob:
 
     def steps(self) -> Iterator[str]:
         check_position(self.position)
-        if self.method not in ("logistic", "diff_means"):
-            raise InputError(f"Unknown probe method {self.method!r}; use 'logistic' or 'diff_means'.")
+        require_choice("method", self.method, ProbeMethod)
         texts = list(self.texts)
         if len(texts) != len(self.labels):
             raise InputError(
@@ -125,7 +124,7 @@ class ProbeJob:
         texts: list[str],
     ) -> ProbeLayer:
         method = self.method  # checked in steps()
-        fit = probe.fit_probe(x, y, split, method)  # type: ignore[arg-type]
+        fit = probe.fit_probe(x, y, split, method)
         low, high = stats.clopper_pearson(fit.correct, fit.n_test)
         row = ProbeLayer(
             layer=layer,
@@ -138,13 +137,13 @@ class ProbeJob:
             projection_gap=0.0,
         )
         if shuffled is not None:
-            accuracies = probe.held_out_correct(x, shuffled, split, method) / fit.n_test  # type: ignore[arg-type]
+            accuracies = probe.held_out_correct(x, shuffled, split, method) / fit.n_test
             draws.shuffled.append(accuracies)
             row.shuffled_accuracy = float(accuracies.mean())
             row.shuffled_p = stats.rank_test(fit.accuracy, accuracies.tolist(), "greater").p_value
             control = accuracies
             if keyed is not None:
-                control = probe.held_out_correct(x, keyed, split, method) / fit.n_test  # type: ignore[arg-type]
+                control = probe.held_out_correct(x, keyed, split, method) / fit.n_test
                 draws.keyed.append(control)
             interval = stats.mean_interval(control.tolist())
             row.control_accuracy = interval.mean
@@ -200,7 +199,7 @@ class ProbeJob:
         level = 1 - (1 - stats.CONFIDENCE) / len(rows)
         best_interval = stats.clopper_pearson(round(best.accuracy * n_test), n_test, level)
         accuracies = np.array([row.accuracy for row in rows])
-        kind = None
+        kind: ControlKind | None = None
         selective: list[int] = []
         notes = [
             f"Accuracy is on {n_test} held-out texts ({_split_words(split.kind)}); chance (the majority label) is "
@@ -236,7 +235,7 @@ class ProbeJob:
                 "labels on its training texts (see train_accuracy); only held-out accuracy and the controls count."
             )
         return ProbeMeasurement(
-            method=self.method,  # type: ignore[arg-type]
+            method=self.method,
             position=self.position,
             labels=classes,
             n_texts=n_texts,
@@ -245,7 +244,7 @@ class ProbeJob:
             split=split.kind,
             chance=chance,
             seed=self.seed,
-            control_kind=kind,  # type: ignore[arg-type]
+            control_kind=kind,
             control_key=None if key is None else probe.key_summary(key),
             control_draws=self.control_draws if self.control else 0,
             layers=rows,

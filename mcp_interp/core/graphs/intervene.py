@@ -44,6 +44,7 @@ from mcp_interp.schemas.graphs import (
     GraphInterveneMeasurement,
     InterventionApplied,
     InterventionRun,
+    InterventionRunName,
     TargetChange,
 )
 
@@ -172,7 +173,11 @@ def resolve_changes(
         if (spec.value is None) == (spec.scale is None):
             raise InputError(f"{where}: give exactly one of `value` (the new activation) or `scale` (a multiplier).")
         clean = float(active.activations[spec.layer, position, spec.feature])
-        value = float(spec.value) if spec.value is not None else clean * float(spec.scale)  # type: ignore[arg-type]
+        if spec.value is not None:
+            value = float(spec.value)
+        else:
+            assert spec.scale is not None  # exactly one of the two, checked above
+            value = clean * float(spec.scale)
         if not abs(value) < 1e6:
             raise InputError(f"{where}: the new activation must be a finite number of magnitude < 1e6, got {value}.")
         key = (spec.layer, position, spec.feature)
@@ -221,12 +226,12 @@ def graph_intervene(
     chosen = logit_targets(model, clean.logits, targets)
     index = torch.tensor(chosen.ids, device=clean.logits.device)
     predicted = predicted_direct(model, prepared, chosen.vectors, changes)
-    runs = {
+    runs: dict[InterventionRunName, tuple[bool, bool, str]] = {
         "direct": (True, True, "frozen at the real run's writes, plus the intervened features' decoder change"),
         "replacement": (freeze_attention, False, "transcoders re-encoding their live input + the real run's errors"),
         "model": (freeze_attention, False, "the real MLPs, plus the intervened features' decoder change"),
     }
-    mode: dict[str, MlpMode] = {"direct": "frozen", "replacement": "replacement", "model": "model"}
+    mode: dict[InterventionRunName, MlpMode] = {"direct": "frozen", "replacement": "replacement", "model": "model"}
     deltas, summaries = {}, []
     for name, (patterns, scales, what) in runs.items():
         logits = replacement_logits(model, prepared, changes, mode[name], patterns, scales)
@@ -234,7 +239,7 @@ def graph_intervene(
         kl = kl_divergence(clean.logits[None].double(), logits[None].double()).value
         summaries.append(
             InterventionRun(
-                name=name,  # type: ignore[arg-type]
+                name=name,
                 attention_frozen=patterns,
                 norm_scales_frozen=scales,
                 mlps=what,

@@ -18,6 +18,7 @@ from mcp_interp.core.engine.numbers.scores import SMALL_GAP, TOP_WITH_EXAMPLES, 
 from mcp_interp.core.engine.patching.job import CellContext, PatchingJob, PatchOutcome
 from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.components import Head, PositionSpec, parse_heads, position_mask
+from mcp_interp.schemas.common import PositionsSpec
 from mcp_interp.schemas.heads import HeadScore, PatchHeadsMeasurement, VerifiedHead
 
 
@@ -25,7 +26,7 @@ from mcp_interp.schemas.heads import HeadScore, PatchHeadsMeasurement, VerifiedH
 class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
     """Per-head patching scores (see the module docstring); one step per layer swept."""
 
-    positions: PositionSpec = "all"
+    positions: PositionsSpec = "all"
     heads: Any = None
 
     def site(self) -> Site:
@@ -82,11 +83,12 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
                 for i, exact in outcome.verified
             ]
         return PatchHeadsMeasurement(
-            method=self.method,  # type: ignore[arg-type]
+            method=self.method,
             approximate=self.method == "attribution",
-            direction=self.direction,  # type: ignore[arg-type]
-            metric=self.metric,  # type: ignore[arg-type]
-            positions=self.positions if self.positions is not None else "all",  # type: ignore[arg-type]
+            direction=self.direction,
+            metric=self.metric,
+            answer_kind=self.scored_answer_kind(),
+            positions=self.positions if self.positions is not None else "all",
             clean_logit_diff=metrics.score_of(clean),
             corrupt_logit_diff=metrics.score_of(corrupt),
             differing_positions=[d.positions for d in outcome.diffs],

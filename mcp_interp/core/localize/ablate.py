@@ -15,10 +15,10 @@ from mcp_interp.core.engine.text.components import position_mask
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import DirectionProjection, RandomBaseline
-from mcp_interp.schemas.common import Intervention
+from mcp_interp.schemas.common import AblationMethod, Intervention
 from mcp_interp.schemas.localize import AblateMeasurement
 
-WHAT_IS_DONE = {
+WHAT_IS_DONE: dict[AblationMethod, str] = {
     "zero": "Projecting out",
     "mean": "Replacing the projection on",
     "resample": "Resampling the projection on",
@@ -63,7 +63,7 @@ def direction_projections(model: LoadedModel, prompts: Sequence[str], ablation: 
     return out
 
 
-def projection_notes(projections: Sequence[DirectionProjection], method: str) -> list[str]:
+def projection_notes(projections: Sequence[DirectionProjection], method: AblationMethod) -> list[str]:
     """Zero is not a neutral value for a direction the prompts sit far along: say so, with the numbers."""
     notes = []
     for p in projections:

@@ -19,10 +19,10 @@ from mcp_interp.core.engine.patching.job import CellContext, PatchingJob, PatchO
 from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.core.localize.report import PatchReport
-from mcp_interp.errors import InputError
-from mcp_interp.schemas.localize import PatchMeasurement
+from mcp_interp.errors import InputError, require_choice
+from mcp_interp.schemas.localize import Component, PatchMeasurement
 
-COMPONENTS: dict[str, Site] = {
+COMPONENTS: dict[Component, Site] = {
     "resid_pre": "resid_pre",
     "resid_mid": "resid_mid",
     "resid_post": "resid_post",
@@ -40,15 +40,14 @@ ARCHITECTURE_DEPENDENT = {"resid_mid": "patch_resid_mid", "mlp_neurons": "patch_
 class PatchJob(PatchingJob[PatchMeasurement]):
     """Patching scores of one component per cell (see the module docstring)."""
 
-    component: str
+    component: Component
     layers: Sequence[int] | None = None
     positions: Sequence[int] | None = None
     neurons: Sequence[int] | None = None
     top_neurons: int = TOP_NEURONS_DEFAULT
 
     def check(self) -> None:
-        if self.component not in COMPONENTS:
-            raise InputError(f"`component` must be one of {list(COMPONENTS)}, got {self.component!r}.")
+        require_choice("component", self.component, Component)
         if self.neurons is not None and self.component != "mlp_neurons":
             raise InputError("`neurons` applies only to component 'mlp_neurons'.")
         if self.component in ARCHITECTURE_DEPENDENT:
@@ -94,6 +93,7 @@ class PatchJob(PatchingJob[PatchMeasurement]):
             direction=self.direction,
             method=self.method,
             metric=self.metric,
+            answer_kind=self.scored_answer_kind(),
             n_layers=cfg.n_layers,
             n_heads=cfg.n_heads,
             tokenizer=self.model.tokenizer,

@@ -12,18 +12,19 @@ from mcp_interp.core.engine.numbers.scores import SMALL_GAP, TOP_WITH_EXAMPLES, 
 from mcp_interp.core.engine.patching.job import PatchOutcome
 from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, token_strings
-from mcp_interp.schemas.common import Score
-from mcp_interp.schemas.localize import PatchCell, PatchMeasurement, PositionToken, VerifiedCell
+from mcp_interp.schemas.common import AnswerKind, PatchDirection, PatchMethod, PatchMetric, Score
+from mcp_interp.schemas.localize import Component, PatchCell, PatchMeasurement, PositionToken, VerifiedCell
 
 
 @dataclass(kw_only=True)
 class PatchReport:
     """The settings a ``patch`` result is read with, and the model's shape and first clean prompt's tokens."""
 
-    component: str
-    direction: str
-    method: str
-    metric: str
+    component: Component
+    direction: PatchDirection
+    method: PatchMethod
+    metric: PatchMetric
+    answer_kind: AnswerKind | None
     n_layers: int
     n_heads: int
     tokenizer: Any
@@ -98,11 +99,12 @@ class PatchReport:
                 )
             )
         return PatchMeasurement(
-            component=self.component,  # type: ignore[arg-type]
-            method=self.method,  # type: ignore[arg-type]
+            component=self.component,
+            method=self.method,
             approximate=self.method == "attribution",
-            direction=self.direction,  # type: ignore[arg-type]
-            metric=self.metric,  # type: ignore[arg-type]
+            direction=self.direction,
+            metric=self.metric,
+            answer_kind=self.answer_kind,
             clean=metrics.score_of(clean_m),
             corrupt=metrics.score_of(corrupt_m),
             tokens=tokens,

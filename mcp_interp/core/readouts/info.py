@@ -11,7 +11,6 @@ from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.readouts import (
     BlockFacts,
-    Capability,
     ModelInfoMeasurement,
     TokenizedText,
     TokenizeMeasurement,
@@ -61,16 +60,7 @@ def model_info(model: LoadedModel) -> ModelInfoMeasurement:
         prepends_bos=adds_bos(model.tokenizer),
         tokenization_rule=tokenization_rule(model),
         block=block_facts(model),
-        capabilities=[
-            Capability(
-                tools=list(c.tools),
-                option=c.option,
-                available=c.available,
-                missing_feature=c.missing_feature,
-                reason=c.reason,
-            )
-            for c in capabilities(model.backend)
-        ],
+        capabilities=capabilities(model.backend),
         notes=(
             [
                 "This is the random-weight `tiny` model: its predictions mean nothing; use it to try "

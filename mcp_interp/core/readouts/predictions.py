@@ -20,7 +20,14 @@ from mcp_interp.core.engine.ablation.targets import (
     prepare_ablation,
 )
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.text.answers import (
+    Answer,
+    answer_kind,
+    answer_log_probs,
+    describe,
+    resolve_answer_specs,
+    spacing_notes,
+)
 from mcp_interp.core.engine.text.tokens import (
     Batch,
     encode,
@@ -120,7 +127,7 @@ def logit_diff(
         examples=examples,
         notes=notes,
         intervention=ablation.describe() if ablation else None,
-        answer_kind="sequence" if sequences else "token",
+        answer_kind=answer_kind(good + bad),
     )
 
 
@@ -228,5 +235,5 @@ def answer_rank(
         examples=examples,
         notes=notes,
         intervention=ablation.describe() if ablation else None,
-        answer_kind="sequence" if sequences else "token",
+        answer_kind=answer_kind(answers),
     )

@@ -21,7 +21,14 @@ from mcp_interp.core.engine.ablation.targets import (
     prepare_ablation,
 )
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, describe, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.text.answers import (
+    Answer,
+    answer_kind,
+    answer_log_probs,
+    describe,
+    resolve_answer_specs,
+    spacing_notes,
+)
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import AblationOutcome, MetricSet
@@ -111,10 +118,11 @@ def ablation_outcome(
     notes.extend(disagreements(before, after, kl))
     return AblationOutcome(
         method=ablation.method,
-        positions=ablation.positions if ablation.positions is not None else "all",  # type: ignore[arg-type]
+        positions=ablation.positions if ablation.positions is not None else "all",
         mean_over=prepared.mean_over,
         permutation=prepared.permutation,
         answer=answer,
+        answer_kind=answer_kind(tracked + (bad or [])),
         answer_tokens=[
             describe(model.tokenizer, a) if sequences else model.tokenizer.decode([a.first_token]) for a in tracked
         ],

@@ -23,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -38,18 +38,22 @@ from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.numbers.metrics import at_answer_positions
 from mcp_interp.core.engine.text.components import (
     Head,
-    PositionSpec,
     parse_block_part,
     parse_head,
     parse_neurons,
     position_mask,
 )
 from mcp_interp.core.engine.text.tokens import Batch, encode
-from mcp_interp.errors import InputError
-from mcp_interp.schemas.common import DirectionRef, Intervention, SaeFeaturesRef, TranscoderFeaturesRef
-
-AblationMethod = Literal["zero", "mean", "resample"]
-MeanOver = Literal["per_position", "per_position_from_end"]
+from mcp_interp.errors import InputError, require_choice
+from mcp_interp.schemas.ablation import MeanOver
+from mcp_interp.schemas.common import (
+    AblationMethod,
+    DirectionRef,
+    Intervention,
+    PositionsSpec,
+    SaeFeaturesRef,
+    TranscoderFeaturesRef,
+)
 
 
 class Target(ABC):
@@ -57,7 +61,11 @@ class Target(ABC):
     ``[batch, seq, ...]`` as ``[batch, seq, width]`` (``read``) and how to write a new part (``write``).
     Each kind is a subclass; equal targets (``key``) are ablated once."""
 
-    layer: int
+    if TYPE_CHECKING:
+        # Read-only: a field of most targets, a property of dictionary features (their dictionary's layer). Declared
+        # for the type checker only, so that it is no inherited default of the dataclass fields that define it.
+        @property
+        def layer(self) -> int: ...
 
     @abstractmethod
     def hook(self) -> str: ...
@@ -184,7 +192,7 @@ class FeaturesTarget(Target):
     source: str  # the dictionary's folder: equal feature ids of two dictionaries differ
 
     @property
-    def layer(self) -> int:  # type: ignore[override]
+    def layer(self) -> int:
         return self.sae.layer
 
     def __str__(self) -> str:
@@ -219,7 +227,7 @@ class TranscoderFeaturesTarget(Target):
     source: str  # the transcoder set's folder
 
     @property
-    def layer(self) -> int:  # type: ignore[override]
+    def layer(self) -> int:
         return self.source_layer
 
     def __str__(self) -> str:
@@ -254,7 +262,7 @@ class Ablation:
 
     targets: list[Target]
     method: AblationMethod = "zero"
-    positions: PositionSpec = "all"
+    positions: PositionsSpec = "all"
     seed: int = 0
     reference_prompts: tuple[str, ...] = ()
 
@@ -450,8 +458,7 @@ def prepare_ablation(
 
     Refused: mean ablation of a single prompt with no ``reference_prompts`` (the mean of one prompt is the prompt
     itself: a silent no-op), reference prompts with another method, resample of unequal-length prompts."""
-    if ablation.method not in ("zero", "mean", "resample"):
-        raise InputError(f"Unknown ablation method {ablation.method!r}; use 'zero', 'mean' or 'resample'.")
+    require_choice("method", ablation.method, AblationMethod)
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
     n = batch.input_ids.shape[0]
     if ablation.reference_prompts and ablation.method != "mean":

@@ -43,6 +43,7 @@ from mcp_interp.core.engine.backend.bridge import (
     per_head_attention_hooks,
 )
 from mcp_interp.errors import InputError
+from mcp_interp.schemas.readouts import Capability
 
 
 def _opaque_attention(bridge: Any) -> str | None:
@@ -168,28 +169,21 @@ USES: dict[str, Use] = {
 }
 
 
-@dataclass(frozen=True)
-class Capability:
-    """Whether one ``Use`` applies to the loaded model; when not, which feature is missing and why."""
-
-    key: str
-    tools: tuple[str, ...]
-    option: str | None
-    available: bool
-    missing_feature: str | None
-    reason: str | None
-
-
 def capability(backend: Any, key: str) -> Capability:
-    """Whether the use ``key`` of ``USES`` applies to this model (the first missing feature decides why not)."""
+    """Whether the use ``key`` of ``USES`` applies to this model (the first missing feature decides why not), as
+    ``model_info`` reports it."""
     bridge = backend.bridge
     use = USES[key]
+    tools = list(use.tools)
     for need in use.needs:
         feature = FEATURES[need]
         why = feature.missing(bridge)
         if why is not None:
-            return Capability(key, use.tools, use.option, False, feature.name, f"{why}. {use.instead}")
-    return Capability(key, use.tools, use.option, True, None, None)
+            reason = f"{why}. {use.instead}"
+            return Capability(
+                tools=tools, option=use.option, available=False, missing_feature=feature.name, reason=reason
+            )
+    return Capability(tools=tools, option=use.option, available=True, missing_feature=None, reason=None)
 
 
 def capabilities(backend: Any) -> list[Capability]:

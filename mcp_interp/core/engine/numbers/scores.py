@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.schemas.common import Score
+from mcp_interp.schemas.common import PatchDirection, Score
 
-Direction = Literal["denoise", "noise"]
 SMALL_GAP = 0.5  # |clean − corrupt| logit difference below which fractions are unstable
 TOP_WITH_EXAMPLES = 10  # ranked items that carry per-example values in a result
 
@@ -32,7 +30,9 @@ def finite(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def directed_score(patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor, direction: str) -> Score:
+def directed_score(
+    patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor, direction: PatchDirection
+) -> Score:
     """The fraction of the gap restored (``denoise``) or destroyed (``noise``), mean and per pair."""
     fraction = metrics.recovered_fraction(patched, clean, corrupt)
     if direction == "denoise":
@@ -45,6 +45,8 @@ def ranked_by_magnitude(values: Sequence[float]) -> list[int]:
     return sorted(range(len(values)), key=lambda i: -abs(values[i]) if values[i] == values[i] else 0.0)
 
 
-def ranked_scores(patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor, direction: str) -> list[int]:
+def ranked_scores(
+    patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor, direction: PatchDirection
+) -> list[int]:
     """Rows of ``patched`` ([units, pairs]) by decreasing |score|."""
     return ranked_by_magnitude([directed_score(row, clean, corrupt, direction).value for row in patched])

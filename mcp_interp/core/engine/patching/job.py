@@ -36,15 +36,12 @@ from mcp_interp.core.engine.patching.first_order import Attribution, attribution
 from mcp_interp.core.engine.patching.rows import RowPlan
 from mcp_interp.core.engine.patching.suffix_sweep import best_sweep
 from mcp_interp.core.engine.patching.sweep import Unit
-from mcp_interp.core.engine.text.answers import Answer, resolve_answer_specs, spacing_notes
+from mcp_interp.core.engine.text.answers import Answer, answer_kind, resolve_answer_specs, spacing_notes
 from mcp_interp.core.engine.text.components import PositionSpec, position_mask
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, encode, validate_pairs
-from mcp_interp.errors import InputError
+from mcp_interp.errors import InputError, require_choice
 from mcp_interp.models import LoadedModel
-
-DIRECTIONS = ("denoise", "noise")
-METHODS = ("exact", "attribution")
-METRICS = ("logit_diff", "log_prob", "kl")
+from mcp_interp.schemas.common import AnswerKind, PatchDirection, PatchMethod, PatchMetric
 
 
 @dataclass(kw_only=True)
@@ -88,9 +85,9 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     corrupt_prompts: Sequence[str]
     correct: Any = None  # answers as the tools take them (``answers``): strings, {"any_of": [...]}, or a list
     incorrect: Any = None
-    direction: str = "denoise"
-    method: str = "exact"
-    metric: str = "logit_diff"
+    direction: PatchDirection = "denoise"
+    method: PatchMethod = "exact"
+    metric: PatchMetric = "logit_diff"
     verify_top: int = 0
     result: R | None = field(default=None, init=False)
     outcome: PatchOutcome | None = field(default=None, init=False)
@@ -236,14 +233,9 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     # --- inputs -----------------------------------------------------------------------------------
 
     def _check(self) -> None:
-        choices = {
-            "direction": (self.direction, DIRECTIONS),
-            "method": (self.method, METHODS),
-            "metric": (self.metric, METRICS),
-        }
-        for name, (value, allowed) in choices.items():
-            if value not in allowed:
-                raise InputError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+        require_choice("direction", self.direction, PatchDirection)
+        require_choice("method", self.method, PatchMethod)
+        require_choice("metric", self.metric, PatchMetric)
         if self.metric in ("logit_diff", "log_prob") and self.correct is None:
             raise InputError(f"metric {self.metric!r} needs `correct`; or use metric 'kl', which needs no answer.")
         if self.metric == "logit_diff" and self.incorrect is None:
@@ -257,6 +249,12 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         if self.metric == "logit_diff":
             bad = resolve_answer_specs(tokenizer, self.incorrect, n, "incorrect")
         return good, bad
+
+    def scored_answer_kind(self) -> AnswerKind | None:
+        """The kind of the answers the metric scored (a result's ``answer_kind``), once the job has read them; None
+        for metric 'kl', which scores no answer."""
+        good, bad = self._token_answers
+        return None if good is None else answer_kind(good + (bad or []))
 
     def _row_plan(self, n: int) -> RowPlan:
         """One row per pair, or one per answer token when some answer is several tokens or a set."""

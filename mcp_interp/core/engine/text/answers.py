@@ -17,9 +17,9 @@ sequence log-probs reduces to the logit difference when both answers are one tok
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -27,8 +27,7 @@ from mcp_interp import limits
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.text.tokens import Batch, token_strings
 from mcp_interp.errors import InputError
-
-AnswerKind = Literal["token", "sequence", "set"]
+from mcp_interp.schemas.common import AnswerKind
 
 
 @dataclass(frozen=True)
@@ -42,6 +41,13 @@ class Answer:
     @property
     def first_token(self) -> int:
         return self.alternatives[0][0]
+
+
+def answer_kind(answers: Iterable[Answer]) -> AnswerKind:
+    """The kind a result reports for the answers it scored (``answer_kind``): 'set' when any is a set, else
+    'sequence' when any is several tokens, else 'token'."""
+    kinds = {a.kind for a in answers}
+    return "set" if "set" in kinds else "sequence" if "sequence" in kinds else "token"
 
 
 def parse_answer(tokenizer: Any, spec: Any, argument: str) -> Answer:
