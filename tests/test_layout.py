@@ -488,3 +488,12 @@ def test_the_sdk_rule_catches_a_planted_reach() -> None:
         "line 3: tool.fn_metadata",
         "line 4: tool.__dict__",
     ]
+
+
+def test_parsing_and_scoring_do_no_io() -> None:
+    # Scoring an answer depends on no weight-file reader, and parsing an intervention reads no file: the dictionaries'
+    # loaders are called only by the one resolver of references.
+    loaders = {f"{ENGINE}.dictionaries.saelens", f"{ENGINE}.dictionaries.transcoder_format"}
+    assert not GRAPH[f"{ENGINE}.text.answers"] & {f"{ENGINE}.ablation.targets", *loaders}
+    assert not GRAPH[f"{ENGINE}.ablation.targets"] & loaders
+    assert loaders <= GRAPH[f"{ENGINE}.references"]

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from mcp_interp.core.engine.directions import encode_direction
+from mcp_interp.core.engine.references import encode_direction
 from mcp_interp.core.features import figures as features_figures
 from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.sae_report import SaeFeaturesJob, sae_report

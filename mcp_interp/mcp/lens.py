@@ -10,11 +10,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from mcp_interp import figures
-from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
-from mcp_interp.core.engine.dictionaries.saelens import load_sae
-from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
-from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
-from mcp_interp.core.engine.directions import load_direction
+from mcp_interp.core.engine.references import load_direction
 from mcp_interp.core.lens.attention import attention as measure_attention
 from mcp_interp.core.lens.dla import dla as measure_dla
 from mcp_interp.core.lens.figures import attention_plot, dla_plot, logit_lens_plot
@@ -22,7 +18,6 @@ from mcp_interp.core.lens.induction import induction as measure_induction
 from mcp_interp.core.lens.logit_lens import layer_label
 from mcp_interp.core.lens.logit_lens import logit_lens as measure_logit_lens
 from mcp_interp.core.lens.steer import SteerJob
-from mcp_interp.errors import InputError
 from mcp_interp.mcp.arguments import RandomDraws
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit
@@ -123,24 +118,6 @@ async def induction(
     return kit.finish(result, f"top induction heads: {tops}. Figure: {result.figure_uri}", [link])
 
 
-def steered_feature(
-    model: LoadedModel, sae: str | None, transcoders: str | None, layer: int | None, feature: int | None
-) -> tuple[SparseAutoencoder, int] | TranscoderFeature | None:
-    """The SAE or transcoder feature `steer` was given, or None."""
-    if sae is not None and transcoders is not None:
-        raise InputError("Give `sae` or `transcoders` (with `feature`), not both.")
-    if transcoders is not None:
-        if feature is None or layer is None:
-            raise InputError("Give `transcoders`, `layer` and `feature` to steer along a transcoder feature.")
-        loaded = load_transcoders(transcoders, model)
-        if not 0 <= layer < loaded.n_layers:
-            raise InputError(f"layer {layer} does not exist; the transcoders have layers 0..{loaded.n_layers - 1}.")
-        return TranscoderFeature(loaded, layer, feature)
-    if (sae is None) != (feature is None):
-        raise InputError("Give both `sae` (the folder) and `feature` (its id) to steer along an SAE feature.")
-    return None if sae is None or feature is None else (load_sae(sae, model), feature)
-
-
 @family.tool()
 async def steer(
     prompt: str,
@@ -170,12 +147,10 @@ async def steer(
 
     def make(model: LoadedModel) -> SteerJob:
         stored = load_direction(direction, kit.direction_lookup, model) if direction is not None else None
-        chosen = steered_feature(model, sae, transcoders, layer, feature)
-        act_add_layer = None if transcoders is not None else layer
         return SteerJob(
-            model=model, prompt=prompt, positive=positive, negative=negative, layer=act_add_layer,
+            model=model, prompt=prompt, positive=positive, negative=negative, layer=layer,
             coefficient=coefficient, max_new_tokens=max_new_tokens, seed=seed, direction=stored,
-            direction_uri=direction, feature=chosen, random_draws=random_draws,
+            direction_uri=direction, sae=sae, transcoders=transcoders, feature=feature, random_draws=random_draws,
         )  # fmt: skip
 
     job, started = await kit.measured_job(ctx, make)

@@ -135,7 +135,12 @@ async def loss(
     job, started = await kit.measured_job(
         ctx,
         lambda model: LossJob(
-            model=model, texts=texts, intervention=intervention, token_ids=token_ids, positions=positions
+            model=model,
+            texts=texts,
+            intervention=intervention,
+            token_ids=token_ids,
+            positions=positions,
+            lookup=kit.direction_lookup,
         ),
     )
     assert job.result is not None

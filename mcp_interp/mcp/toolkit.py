@@ -33,8 +33,8 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import BaseModel
 
-from mcp_interp.core.engine.directions import resolve_direction_refs
 from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.references import resolve_references
 from mcp_interp.errors import InputError, InterpError, NumericalError
 from mcp_interp.figures import Plot
 from mcp_interp.mcp.queue import JobQueue, current_job
@@ -110,13 +110,14 @@ class Toolkit:
     ) -> R:
         """``fn(model, *args)`` → a measurement, with provenance.
 
-        Interventions naming a stored direction (``direction://…``) get its vector here, on the model thread,
-        so every tool that takes an ``intervention`` accepts one."""
+        An ``intervention``'s references (``direction://…``, SAE and transcoder folders) are resolved here, on the
+        model thread, by the one resolver (``references.resolve_references``), so every tool that takes an
+        ``intervention`` accepts them all."""
         model = await self.model(ctx)
         started = time.perf_counter()
 
         def measure(model: LoadedModel, *args: Any) -> Measurement:
-            return fn(model, *(resolve_direction_refs(arg, self.direction_lookup, model) for arg in args))
+            return fn(model, *(resolve_references(arg, model, self.direction_lookup) for arg in args))
 
         measurement = await self.call(measure, model, *args, locked=locked)
         return self.with_provenance(result_type, measurement, started)
@@ -157,8 +158,9 @@ class Toolkit:
         returns the finished job and when it started (for ``with_provenance``)."""
         model = await self.model(ctx)
         started = time.perf_counter()
-        with error_boundary():
-            job = make_job(model)
+        # Built on the model thread: a job's arguments may name references to load (a direction, an SAE), and no
+        # load may block the event loop every other request is served on.
+        job = await self.call(make_job, model)
         await self.run_job(ctx, job)
         return job, started
 

@@ -475,7 +475,7 @@ def test_steer_with_a_stored_direction(tiny: LoadedModel) -> None:
 
 
 def test_stored_directions_are_checked_against_the_loaded_weights(tiny: LoadedModel) -> None:
-    from mcp_interp.core.engine.directions import encode_direction, load_direction
+    from mcp_interp.core.engine.references import encode_direction, load_direction
     from mcp_interp.store import NotFound
 
     job = run_probe(tiny, layers=[2])
@@ -495,12 +495,12 @@ def test_stored_directions_are_checked_against_the_loaded_weights(tiny: LoadedMo
     with pytest.raises(InputError, match="not a direction URI"):
         load_direction("figure://" + "a" * 32, missing, tiny)
 
-    from mcp_interp.core.engine.directions import resolve_direction_refs
+    from mcp_interp.core.engine.references import resolve_references
     from mcp_interp.schemas.common import Intervention
 
     elsewhere = Intervention(ablate=[{"layer": 1, "direction": "direction://" + "a" * 32}])  # type: ignore[list-item]
     with pytest.raises(InputError, match="fitted on layer 2's resid_post, but the target names layer 1"):
-        resolve_direction_refs(elsewhere, lambda _id: data, tiny)
+        resolve_references(elsewhere, tiny, lambda _id: data)
 
 
 # --- end to end over stdio -------------------------------------------------------------------------

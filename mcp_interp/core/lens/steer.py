@@ -35,6 +35,7 @@ from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.numbers.metrics import kl_divergence
+from mcp_interp.core.engine.references import steered_feature
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
@@ -85,7 +86,9 @@ def greedy(model: LoadedModel, ids: list[int], max_new_tokens: int, edits: list[
 @dataclass(kw_only=True)
 class SteerJob(Job[SteerMeasurement]):
     """``steer`` as a job: a step per generated token (baseline, then steered), so a cancel frees the model within
-    one forward pass."""
+    one forward pass. An SAE or transcoder feature is named by its folder (``sae`` / ``transcoders``, ``feature``)
+    and loaded in the job's first step, on the model thread (``references.steered_feature``); with ``transcoders``,
+    ``layer`` is the transcoder layer the feature belongs to."""
 
     model: LoadedModel
     prompt: str
@@ -97,7 +100,9 @@ class SteerJob(Job[SteerMeasurement]):
     seed: int = 0
     direction: StoredDirection | None = None
     direction_uri: str | None = None
-    feature: tuple[SparseAutoencoder, int] | TranscoderFeature | None = None
+    sae: str | None = None
+    transcoders: str | None = None
+    feature: int | None = None
     random_draws: int = stats.DEFAULT_DRAWS
     result: SteerMeasurement | None = field(default=None, init=False)
 
@@ -105,10 +110,12 @@ class SteerJob(Job[SteerMeasurement]):
         return 2 * self.max_new_tokens + 2
 
     def steps(self) -> Iterator[str]:
+        chosen = steered_feature(self.model, self.sae, self.transcoders, self.layer, self.feature)
+        layer = None if self.transcoders is not None else self.layer
         holder: list[SteerMeasurement] = []
         yield from steer_steps(
-            self.model, self.prompt, self.positive, self.negative, self.layer, self.coefficient, self.max_new_tokens,
-            self.seed, self.direction, self.direction_uri, self.feature, self.random_draws, holder,
+            self.model, self.prompt, self.positive, self.negative, layer, self.coefficient, self.max_new_tokens,
+            self.seed, self.direction, self.direction_uri, chosen, self.random_draws, holder,
         )  # fmt: skip
         self.result = holder[0]
 

@@ -21,6 +21,7 @@ import torch
 from mcp_interp.core.engine.ablation.targets import Ablation, ablation_from_spec, prepare_ablation
 from mcp_interp.core.engine.jobs import Job, drain
 from mcp_interp.core.engine.numbers.metrics import token_losses
+from mcp_interp.core.engine.references import Lookup, resolve_references
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import Batch, encode, encode_ids, token_strings
 from mcp_interp.errors import InputError
@@ -72,6 +73,7 @@ class LossJob(Job[LossMeasurement]):
     intervention: Intervention | None = None
     token_ids: Sequence[Sequence[int]] | None = None
     positions: Sequence[int] | None = None
+    lookup: Lookup | None = None  # the server's store, for an intervention naming a direction://
     result: LossMeasurement | None = field(default=None, init=False)
 
     def total_steps(self) -> int:
@@ -91,7 +93,8 @@ class LossJob(Job[LossMeasurement]):
                 "token to predict from another. Pass longer texts."
             )
         span = _span(batch, self.positions)
-        ablation = ablation_from_spec(self.intervention, model.cfg, model)
+        intervention = resolve_references(self.intervention, model, self.lookup)
+        ablation = ablation_from_spec(intervention, model.cfg, model)
         chunks = [
             list(range(i, min(i + TEXTS_PER_STEP, len(batch.texts))))
             for i in range(0, len(batch.texts), TEXTS_PER_STEP)

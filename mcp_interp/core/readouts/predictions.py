@@ -20,6 +20,7 @@ from mcp_interp.core.engine.ablation.targets import (
     prepare_ablation,
 )
 from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.references import resolve_references
 from mcp_interp.core.engine.text.answers import (
     Answer,
     answer_kind,
@@ -47,7 +48,7 @@ from mcp_interp.schemas.readouts import (
 
 
 def _ablation(model: LoadedModel, intervention: Intervention | None) -> Ablation | None:
-    return ablation_from_spec(intervention, model.cfg, model)
+    return ablation_from_spec(resolve_references(intervention, model), model.cfg, model)
 
 
 def _prepared(model: LoadedModel, batch: Batch, intervention: Intervention | None) -> PreparedAblation | None:

@@ -21,6 +21,7 @@ from mcp_interp.core.engine.ablation.targets import (
     prepare_ablation,
 )
 from mcp_interp.core.engine.numbers import metrics
+from mcp_interp.core.engine.references import resolve_references
 from mcp_interp.core.engine.text.answers import (
     Answer,
     answer_kind,
@@ -43,7 +44,7 @@ def parsed_ablation(model: LoadedModel, ablation: Ablation | Intervention) -> Ab
     """The core ``Ablation`` of a tool's arguments (an ``Intervention``), or the ``Ablation`` itself."""
     if isinstance(ablation, Ablation):
         return ablation
-    parsed = ablation_from_spec(ablation, model.cfg, model)  # a tool's arguments, names as strings or objects
+    parsed = ablation_from_spec(resolve_references(ablation, model), model.cfg, model)  # a tool's arguments
     assert parsed is not None
     return parsed
 

@@ -32,10 +32,9 @@ from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite
 from mcp_interp.core.engine.backend.points import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
-from mcp_interp.core.engine.dictionaries.saelens import load_sae
-from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.numbers.metrics import at_answer_positions
+from mcp_interp.core.engine.references import LoadedSaeFeatures, LoadedTranscoderFeatures
 from mcp_interp.core.engine.text.components import (
     Head,
     parse_block_part,
@@ -520,13 +519,16 @@ def check_reference_lengths(batch: Batch, reference: Batch, mask: torch.Tensor) 
 
 def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
     """One target from its tool spelling (see ``schemas.common.TARGETS_DESCRIPTION``), checked against
-    the model's config (layers, heads, MLP width, d_model); SAE features need the loaded ``model``."""
-    if isinstance(spec, DirectionRef | SaeFeaturesRef):
+    the model's config (layers, heads, MLP width, d_model). No I/O: SAE and transcoder targets arrive loaded
+    (``references.resolve_references``)."""
+    if isinstance(spec, DirectionRef | SaeFeaturesRef | TranscoderFeaturesRef):
         spec = spec.model_dump()
-    if isinstance(spec, Mapping) and set(spec) == {"sae", "features"}:
-        return sae_target(spec, model)
-    if isinstance(spec, Mapping) and set(spec) == {"transcoders", "layer", "features"}:
+    if isinstance(spec, LoadedSaeFeatures):
+        return sae_target(spec)
+    if isinstance(spec, LoadedTranscoderFeatures):
         raise InputError("Transcoder feature targets expand to one target per output layer: use `parse_targets`.")
+    if isinstance(spec, Mapping) and set(spec) in ({"sae", "features"}, {"transcoders", "layer", "features"}):
+        raise TypeError(f"{dict(spec)!r} names a dictionary that was not loaded: call resolve_references first")
     if isinstance(spec, str):
         block_part = parse_block_part(spec, cfg.n_layers)
         if block_part is not None:
@@ -581,23 +583,18 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
 def parse_targets(spec: Any, cfg: Any, model: Any = None) -> list[Target]:
     """``parse_target``, plus transcoder features ``{transcoders, layer, features}``, which are one target per layer
     they write to (a per-layer transcoder's: one)."""
-    if isinstance(spec, TranscoderFeaturesRef):
-        spec = spec.model_dump()
-    if isinstance(spec, Mapping) and set(spec) == {"transcoders", "layer", "features"}:
-        return transcoder_targets(spec, model)
+    if isinstance(spec, LoadedTranscoderFeatures):
+        return transcoder_targets(spec)
     return [parse_target(spec, cfg, model)]
 
 
-def transcoder_targets(spec: Mapping[str, Any], model: Any) -> list[Target]:
+def transcoder_targets(spec: LoadedTranscoderFeatures) -> list[Target]:
     """A transcoder set's features of one layer, as one target per output layer."""
-    if model is None:
-        raise InputError("Transcoder feature targets need the loaded model; this tool does not take them.")
-    transcoders = load_transcoders(spec["transcoders"], model)
-    layer, features = spec["layer"], spec["features"]
+    transcoders, layer, features = spec.transcoders, spec.layer, spec.features
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < transcoders.n_layers:
         raise InputError(
-            f"Transcoder target {dict(spec)!r}: layer {layer!r} does not exist; the transcoders have layers "
-            f"0..{transcoders.n_layers - 1}."
+            f"Transcoder target (layer {layer!r}, features {features!r}): layer {layer!r} does not exist; the "
+            f"transcoders have layers 0..{transcoders.n_layers - 1}."
         )
     bad = [
         f for f in features if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < transcoders.d_transcoder
@@ -615,17 +612,15 @@ def transcoder_targets(spec: Mapping[str, Any], model: Any) -> list[Target]:
     ]
 
 
-def sae_target(spec: Mapping[str, Any], model: Any) -> FeaturesTarget:
+def sae_target(spec: LoadedSaeFeatures) -> FeaturesTarget:
     """SAE features as one target."""
-    if model is None:
-        raise InputError("SAE feature targets need the loaded model; this tool does not take them.")
-    sae = load_sae(spec["sae"], model)
+    sae = spec.sae
     if sae.site == "resid_mid":
         raise InputError(
             f"SAE at {sae.saelens_hook}: feature interventions at resid_mid are not supported (the bridge's "
             "hook_resid_mid only feeds the MLP). Use an SAE at resid_pre/resid_post, attn_out, mlp_out or z."
         )
-    features = spec["features"]
+    features = spec.features
     bad = [f for f in features if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < sae.d_sae]
     if not features or bad:
         raise InputError(
@@ -644,7 +639,8 @@ def _layer(layer: Any, cfg: Any, spec: Any) -> int:
 
 def ablation_from_spec(spec: Intervention | None, cfg: Any, model: Any = None) -> Ablation | None:
     """The core ``Ablation`` for a tool's ``intervention`` (or the ablation an ``ablate`` tool describes with the same
-    fields); None passes through. ``model`` (the ``LoadedModel``) is needed only for SAE feature targets."""
+    fields), its references already resolved; None passes through. ``model`` (the ``LoadedModel``) lets neuron targets
+    check the architecture has neurons."""
     if spec is None:
         return None
     if not spec.ablate:
