@@ -44,6 +44,31 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output-dir", type=Path, default=None, help="Folder for figures and reports (env MCP_INTERP_OUTPUT)."
     )
+    engine = parser.add_argument_group("engine and placement (past one device)")
+    engine.add_argument(
+        "--backend",
+        choices=["transformers", "inspect", "vllm"],
+        default=os.environ.get("MCP_INTERP_BACKEND", "transformers"),
+        help="transformers (default: TransformerBridge, every tool), inspect (TransformerLens' RemoteBridge on "
+        "Inspect's HF provider) or vllm (RemoteBridge on vLLM: pip install 'mcp-interp[vllm]'); README: Scale.",
+    )
+    engine.add_argument(
+        "--device-map",
+        default=os.environ.get("MCP_INTERP_DEVICE_MAP"),
+        help="accelerate placement over GPUs, CPU and disk: auto, balanced, balanced_low_0, sequential, or a JSON "
+        "object of module → device.",
+    )
+    engine.add_argument(
+        "--max-memory",
+        default=os.environ.get("MCP_INTERP_MAX_MEMORY"),
+        help='JSON, as Hugging Face\'s max_memory: \'{"0": "70GiB", "1": "70GiB", "cpu": "100GiB"}\'.',
+    )
+    engine.add_argument("--offload-folder", default=None, help="Where accelerate puts the weights it sends to disk.")
+    engine.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per pipeline stage.")
+    engine.add_argument("--pipeline-parallel-size", type=int, default=1, help="vllm: pipeline stages.")
+    engine.add_argument(
+        "--gpu-memory-utilization", type=float, default=0.5, help="vllm: the share of GPU memory it may take."
+    )
 
 
 def _add_limit_options(parser: argparse.ArgumentParser) -> None:
@@ -133,10 +158,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def load_options(args: argparse.Namespace):  # -> engines.LoadOptions (imported lazily: the CLI starts light)
+    """The engine and placement flags as ``LoadOptions``; a bad value is a ModelLoadError saying what to pass."""
+    from mcp_interp.engines import LoadOptions, device_map_option, max_memory_option
+
+    options = LoadOptions(
+        backend=args.backend,
+        device_map=device_map_option(args.device_map),
+        max_memory=max_memory_option(args.max_memory),
+        offload_folder=args.offload_folder,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
+    options.check()
+    return options
+
+
 def _session(args: argparse.Namespace):
     from mcp_interp.session import Session
 
-    return Session(args.model, args.output_dir or default_output_dir(), device=args.device, dtype=args.dtype)
+    return Session(args.model, args.output_dir or default_output_dir(), device=args.device, dtype=args.dtype,
+                   options=load_options(args))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,14 +193,20 @@ def main(argv: list[str] | None = None) -> int:
         from mcp_interp import limits
 
         limits.configure(limits.Limits(**{f.name: getattr(args, f.name) for f in fields(limits.Limits)}))
-    if args.command == "serve":
-        from mcp_interp import paths
+    from mcp_interp.errors import ModelLoadError
 
-        roots = args.allow_root if args.allow_root is not None else ([] if args.transport == "http" else None)
-        paths.configure(roots)
-        return _serve(args)
-    if args.command == "call":
-        return _call(args)
+    try:
+        if args.command == "serve":
+            from mcp_interp import paths
+
+            roots = args.allow_root if args.allow_root is not None else ([] if args.transport == "http" else None)
+            paths.configure(roots)
+            return _serve(args)
+        if args.command == "call":
+            return _call(args)
+    except ModelLoadError as exc:  # an engine or placement flag that cannot work, said before anything loads
+        print(f"mcp-interp: {exc}", file=sys.stderr)
+        return 2
     if args.command == "fit-lens":
         return _fit_lens(args)
     if args.command == "setup":

@@ -32,7 +32,9 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
+from mcp_interp.core.engine.backend.base import Backend
 from mcp_interp.core.engine.backend.local import LocalBackend
+from mcp_interp.engines import LoadOptions, checkpoint_fingerprint, hub_folder, save_atomically
 from mcp_interp.errors import ModelLoadError
 from mcp_interp.names import (
     EMBEDDED_GGUF,
@@ -93,13 +95,14 @@ class LoadedModel:
 
     name: str
     source: ModelSource
-    backend: LocalBackend
+    backend: Backend
     tokenizer: Any  # transformers.PreTrainedTokenizerBase
     device: str
     dtype: str
     load_seconds: float
     fingerprint: str
     cache: ModelCache = field(default_factory=ModelCache, compare=False, repr=False)
+    options: LoadOptions = field(default_factory=LoadOptions, compare=False)
 
     @property
     def bridge(self) -> Any:
@@ -154,10 +157,17 @@ def embedded_cache_folder() -> Path:
     return cache_dir() / "smollm2-135m-instruct-f32"
 
 
-def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
-    """Load and boot the model called ``name``; raise ``ModelLoadError`` with a fix if it fails."""
+def load_model(
+    name: str, device: str = "cpu", dtype: str = "float32", options: LoadOptions | None = None
+) -> LoadedModel:
+    """Load and boot the model called ``name``; raise ``ModelLoadError`` with a fix if it fails. ``options`` choose
+    another engine or a placement (``engines``); without them the model is loaded in memory on ``device``."""
     torch_dtype = parse_dtype(dtype)
     _check_device(device)
+    if options is not None:
+        options.check()
+        if options.backend != "transformers" or options.placed:
+            return load_elsewhere(name, device, dtype, options)
     started = time.perf_counter()
     source: ModelSource
     if name == TINY_NAME:
@@ -177,6 +187,118 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32") -> Loaded
         hf_model, tokenizer = _load_hub(name, torch_dtype)
         boot_name = name
     return boot(name, source, boot_name, hf_model, tokenizer, device, dtype, started)
+
+
+def model_source(name: str) -> ModelSource:
+    if name == TINY_NAME:
+        return "tiny"
+    if name == EMBEDDED_NAME:
+        return "embedded"
+    return "local" if Path(name).expanduser().exists() else "hub"
+
+
+def checkpoint_folder(name: str, source: ModelSource) -> Path:
+    """The folder of safetensors weights and tokenizer the placed and remote engines load ``name`` from: ``tiny``
+    saved once to the cache, the embedded model's converted copy, a local folder, or the hub's snapshot."""
+    if source == "tiny":
+
+        def save_tiny(staging: Path) -> None:
+            model, tokenizer = build_tiny()
+            model.save_pretrained(str(staging))
+            tokenizer.save_pretrained(str(staging))
+
+        return save_atomically(cache_dir() / f"tiny-llama-seed{TINY_SEED}", save_tiny)
+    if source == "embedded":
+        gguf = embedded_gguf_path()
+        if gguf is None and not (embedded_cache_folder() / "config.json").is_file():
+            _load_embedded(torch.float32)  # the error that says to run `mcp-interp setup`
+        return embedded_cache_folder() if gguf is None else convert_embedded(gguf)
+    if source == "local":
+        path = Path(name).expanduser().resolve()
+        if path.is_file():
+            raise ModelLoadError(
+                f"{path} is a single file: the placed and remote engines load an HF model folder (config.json, "
+                "safetensors weights, tokenizer). Convert the GGUF to a folder first (load it once without --backend "
+                "or --device-map and save it with save_pretrained)."
+            )
+        return path
+    return hub_folder(name)
+
+
+def load_elsewhere(name: str, device: str, dtype: str, options: LoadOptions) -> LoadedModel:
+    """Load ``name`` on another engine or with a placement (``engines``): the engine loads the checkpoint itself."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    started = time.perf_counter()
+    torch_dtype = parse_dtype(dtype)
+    source = model_source(name)
+    folder = checkpoint_folder(name, source)
+    config = AutoConfig.from_pretrained(str(folder))
+    if dtype != "float32" and getattr(config, "model_type", None) in FLOAT32_ONLY:
+        raise ModelLoadError(f"--dtype {dtype} is not supported for {config.model_type} models: "
+                             f"{FLOAT32_ONLY[config.model_type]}. Load it with --dtype float32.")  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    fingerprint = checkpoint_fingerprint(folder, torch_dtype)
+    backend: Backend
+    if options.backend == "transformers":
+        from transformer_lens.model_bridge import TransformerBridge
+
+        bridge = TransformerBridge.boot_transformers(
+            str(folder), tokenizer=tokenizer, dtype=torch_dtype, device_map=options.device_map,
+            max_memory=options.max_memory, offload_folder=options.offload_folder, **options.extra,
+        )  # fmt: skip
+        bridge.eval()
+        device = input_device(getattr(bridge.original_model, "hf_device_map", None) or {}, device)
+        backend = LocalBackend(bridge, device)
+    else:
+        from mcp_interp.core.engine.backend.remote import RemoteBackend
+
+        backend = RemoteBackend(_boot_remote(folder, tokenizer, torch_dtype, options), options.backend, config,
+                                batched=False)  # fmt: skip
+        device = "cpu"
+    return LoadedModel(
+        name=name,
+        source=source,
+        backend=backend,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=dtype,
+        load_seconds=time.perf_counter() - started,
+        fingerprint=fingerprint,
+        options=options,
+    )
+
+
+def _boot_remote(folder: Path, tokenizer: Any, torch_dtype: torch.dtype, options: LoadOptions) -> Any:
+    """TransformerLens' RemoteBridge on Inspect's HF provider or on vLLM."""
+    from transformer_lens.model_bridge.remote_bridge import RemoteBridge
+
+    if options.backend == "inspect":
+        if importlib.util.find_spec("inspect_ai") is None:
+            raise ModelLoadError("--backend inspect needs inspect-ai: pip install 'mcp-interp[inspect]'.")
+        return RemoteBridge.boot_inspect(str(folder), tokenizer=tokenizer, dtype=torch_dtype, **options.extra)
+    if importlib.util.find_spec("vllm") is None:
+        raise ModelLoadError(
+            "--backend vllm needs vLLM and a GPU: pip install 'mcp-interp[vllm]' on a machine with CUDA."
+        )
+    # Position-scoped edits (a patch at one position, an ablation of some positions) need the compiled path's
+    # per-position buffers (about 2x the hooks' resident memory); the context is bounded by what a request may send.
+    extra = {"enable_position_interventions": True, "max_model_len": 4096, **options.extra}
+    return RemoteBridge.boot_vllm(
+        str(folder), tokenizer=tokenizer, dtype=torch_dtype, tensor_parallel_size=options.tensor_parallel_size,
+        pipeline_parallel_size=options.pipeline_parallel_size,
+        gpu_memory_utilization=options.gpu_memory_utilization, **extra,
+    )  # fmt: skip
+
+
+def input_device(device_map: dict[str, Any], default: str) -> str:
+    """Where a placed model's inputs go: the device of its embedding (CPU when that sits on disk or CPU)."""
+    for module, where in device_map.items():
+        if "embed" in module:
+            if isinstance(where, int):
+                return f"cuda:{where}"
+            return "cpu" if str(where) in ("cpu", "disk") else str(where)
+    return default
 
 
 def boot(

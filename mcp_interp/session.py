@@ -24,6 +24,7 @@ from typing import ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
+from mcp_interp.engines import LoadOptions
 from mcp_interp.errors import InterpError, ModelLoadError
 from mcp_interp.models import LoadedModel, load_model
 from mcp_interp.schemas.common import ModelRef
@@ -58,6 +59,10 @@ async def on_thread(executor: ThreadPoolExecutor, fn: Callable[[], T]) -> T:
         raise
 
 
+def load_with_options(name: str, device: str, dtype: str, options: LoadOptions) -> LoadedModel:
+    return load_model(name, device, dtype, options)
+
+
 def library_versions() -> dict[str, str]:
     versions = {}
     for dist in _VERSIONED:
@@ -75,13 +80,15 @@ class Session:
         output_dir: Path,
         device: str = "cpu",
         dtype: str = "float32",
-        loader: Callable[[str, str, str], LoadedModel] = load_model,
+        loader: Callable[[str, str, str], LoadedModel] | None = None,
+        options: LoadOptions | None = None,
     ) -> None:
         self.model_name = model_name
         self.device = device
         self.dtype = dtype
+        self.options = options or LoadOptions()
         self.store = Store(output_dir)
-        self._loader = loader
+        self._loader = loader or partial(load_with_options, options=self.options)
         self._model: LoadedModel | None = None
         self._error: BaseException | None = None
         self._ready = threading.Event()
@@ -214,5 +221,6 @@ class Session:
             fingerprint=model.fingerprint,
             dtype=model.dtype,
             device=model.device,
+            backend=model.backend.name,
             versions=self._versions,
         )

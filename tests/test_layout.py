@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
         "mcp_interp.store",
         "mcp_interp.figures",
     ),
-    ("mcp_interp.models", "mcp_interp.paths", "mcp_interp.core.engine.backend"),
+    ("mcp_interp.models", "mcp_interp.engines", "mcp_interp.paths", "mcp_interp.core.engine.backend"),
     ("mcp_interp.core",),
     ("mcp_interp.session",),
     ("mcp_interp.mcp",),
@@ -294,7 +294,7 @@ def test_no_top_level_name_is_defined_twice_across_core_and_schemas() -> None:
 # --- the seam: only core/engine/backend/ (and models.py, which boots the model) runs the model -------------------
 
 SEAM = f"{ENGINE}.backend"
-SEAM_OWNERS = ("mcp_interp.models",)
+SEAM_OWNERS = ("mcp_interp.models", "mcp_interp.engines")
 # What families and the rest of the engine may import from the seam: its vocabulary and results, never its internals.
 SEAM_PUBLIC = {f"{SEAM}.{name}" for name in ("points", "sites", "edits", "forward", "capabilities", "jacobian_lens")}
 # Calls that run the model or reach into it: installing hooks, TransformerLens' caching runs, autograd.

@@ -22,6 +22,10 @@ class Score(BaseModel):
     per_example: list[float] = Field(description="One value per prompt, in the order given.")
 
 
+BackendName = Literal["transformers", "inspect", "vllm"]
+"""The engine running the model: transformers (TransformerBridge, every tool), inspect or vllm (RemoteBridge)."""
+
+
 class ModelRef(BaseModel):
     """Which weights produced a number, so two results can be compared or reproduced."""
 
@@ -33,6 +37,7 @@ class ModelRef(BaseModel):
     fingerprint: str = Field(description="Hash of every parameter's bytes (blake2b-64, hex).")
     dtype: str
     device: str
+    backend: BackendName = Field(default="transformers", description="The engine that ran the model (model_info's).")
     versions: dict[str, str] = Field(description="Library versions: torch, transformers, ...")
 
 

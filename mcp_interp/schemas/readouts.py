@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import ANSWER_KIND, AnswerKind, Measurement, Provenance, Score
+from mcp_interp.schemas.common import ANSWER_KIND, AnswerKind, BackendName, Measurement, Provenance, Score
 
 # --- model_info -----------------------------------------------------------------------------
 
@@ -30,13 +30,14 @@ class BlockFacts(BaseModel):
 
 
 class Capability(BaseModel):
-    """Whether one architecture-dependent use of some tools applies to the loaded model."""
+    """Whether a tool, or one option of some tools, applies to the loaded model on its backend."""
 
     tools: list[str] = Field(description="The tools this entry is about.")
     option: str | None = Field(description="The option of those tools it is about; null: the tools as a whole.")
     available: bool = Field(description="false: a call using it is refused with a tool error quoting `reason`.")
-    missing_feature: str | None = Field(description="What the architecture lacks, when not available.")
-    reason: str | None = Field(description="Why this model lacks it and what to use instead, when not available.")
+    missing_feature: str | None = Field(description="What the architecture or the backend lacks, when not available.")
+    reason: str | None = Field(description="Why it is missing and what to do instead (another backend, another "
+                               "tool), when not available.")  # fmt: skip
 
 
 class ModelInfoMeasurement(Measurement):
@@ -52,15 +53,23 @@ class ModelInfoMeasurement(Measurement):
     d_vocab: int
     n_ctx: int = Field(description="Longest context the model was configured for, in tokens.")
     dtype: str
-    device: str
+    device: str = Field(description="Where inputs go (the embedding's device when the model is placed over several).")
+    backend: BackendName = Field(
+        description="The engine running the model: transformers (TransformerBridge: every tool), inspect or vllm "
+        "(TransformerLens' RemoteBridge: captures and set/add/scale/suppress edits, no gradients, no weights)."
+    )
+    device_map: dict[str, str] | None = Field(
+        description="Where each module's weights sit (module → device: 'cpu', a GPU index, or 'disk'), when the "
+        "model was placed with --device-map; null: all on `device`."
+    )
     fingerprint: str
     load_seconds: float = Field(description="Seconds to load and boot the model in this process.")
     prepends_bos: bool = Field(description="Whether every prompt starts with a BOS token under the rule.")
     tokenization_rule: str = Field(description="How every tool tokenizes text.")
     block: BlockFacts = Field(description="How the transformer blocks are built.")
     capabilities: list[Capability] = Field(
-        description="Every tool or option whose availability depends on the architecture, for this model (tools not "
-        "listed apply to every model). The same test decides a tool's refusal, so what is listed available runs."
+        description="Every tool, and every option whose availability depends on the architecture or the backend, for "
+        "this model on this backend. The same test decides a tool's refusal, so what is listed available runs."
     )
 
 

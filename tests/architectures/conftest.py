@@ -38,3 +38,19 @@ def arch_model(arch_folder: Callable[[str], Path]) -> Callable[[str], LoadedMode
         return loaded[name]
 
     return model
+
+
+@pytest.fixture(scope="session")
+def remote_arch_model(arch_folder: Callable[[str], Path]) -> Callable[[str, str], LoadedModel]:
+    """``remote_arch_model(name, backend)``: architecture ``name`` served by a RemoteBridge engine (``inspect``), once
+    per session."""
+    from mcp_interp.engines import LoadOptions
+
+    loaded: dict[tuple[str, str], LoadedModel] = {}
+
+    def model(name: str, backend: str) -> LoadedModel:
+        if (name, backend) not in loaded:
+            loaded[name, backend] = load_model(str(arch_folder(name)), options=LoadOptions(backend=backend))  # type: ignore[arg-type]
+        return loaded[name, backend]
+
+    return model

@@ -7,6 +7,10 @@ architecture cannot support must be a tool error naming the missing feature — 
 The exact tools are compared with TransformerLens' own ``patching`` functions cell by cell (heads over all
 positions, heads by position, resid_pre / attn_out / mlp_out, the direct path where TransformerLens accepts
 the model), and the readouts with the bridge's logits computed here.
+
+A sequential (GPT-2) and a parallel-residual (Phi) architecture also run on the ``inspect`` backend
+(TransformerLens' RemoteBridge on Inspect's HF provider): every tool there runs or is refused naming what the
+engine lacks, and what runs equals TransformerLens on the local model to the same tolerance.
 """
 
 from __future__ import annotations
@@ -65,11 +69,37 @@ PER_HEAD, ADDITIVE, MID, MLP, UNCAPPED = (
     "uncapped logits",
 )
 GRAPHS = [("attribution_graph", None)]
+TRANSCODERS = "transcoder features {transcoders, layer, features}"
 
 
-def expected_missing(arch: str) -> dict[tuple[str, str | None], str]:
-    """(first tool, option) → the feature this architecture lacks, from what it is (see ``builders``)."""
+# What a RemoteBridge engine lacks (its driver runs whole forwards from tokens with set/add/scale/suppress edits).
+GRADIENTS, WEIGHTS, EDGE_POINTS = (
+    "gradients (a backward pass)",
+    "the model's weights (unembedding, norms, projections)",
+    "per-head writes and per-reader inputs (hook_result, split q/k/v inputs)",
+)
+LOCAL_EDITS, LENS, NEURON_POINT, MID_WRITES = (
+    "edits that only a local model runs in one pass",
+    "TransformerLens' Jacobian-lens tools (they run the local bridge)",
+    "the MLP neurons' point (mlp.hook_post)",
+    "writes to resid_mid",
+)
+SWAP = [("causal_swap_trial", None)]
+REMOTE_CASES = [("gpt2", "inspect"), ("phi", "inspect")]
+CASES = [(arch, "transformers") for arch in MATRIX] + REMOTE_CASES
+
+
+def expected_missing(arch: str, backend: str = "transformers") -> dict[tuple[str, str | None], str]:
+    """(first tool, option) → the feature this architecture (or the engine running it) lacks, from what each is (see
+    ``builders``); an architecture's gap is named before the engine's."""
     missing: dict[tuple[str, str | None], str] = {}
+    if backend != "transformers":
+        missing |= {("logit_lens", None): WEIGHTS, ("dla", None): WEIGHTS, ("explain", None): WEIGHTS}
+        missing |= {("edge_attribution", None): GRADIENTS, ("find_circuit", None): GRADIENTS}
+        missing |= {("path_patch", None): EDGE_POINTS, ("circuit_faithfulness", None): EDGE_POINTS}
+        missing |= dict.fromkeys(GRAPHS, GRADIENTS) | dict.fromkeys(SWAP, LENS)
+        missing |= {("patch", "method='attribution'"): GRADIENTS, ("ablate", TRANSCODERS): LOCAL_EDITS}
+        missing |= dict.fromkeys(NEURONS, NEURON_POINT) | dict.fromkeys(RESID_MID, MID_WRITES)
     if arch == "gptj":  # TransformerLens runs GPT-J's attention as one opaque module
         missing |= dict.fromkeys(EDGE_TOOLS + GRAPHS, PER_HEAD)
     if arch == "gemma2":  # soft-capped logits: the graph's linear logit read-out is not the model's
@@ -153,18 +183,22 @@ def session_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Lo
     return lambda model: UnrenderedSession(model.name, tmp_path / "out", loader=lambda name, device, dtype: model)
 
 
-@pytest.mark.parametrize("arch", MATRIX)
+@pytest.mark.parametrize(("arch", "backend"), CASES, ids=[f"{a}-{b}" if b != "transformers" else a for a, b in CASES])
 async def test_every_tool_runs_or_refuses_naming_the_feature(
     arch: str,
+    backend: str,
     arch_model: Callable[[str], LoadedModel],
+    remote_arch_model: Callable[[str, str], LoadedModel],
     session_for: Callable[[LoadedModel], Session],
     tmp_path: Path,
 ) -> None:
-    model = arch_model(arch)
-    async with Client(build_server(session_for(model))) as client:
+    model = arch_model(arch)  # the local model: the references are computed on it
+    served = model if backend == "transformers" else remote_arch_model(arch, backend)
+    async with Client(build_server(session_for(served))) as client:
         tools = await tools_by_name(client)
         info = assert_valid_structured(tools["model_info"], await client.call_tool("model_info", {}))
         assert info["source"] == "local" and info["prepends_bos"] is False  # the word-level tokenizer adds no BOS
+        assert info["backend"] == backend and info["fingerprint"] == model.fingerprint  # the same weights
         block = info["block"]
         assert block["parallel_attn_mlp"] is (arch in PARALLEL)
         assert block["attention_post_norm"] is (arch in POST_NORM)
@@ -173,7 +207,7 @@ async def test_every_tool_runs_or_refuses_naming_the_feature(
         missing = {
             (c["tools"][0], c["option"]): c["missing_feature"] for c in info["capabilities"] if not c["available"]
         }
-        assert missing == expected_missing(arch)
+        assert missing == expected_missing(arch, backend)
         call = Caller(client, tools, info["capabilities"])
         call.called.add("model_info")
         await readouts(call, model)
@@ -317,8 +351,20 @@ def test_transformer_lens_refuses_direct_paths_where_we_refuse_edges(
 
 async def lenses(call: Caller, model: LoadedModel) -> None:
     prompt = CLEAN[0]
-    await call.ok("logit_lens", {"prompt": prompt})
-    dla = await call.ok("dla", {"prompt": prompt, "answer": GOOD[0], "baseline": BAD[0]})
+    await call.depends("logit_lens", None, {"prompt": prompt})
+    explain = {"prompt": prompt, "answer": GOOD[0], "baseline": BAD[0], "corrupt": CORRUPT[0], "top_k": 2}
+    await call.depends("explain", None, explain)
+    attention = await call.ok("attention", {"prompt": prompt, "layer": 1, "head": 2})
+    _, cache = model.bridge.run_with_cache(encode(model.tokenizer, [prompt]).input_ids)
+    assert max_diff(attention["pattern"], cache["blocks.1.attn.hook_pattern"][0, 2]) < 1e-6
+    await call.ok("induction", {"seq_len": 6, "n_seqs": 2})
+    await call.ok("steer", {"prompt": prompt, "coefficient": 2.0, "positive": "mary", "negative": "john", "layer": 1,
+                            "max_new_tokens": 3})  # fmt: skip
+    refused = await call.depends("dla", None, {"prompt": prompt, "answer": GOOD[0], "baseline": BAD[0]})
+    if refused.is_error:  # as model_info says (`depends` checked it); the numbers below are the local engine's
+        return
+    dla = refused.structured_content
+    assert dla is not None
     with torch.no_grad():
         logits = model.bridge(encode(model.tokenizer, [prompt]).input_ids)[0, -1].double()
     cap = 30.0 if "Gemma2" in type(model.bridge.original_model).__name__ else None
@@ -326,14 +372,6 @@ async def lenses(call: Caller, model: LoadedModel) -> None:
     good, bad = (model.tokenizer.convert_tokens_to_ids(w) for w in (GOOD[0], BAD[0]))
     assert dla["measured"] == pytest.approx(float(before_cap[good] - before_cap[bad]), abs=1e-5)
     assert dla["total"] == pytest.approx(dla["measured"], abs=1e-5)  # the parts add up, post-norm blocks included
-    attention = await call.ok("attention", {"prompt": prompt, "layer": 1, "head": 2})
-    _, cache = model.bridge.run_with_cache(encode(model.tokenizer, [prompt]).input_ids)
-    assert max_diff(attention["pattern"], cache["blocks.1.attn.hook_pattern"][0, 2]) < 1e-6
-    await call.ok("induction", {"seq_len": 6, "n_seqs": 2})
-    await call.ok("steer", {"prompt": prompt, "coefficient": 2.0, "positive": "mary", "negative": "john", "layer": 1,
-                            "max_new_tokens": 3})  # fmt: skip
-    explain = {"prompt": prompt, "answer": GOOD[0], "baseline": BAD[0], "corrupt": CORRUPT[0], "top_k": 2}
-    await call.ok("explain", explain)
 
 
 async def features(call: Caller, model: LoadedModel, tmp_path: Path) -> None:
@@ -356,12 +394,19 @@ async def swap(call: Caller, model: LoadedModel) -> None:
     own = corpus["functions"][0]
     trial = {"template": own["template"], "source": "France", "target": "Canada", "layer": 0, "lens": "logit"}
     words = {"source_answer": "mary", "target_answer": "john", "require_target_known": False}  # a random model's
-    await call.ok("causal_swap_trial", {**trial, **words})  # own answers may coincide
+    await call.depends("causal_swap_trial", None, {**trial, **words})  # own answers may coincide
     settings = {"layers": [0], "control_seeds": [0], "lens": "logit", "position": "last"}
+    text = " ".join(["when mary and john went to the store , john gave a drink to mary ."] * 2)
+    fit = {"texts": [text, text], "max_seq_len": 16, "skip_first_positions": 2}
+    if ("causal_swap_trial", None) in call.missing:  # model_info's word, checked by `depends` against the call
+        await call.depends("causal_swap_benchmark", None, {"corpus": corpus, **settings})
+        await call.depends("fit_lens", None, fit)
+        checked = await call.ok("verify_artifact", {"artifact_json": json.dumps({"mcp_interp": "nothing"})})
+        assert checked["valid"] is False
+        return
     benchmark = await call.ok("causal_swap_benchmark", {"corpus": corpus, **settings})
     document = json.loads(Path(benchmark["artifact_path"]).read_text(encoding="utf-8"))
     verified = await call.ok("verify_artifact", {"artifact_json": json.dumps(document)})
     assert verified["valid"] is True
-    text = " ".join(["when mary and john went to the store , john gave a drink to mary ."] * 2)
-    lens = await call.ok("fit_lens", {"texts": [text, text], "max_seq_len": 16, "skip_first_positions": 2})
+    lens = await call.ok("fit_lens", fit)
     assert math.isfinite(lens["lens"]["n_prompts"])

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.explain import positions as where
@@ -97,6 +98,7 @@ class ExplainJob(Job[ExplainMeasurement]):
     def steps(self) -> Iterator[str]:
         import time
 
+        require(self.model.backend, "explain")
         if not 1 <= self.top_k <= 20:
             raise InputError(f"top_k must be between 1 and 20, got {self.top_k}.")
         if resolve_answer(self.model.tokenizer, self.answer) == resolve_answer(self.model.tokenizer, self.baseline):

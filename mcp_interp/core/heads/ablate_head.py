@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
 from mcp_interp.core.engine.ablation.targets import Ablation
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.heads import AblateHeadMeasurement
@@ -19,6 +20,7 @@ def ablate_heads(
     incorrect: str | Sequence[str] | None = None,
 ) -> AblateHeadMeasurement:
     """``ablate`` restricted to heads (the ``ablate_head`` tool)."""
+    require(model.backend, "ablate_head")
     parsed = parsed_ablation(model, ablation)
     outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
     return AblateHeadMeasurement(heads=[str(h) for h in parsed.heads], **dict(outcome))

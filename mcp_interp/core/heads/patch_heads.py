@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.scores import SMALL_GAP, TOP_WITH_EXAMPLES, directed_score, finite, ranked_scores
@@ -31,6 +32,9 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
 
     def site(self) -> Site:
         return "z"
+
+    def check(self) -> None:
+        require(self.model.backend, "patch_heads")
 
     def chosen_heads(self) -> list[Head]:
         cfg = self.model.cfg

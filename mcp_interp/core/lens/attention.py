@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.points import hook_pattern
 from mcp_interp.core.engine.text.components import parse_head
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
@@ -14,6 +15,7 @@ from mcp_interp.schemas.lens import AttendedToken, AttentionMeasurement
 
 
 def attention(model: LoadedModel, prompt: str, layer: int, head: int, top_k: int = 5) -> AttentionMeasurement:
+    require(model.backend, "attention")
     cfg = model.cfg
     parse_head({"layer": layer, "head": head}, cfg.n_layers, cfg.n_heads)
     batch = single_prompt(model, prompt)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.points import (
     FINAL_NORM_SCALE,
     hook_attn_out,
@@ -66,6 +67,7 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
     LayerNorm the components are centred first (its mean subtraction is linear too), so the sum
     stays exact; ``residual_error`` reports the float rounding left over.
     """
+    require(model.backend, "dla")
     if not 1 <= top_k <= 100:
         raise InputError(f"top_k must be between 1 and 100, got {top_k}.")
     batch = single_prompt(model, prompt)

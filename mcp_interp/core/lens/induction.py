@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from mcp_interp import limits
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.points import hook_pattern
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings
@@ -37,6 +38,7 @@ def induction(
     twice; the sequences, and the positions an induction head lets the model predict, come back so
     ``loss`` can measure exactly what these heads should lower.
     """
+    require(model.backend, "induction")
     if not 2 <= seq_len <= 512:
         raise InputError(f"seq_len must be between 2 and 512, got {seq_len}.")
     if not 1 <= n_seqs <= 64:

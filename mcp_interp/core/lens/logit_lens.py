@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.points import HOOK_EMBED, hook_out
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
@@ -29,6 +30,7 @@ def layer_label(layer: int) -> str:
 
 def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k: int = 5) -> LogitLensMeasurement:
     """Final norm + unembedding applied to the residual after every block, at the answer position."""
+    require(model.backend, "logit_lens")
     if not 1 <= top_k <= 50:
         raise InputError(f"top_k must be between 1 and 50, got {top_k}.")
     batch = single_prompt(model, prompt)

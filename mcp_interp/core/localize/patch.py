@@ -33,7 +33,13 @@ COMPONENTS: dict[Component, Site] = {
 }
 TOP_NEURONS_DEFAULT = 10
 # Components some architectures lack (``engine.capabilities``): no resid_mid in a parallel block, no neurons in an MoE.
-ARCHITECTURE_DEPENDENT = {"resid_mid": "patch_resid_mid", "mlp_neurons": "patch_mlp_neurons"}
+# Components some architectures or engines lack (``engine.backend.capabilities``).
+ARCHITECTURE_DEPENDENT = {
+    "resid_mid": "patch_resid_mid",
+    "mlp_neurons": "patch_mlp_neurons",
+    "heads_by_pos": "patch_heads_by_pos",
+    "resid_pre": "patch_resid_pre",
+}
 
 
 @dataclass(kw_only=True)

@@ -55,6 +55,8 @@ def model_info(model: LoadedModel) -> ModelInfoMeasurement:
         n_ctx=cfg.n_ctx,
         dtype=model.dtype,
         device=model.device,
+        backend=model.backend.name,
+        device_map=model.backend.placement(),
         fingerprint=model.fingerprint,
         load_seconds=round(model.load_seconds, 3),
         prepends_bos=adds_bos(model.tokenizer),

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.backend import jacobian_lens
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.corpora import corpora_dir
@@ -85,6 +86,7 @@ class FitLensJob(Job[FitLensMeasurement]):
         corpus: str | None = None,
         force: bool = False,
     ) -> None:
+        require(model.backend, "causal_swap")
         if texts is None:
             texts, corpus = shipped_texts(), LENS_CORPUS
         elif not texts or not all(isinstance(t, str) and t.strip() for t in texts):
@@ -279,6 +281,7 @@ def default_fit(model: LoadedModel, kind: str, path: str | None = None) -> FitLe
 
 def resolve_lens(model: LoadedModel, kind: str, path: str | None = None) -> tuple[Any, LensInfo]:
     """The lens a causal-swap call asked for; a clear error when no Jacobian lens exists yet."""
+    require(model.backend, "causal_swap")
     if kind == "logit":
         if path is not None:
             raise InputError("`lens_path` is only used with lens='jacobian'.")

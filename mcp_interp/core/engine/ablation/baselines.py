@@ -30,6 +30,7 @@ from mcp_interp.core.engine.ablation.targets import (
     prepare_ablation,
     stacked_edits,
 )
+from mcp_interp.core.engine.backend.forward import Capture
 from mcp_interp.core.engine.numbers import metrics, stats
 from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, resolve_answer_specs
 from mcp_interp.core.engine.text.components import position_mask
@@ -145,7 +146,7 @@ def random_baseline(
     matched, first_left_out = matched_mask(mask)
     names = sorted({t.hook() for t in ablation.targets})
     capture = model.backend.capture(batch.input_ids, names)
-    clean = answer_logits(model, batch, capture.final)
+    clean = answer_logits(model, batch, capture)
     effect = effect_of(model, batch, clean, correct, incorrect)
     before = effect.value(model, batch, clean, None)
 
@@ -200,13 +201,10 @@ def kind_of(ablation: Ablation, special: Sequence[int]) -> str:
     return " and ".join(sorted(kinds))
 
 
-def answer_logits(model: LoadedModel, batch: Batch, final: torch.Tensor) -> torch.Tensor:
-    """[rows, vocab] logits at each row's answer position, from the final residual (rows may be stacked copies)."""
-    copies = final.shape[0] // batch.input_ids.shape[0]
-    positions = batch.answer_positions.repeat(copies)
-    rows = final[torch.arange(final.shape[0], device=final.device), positions]
-    with torch.inference_mode():
-        return model.backend.logits_from_residual(rows).to(torch.float64)
+def answer_logits(model: LoadedModel, batch: Batch, run: Capture) -> torch.Tensor:
+    """[rows, vocab] logits at each row's answer position (rows may be stacked copies of the batch), float64."""
+    copies = run.final.shape[0] // batch.input_ids.shape[0]
+    return model.backend.logits_at(run, batch.answer_positions.repeat(copies)).to(torch.float64)
 
 
 def effect_values(
@@ -221,8 +219,7 @@ def effect_values(
     for start in range(0, len(prepared), per_forward):
         chunk = prepared[start : start + per_forward]
         edits = stacked_edits([p.edits for p in chunk], rows)
-        final = model.backend.capture(batch.input_ids.repeat(len(chunk), 1), edits=edits).final
-        logits = answer_logits(model, batch, final)
+        logits = answer_logits(model, batch, model.backend.capture(batch.input_ids.repeat(len(chunk), 1), edits=edits))
         values.extend(effect.value(model, batch, logits[j * rows : (j + 1) * rows], None) for j in range(len(chunk)))
     return values
 

@@ -539,9 +539,13 @@ def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
                 require(model.backend, "neuron_targets")  # mixture-of-experts blocks have no layer of neurons
             return NeuronsTarget(*neurons)
         head = parse_head(spec, cfg.n_layers, cfg.n_heads)
+        if model is not None:
+            require(model.backend, "head_targets")
         return HeadTarget(head.layer, head.head)
     if isinstance(spec, Mapping) and set(spec) == {"layer", "head"}:
         head = parse_head(dict(spec), cfg.n_layers, cfg.n_heads)
+        if model is not None:
+            require(model.backend, "head_targets")
         return HeadTarget(head.layer, head.head)
     if isinstance(spec, Mapping) and set(spec) == {"layer", "neurons"}:
         if model is not None:
@@ -584,6 +588,8 @@ def parse_targets(spec: Any, cfg: Any, model: Any = None) -> list[Target]:
     """``parse_target``, plus transcoder features ``{transcoders, layer, features}``, which are one target per layer
     they write to (a per-layer transcoder's: one)."""
     if isinstance(spec, LoadedTranscoderFeatures):
+        if model is not None:
+            require(model.backend, "transcoder_targets")  # read at one point, written at another: a local model
         return transcoder_targets(spec)
     return [parse_target(spec, cfg, model)]
 

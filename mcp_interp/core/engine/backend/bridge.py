@@ -11,6 +11,7 @@ beyond it: the Hugging Face modules the bridge wraps, and calling its components
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ def edge_hooks(bridge: Any) -> Iterator[None]:
                 f"write (hook_result) or per-head query/key/value input, which edge tools need: {exc}"
             ) from None
         bridge.set_use_hook_mlp_in(True)
-        with _parallel_mlp_in(bridge):
+        with _parallel_mlp_in(bridge), _offloaded_attention_weights(bridge):
             yield
     finally:
         bridge.set_use_attn_result(saved[0])
@@ -61,6 +62,44 @@ def edge_hooks(bridge: Any) -> Iterator[None]:
         bridge.set_use_hook_mlp_in(saved[2])
         if saved[3]:
             bridge.set_use_attn_in(True)
+
+
+@contextmanager
+def _offloaded_attention_weights(bridge: Any) -> Iterator[None]:
+    """Each attention's offloaded weights read from disk for the whole of its call, then released.
+
+    Why: with split q/k/v inputs the bridge projects each head's copy with the projection's weight itself
+    (``_project_per_head_qkv``), outside the projection's own forward, where accelerate materialises an offloaded
+    weight; on a model placed with disk offload the weight would still be on the meta device. accelerate's
+    ``align_module_device`` loads it for the duration of the attention module's call (one layer's attention at a
+    time, as accelerate does for an ordinary forward), so memory stays bounded by one layer."""
+    from accelerate.utils import align_module_device, has_offloaded_params
+
+    handles = []
+    for block in bridge.blocks:
+        attention: Any = getattr(block, "attn", None)
+        original = getattr(attention, "original_component", None)
+        if attention is None or original is None:
+            continue
+        offloaded = [m for m in original.modules() if has_offloaded_params(m)]
+        if not offloaded:
+            continue
+        stack = contextlib.ExitStack()
+
+        def enter(_module: Any, _args: Any, stack: contextlib.ExitStack = stack, parts: list = offloaded) -> None:
+            for part in parts:
+                stack.enter_context(align_module_device(part))
+
+        def leave(_module: Any, _args: Any, _out: Any, stack: contextlib.ExitStack = stack) -> None:
+            stack.close()
+
+        handles.append(attention.register_forward_pre_hook(enter))
+        handles.append(attention.register_forward_hook(leave, always_call=True))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def mlp_shares_attention_norm(bridge: Any, layer: int) -> bool:
@@ -248,20 +287,33 @@ def block_norm_module(bridge: Any, layer: int, norm: str) -> Any:
     return hf_module(getattr(bridge.blocks[layer], norm))
 
 
-def norm_gain(module: Any, width: int) -> torch.Tensor:
+def norm_gain(module: Any, width: int, device: str = "cpu") -> torch.Tensor:
     """The elementwise gain γ of a norm module (y = γ ⊙ x / scale + β), whatever its weight convention
     (Llama's ``weight``, Gemma's ``1 + weight``): an RMSNorm applied to a large constant vector c·1, whose
-    RMS is c to float precision, returns γ. A LayerNorm (which centres, so a constant vector gives β) reads
-    its ``weight``. Needed to freeze a norm's scale and keep what follows linear (direct logit attribution).
+    RMS is c to float precision, returns γ. A LayerNorm centres, so it is probed with x = c·(±1 alternating)
+    (mean 0, standard deviation c) and −x: γ = (f(x) − f(−x)) / (2·sign(x)), β cancelling. Needed to freeze a
+    norm's scale and keep what follows linear (direct logit attribution). The module is called rather than its
+    weight read, so a norm whose weight accelerate offloaded (on the meta device until called) works too: it is
+    called on ``device``, where the model's inputs go, and its offload hook brings the weight in for the call.
     """
-    if isinstance(module, torch.nn.LayerNorm):
-        return module.weight.detach() if module.weight is not None else torch.ones(width)
     weight = next(iter(module.parameters()), None)
+    if isinstance(module, torch.nn.LayerNorm):
+        if module.weight is None:
+            return torch.ones(width)
+        if module.weight.device.type != "meta":
+            return module.weight.detach()
     dtype = weight.dtype if weight is not None else torch.float32
-    device = weight.device if weight is not None else "cpu"
+    on = weight.device if weight is not None and weight.device.type != "meta" else torch.device(device)
     constant = 100.0  # c² = 1e4 ≫ any eps (error eps/2c² ≈ 1e-10), and c² is finite even in float16
     with torch.inference_mode():
-        probe = torch.full((1, width), constant, dtype=torch.float32, device=device).to(dtype)
+        if isinstance(module, torch.nn.LayerNorm):  # offloaded: probe it (f(x) − f(−x) = 2γ ⊙ (x − mean) / std)
+            x = torch.full((width,), constant, dtype=torch.float64, device=on)
+            x[1::2] = -constant
+            centred = x - x.mean()
+            std = torch.sqrt((centred**2).mean() + module.eps)
+            out = module(x.unsqueeze(0).to(dtype))[0].double() - module(-x.unsqueeze(0).to(dtype))[0].double()
+            return (out * std / (2 * centred)).to(dtype).detach()
+        probe = torch.full((1, width), constant, dtype=torch.float32, device=on).to(dtype)
         return module(probe)[0].detach()
 
 

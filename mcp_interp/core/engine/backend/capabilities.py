@@ -31,39 +31,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from mcp_interp.core.engine.backend.bridge import (
-    attention_classes,
-    attention_output_scale,
-    attention_write_norm,
-    final_logit_softcap,
-    hf_model,
-    mixture_of_experts,
-    per_head_attention_hooks,
-)
+from mcp_interp.core.engine.backend.base import FEATURE_WORDS, LOCAL_FIX, Backend, BackendFeature
+from mcp_interp.core.engine.backend.points import hook_in, hook_mlp_post, hook_pattern, hook_resid_mid, hook_z
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.readouts import Capability
 
 
-def _opaque_attention(bridge: Any) -> str | None:
-    if per_head_attention_hooks(bridge):
+def _opaque_attention(backend: Backend) -> str | None:
+    classes = backend.opaque_attention()
+    if not classes:
         return None
     return (
-        f"TransformerLens runs this model's attention as one module ({', '.join(attention_classes(bridge))}), "
+        f"TransformerLens runs this model's attention as one module ({', '.join(classes)}), "
         "which exposes neither each head's write (hook_result) nor each head's query/key/value input"
     )
 
 
-def _normed_head_sum(bridge: Any) -> str | None:
-    for layer in range(bridge.cfg.n_layers):
-        scale = attention_output_scale(bridge, layer)
+def _normed_head_sum(backend: Backend) -> str | None:
+    for layer in range(backend.n_layers):
+        scale = backend.attention_output_scale(layer)
         if scale != 1.0:
             return (
                 f"blocks.{layer} multiplies the heads' sum by {scale} before adding it to the residual stream, so one "
                 "head's write (hook_result, taken before it) is not a term of the residual stream"
             )
-        between = attention_write_norm(bridge, layer)
+        between = backend.attention_write_norm(layer)
         if between is not None:
             return (
                 f"blocks.{layer} applies {between} to the heads' sum before adding it to the residual stream "
@@ -73,8 +66,8 @@ def _normed_head_sum(bridge: Any) -> str | None:
     return None
 
 
-def _parallel_block(bridge: Any) -> str | None:
-    if not getattr(bridge.cfg, "parallel_attn_mlp", False):
+def _parallel_block(backend: Backend) -> str | None:
+    if not getattr(backend.cfg, "parallel_attn_mlp", False):
         return None
     return (
         "this is a parallel-residual block (attention and MLP both read the block's input, resid_pre), so there "
@@ -82,8 +75,8 @@ def _parallel_block(bridge: Any) -> str | None:
     )
 
 
-def _capped_logits(bridge: Any) -> str | None:
-    cap = final_logit_softcap(bridge)
+def _capped_logits(backend: Backend) -> str | None:
+    cap = backend.final_logit_softcap()
     if cap is None:
         return None
     return (
@@ -92,23 +85,51 @@ def _capped_logits(bridge: Any) -> str | None:
     )
 
 
-def _experts(bridge: Any) -> str | None:
-    layers = [layer for layer in range(bridge.cfg.n_layers) if mixture_of_experts(bridge, layer)]
+def _experts(backend: Backend) -> str | None:
+    layers = [layer for layer in range(backend.n_layers) if backend.mixture_of_experts(layer)]
     if not layers:
         return None
     return (
         f"the MLPs of layers {layers} are mixtures of experts: their mlp.hook_post is the experts' combined output "
-        f"(d_model = {bridge.cfg.d_model} wide), not a layer of neurons, and each expert has its own"
+        f"(d_model = {backend.cfg.d_model} wide), not a layer of neurons, and each expert has its own"
+    )
+
+
+def _engine_lacks(feature: BackendFeature) -> Callable[[Backend], str | None]:
+    def missing(backend: Backend) -> str | None:
+        return None if backend.supports(feature) else f"the {backend.name} backend does not provide it"
+
+    return missing
+
+
+def _engine_reads(point: Callable[[int], str], what: str) -> Callable[[Backend], str | None]:
+    def missing(backend: Backend) -> str | None:
+        return None if backend.has_point(point(0)) else f"the {backend.name} backend's driver does not serve {what}"
+
+    return missing
+
+
+def _resid_mid_writes(backend: Backend) -> str | None:
+    if backend.supports("local_edits"):
+        return None
+    return (
+        f"the {backend.name} backend only reads resid_mid (it is derived there, resid_pre + attn_out); a write needs "
+        "both at once"
     )
 
 
 @dataclass(frozen=True)
 class Feature:
-    """Something a measurement needs of the architecture; ``missing(bridge)`` says why a model lacks it (None:
-    it has it)."""
+    """Something a measurement needs of the architecture or the engine; ``missing(backend)`` says why this model
+    lacks it (None: it has it). ``engine``: a feature of the backend, got by running the server another way."""
 
     name: str
-    missing: Callable[[Any], str | None]
+    missing: Callable[[Backend], str | None]
+    engine: bool = False
+
+
+def _engine(feature: BackendFeature) -> Feature:
+    return Feature(FEATURE_WORDS[feature], _engine_lacks(feature), engine=True)
 
 
 FEATURES: dict[str, Feature] = {
@@ -117,6 +138,31 @@ FEATURES: dict[str, Feature] = {
     "resid_mid": Feature("a residual stream between attention and MLP (resid_mid)", _parallel_block),
     "mlp_neurons": Feature("MLP neurons", _experts),
     "uncapped_logits": Feature("uncapped logits", _capped_logits),
+    "gradients": _engine("gradients"),
+    "weights": _engine("weights"),
+    "local_edits": _engine("local_edits"),
+    "edge_points": _engine("edge_points"),
+    "jacobian_lens": _engine("jacobian_lens"),
+    "attention_patterns": Feature(
+        "attention patterns (hook_pattern)", _engine_reads(hook_pattern, "attention patterns"), engine=True
+    ),
+    "neuron_points": Feature(
+        "the MLP neurons' point (mlp.hook_post)", _engine_reads(hook_mlp_post, "mlp.hook_post"), engine=True
+    ),
+    "resid_mid_points": Feature(
+        "the residual stream between attention and MLP (resid_mid)",
+        _engine_reads(hook_resid_mid, "resid_mid"),
+        engine=True,
+    ),
+    "resid_mid_writes": Feature("writes to resid_mid", _resid_mid_writes, engine=True),
+    "head_points": Feature(
+        "each head's output before the output projection (attn.hook_z)",
+        _engine_reads(hook_z, "attn.hook_z"),
+        engine=True,
+    ),
+    "resid_pre_points": Feature(
+        "the residual stream entering block 0 (hook_in)", _engine_reads(hook_in, "blocks.0.hook_in"), engine=True
+    ),
 }
 
 EDGES = ("per_head_hooks", "additive_heads")
@@ -128,7 +174,8 @@ EDGE_INSTEAD = (
 
 @dataclass(frozen=True)
 class Use:
-    """Tools, or one option of them (``option``, as the caller writes it), and the features they need."""
+    """Tools, or one option of them (``option``, as the caller writes it), and the features they need (architecture
+    features first: when a model lacks one, no engine helps)."""
 
     tools: tuple[str, ...]
     option: str | None
@@ -138,67 +185,109 @@ class Use:
 
 INTERVENING = ("ablate", "logit_diff", "kl", "answer_rank", "loss")  # the tools taking ablation targets
 SAE_TOOLS = ("sae", "sae_features", "steer", *INTERVENING)  # the tools taking an SAE
+EVERY_ENGINE = (
+    "model_info", "tokenize", "logit_diff", "kl", "answer_rank", "loss", "ablate", "patch", "steer", "probe", "sae",
+    "sae_features", "get_figure", "job_status", "job_cancel", "verify_artifact",
+)  # fmt: skip
 
 USES: dict[str, Use] = {
-    "edge_attribution": Use(("edge_attribution",), None, EDGES, EDGE_INSTEAD),
-    "path_patch": Use(("path_patch",), None, EDGES, EDGE_INSTEAD),
-    "circuit_faithfulness": Use(("circuit_faithfulness",), None, EDGES, EDGE_INSTEAD),
-    "find_circuit": Use(("find_circuit",), None, EDGES, EDGE_INSTEAD),
+    **{tool: Use((tool,), None, (), "") for tool in EVERY_ENGINE},
+    "ablate_head": Use(("ablate_head",), None, ("head_points",), "Ablate MLPs or attention layers ('L9ATTN')."),
+    "patch_heads": Use(("patch_heads",), None, ("head_points",), "Patch attn_out (each layer's heads together)."),
+    "head_targets": Use(INTERVENING, "head targets 'L9H3'", ("head_points",), "Ablate attention layers ('L9ATTN')."),
+    "patch_heads_by_pos": Use(
+        ("patch",), "component='heads_by_pos'", ("head_points",), "Patch attn_out (each layer's heads together)."
+    ),
+    "patch_resid_pre": Use(("patch",), "component='resid_pre'", ("resid_pre_points",), "Patch resid_post instead."),
+    "sae_z": Use(SAE_TOOLS, "an SAE on blocks.L.attn.hook_z", ("head_points",), "Use an SAE on attn_out."),
+    "sae_resid_pre": Use(
+        SAE_TOOLS, "an SAE on blocks.L.hook_resid_pre", ("resid_pre_points",), "Use an SAE on resid_post."
+    ),
+    "logit_lens": Use(("logit_lens",), None, ("weights",), "Use patch (resid_pre) for where the answer forms."),
+    "dla": Use(("dla",), None, ("weights",), "Use patch_heads or ablate for each component's effect."),
+    "attention": Use(("attention",), None, ("attention_patterns",), ""),
+    "induction": Use(("induction",), None, ("attention_patterns",), "Use loss on repeated tokens instead."),
+    "explain": Use(("explain",), None, ("weights",), "Use patch_heads and patch for its causal maps."),
+    "edge_attribution": Use(("edge_attribution",), None, (*EDGES, "gradients", "edge_points"), EDGE_INSTEAD),
+    "path_patch": Use(("path_patch",), None, (*EDGES, "edge_points", "local_edits"), EDGE_INSTEAD),
+    "circuit_faithfulness": Use(("circuit_faithfulness",), None, (*EDGES, "edge_points", "local_edits"), EDGE_INSTEAD),
+    "find_circuit": Use(("find_circuit",), None, (*EDGES, "gradients", "edge_points", "local_edits"), EDGE_INSTEAD),
     "attribution_graph": Use(
         ("attribution_graph", "graph_intervene"),
         None,
-        ("per_head_hooks", "uncapped_logits"),
+        ("per_head_hooks", "uncapped_logits", "gradients", "weights", "local_edits"),
         "Transcoder features still work as `ablate` targets and in `steer`; dla decomposes the logits before the cap.",
     ),
+    "causal_swap": Use(("causal_swap_trial", "causal_swap_benchmark", "fit_lens"), None, ("jacobian_lens",), ""),
+    "patch_attribution": Use(
+        ("patch", "patch_heads"), "method='attribution'", ("gradients",), "Use method 'exact' (the default)."
+    ),
     "patch_resid_mid": Use(
-        ("patch",), "component='resid_mid'", ("resid_mid",), "Patch resid_pre, attn_out or mlp_out instead."
+        ("patch",),
+        "component='resid_mid'",
+        ("resid_mid", "resid_mid_writes"),
+        "Patch resid_pre, attn_out or mlp_out instead.",
     ),
     "patch_mlp_neurons": Use(
-        ("patch",), "component='mlp_neurons'", ("mlp_neurons",), "Patch mlp_out (the whole MLP) instead."
+        ("patch",),
+        "component='mlp_neurons'",
+        ("mlp_neurons", "neuron_points"),
+        "Patch mlp_out (the whole MLP) instead.",
     ),
     "neuron_targets": Use(
         INTERVENING,
         "neuron targets 'L1N0,3'",
-        ("mlp_neurons",),
+        ("mlp_neurons", "neuron_points"),
         "Ablate the whole MLP ('L1MLP') instead.",
     ),
     "sae_resid_mid": Use(
-        SAE_TOOLS, "an SAE on blocks.L.hook_resid_mid", ("resid_mid",), "Use an SAE on resid_pre or resid_post."
+        SAE_TOOLS,
+        "an SAE on blocks.L.hook_resid_mid",
+        ("resid_mid", "resid_mid_points", "resid_mid_writes"),
+        "Use an SAE on resid_pre or resid_post.",
     ),
-    "sae_mlp_post": Use(SAE_TOOLS, "an SAE on blocks.L.mlp.hook_post", ("mlp_neurons",), "Use an SAE on mlp_out."),
+    "sae_mlp_post": Use(
+        SAE_TOOLS, "an SAE on blocks.L.mlp.hook_post", ("mlp_neurons", "neuron_points"), "Use an SAE on mlp_out."
+    ),
+    "transcoder_targets": Use(
+        INTERVENING,
+        "transcoder features {transcoders, layer, features}",
+        ("local_edits",),
+        "Ablate the MLP ('L1MLP') or use an SAE instead.",
+    ),
 }
 
 
-def capability(backend: Any, key: str) -> Capability:
-    """Whether the use ``key`` of ``USES`` applies to this model (the first missing feature decides why not), as
-    ``model_info`` reports it."""
-    bridge = backend.bridge
+def capability(backend: Backend, key: str) -> Capability:
+    """Whether the use ``key`` of ``USES`` applies to this model on this engine (the first missing feature decides
+    why not), as ``model_info`` reports it."""
     use = USES[key]
     tools = list(use.tools)
     for need in use.needs:
         feature = FEATURES[need]
-        why = feature.missing(bridge)
+        why = feature.missing(backend)
         if why is not None:
-            reason = f"{why}. {use.instead}"
+            fix = f"Run the server with {LOCAL_FIX}." if feature.engine else ""
+            reason = " ".join(part for part in (f"{why}.", fix, use.instead) if part)
             return Capability(
                 tools=tools, option=use.option, available=False, missing_feature=feature.name, reason=reason
             )
     return Capability(tools=tools, option=use.option, available=True, missing_feature=None, reason=None)
 
 
-def capabilities(backend: Any) -> list[Capability]:
-    """Every tool and option whose availability depends on the architecture, for this model (``model_info``)."""
+def capabilities(backend: Backend) -> list[Capability]:
+    """Every tool, and every option whose availability depends on the architecture or the engine, for this model on
+    this backend (``model_info``)."""
     return [capability(backend, key) for key in USES]
 
 
-def require(backend: Any, key: str) -> None:
-    """Refuse the use ``key`` of ``USES`` before any model work when this model lacks what it needs: an
-    ``InputError`` naming the missing feature, why, and what to use instead."""
+def require(backend: Backend, key: str) -> None:
+    """Refuse the use ``key`` of ``USES`` before any model work when this model or engine lacks what it needs: an
+    ``InputError`` naming the missing feature, the backend, why, and what to use instead."""
     found = capability(backend, key)
     if not found.available:
         what = f"{found.option} ({', '.join(found.tools)})" if found.option else f"`{found.tools[0]}`"
-        architecture = type(hf_model(backend.bridge)).__name__
         raise InputError(
-            f"{what} needs {found.missing_feature}, which this model ({architecture}) does not have: {found.reason} "
-            "(model_info lists under `capabilities` what applies to this model.)"
+            f"{what} needs {found.missing_feature}, which this model ({backend.architecture()} on the {backend.name} "
+            f"backend) does not have: {found.reason} (model_info lists under `capabilities` what applies here.)"
         )

@@ -212,13 +212,20 @@ class Rewrite(Edit):
         return self.fn(values)
 
 
-def observe(point: str, fn: Callable[[torch.Tensor], None]) -> Rewrite:
-    """An edit that only reads the value at ``point`` (e.g. to accumulate a statistic over a batch)."""
+@dataclass(frozen=True)
+class Observe(Edit):
+    """No change: ``fn(value)`` is called with the value at ``point`` (e.g. to accumulate a statistic over a batch).
+    A remote engine captures the point and calls ``fn`` with the batch's captured value."""
 
-    def read(values: torch.Tensor) -> None:
-        fn(values)
+    fn: Callable[[torch.Tensor], None] = field(default=lambda values: None, compare=False)
 
-    return Rewrite(point, read)
+    def apply(self, values: torch.Tensor) -> None:
+        self.fn(values)
+
+
+def observe(point: str, fn: Callable[[torch.Tensor], None]) -> Observe:
+    """An edit that only reads the value at ``point``."""
+    return Observe(point, fn)
 
 
 def local_only(edit: Edit) -> bool:

@@ -28,11 +28,11 @@ def fit_shard(backend: Any, text: str, *, prepend_bos: bool, **settings: Any) ->
     tokenizes with ``to_tokens``) and restored after."""
     from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
 
-    cfg = backend.bridge.cfg
+    cfg = backend.lens_bridge().cfg
     saved = cfg.default_prepend_bos
     cfg.default_prepend_bos = prepend_bos
     try:
-        return JacobianLens.fit(backend.bridge, [text], show_progress=False, **settings)
+        return JacobianLens.fit(backend.lens_bridge(), [text], show_progress=False, **settings)
     finally:
         cfg.default_prepend_bos = saved
 
@@ -52,17 +52,17 @@ def load(path: str) -> Any:
 
 def validate(lens: Any, backend: Any) -> None:
     """The library's check that ``lens`` fits the model (width, layers); raises what it raises."""
-    lens.validate_model(backend.bridge)
+    lens.validate_model(backend.lens_bridge())
 
 
 def dictionary(lens: Any, backend: Any, layer: int) -> torch.Tensor:
     """The lens vectors of every token at ``layer``, ``[vocab, d_model]``."""
-    return lens.lens_vector_dictionary(backend.bridge, layer)
+    return lens.lens_vector_dictionary(backend.lens_bridge(), layer)
 
 
 def decompose(lens: Any, backend: Any, x: torch.Tensor, layer: int, k: int) -> Any:
     """The library's sparse decomposition of activation ``x`` in the lens vectors of ``layer`` (``k`` atoms)."""
-    return lens.decompose(backend.bridge, x, layer, k=k)
+    return lens.decompose(backend.lens_bridge(), x, layer, k=k)
 
 
 def coordinate_patch(x: torch.Tensor, vectors: torch.Tensor, source: int, target: int, **settings: Any) -> Any:

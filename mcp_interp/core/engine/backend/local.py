@@ -20,8 +20,10 @@ import torch
 
 from mcp_interp.core.engine.backend import bridge as tl
 from mcp_interp.core.engine.backend import llama_suffix
+from mcp_interp.core.engine.backend.base import Backend, BackendFeature
 from mcp_interp.core.engine.backend.edits import Edit
-from mcp_interp.core.engine.backend.forward import BlockTrace, Capture, Mode, Output, Run
+from mcp_interp.core.engine.backend.forward import BlockTrace, Mode, Output, Run
+from mcp_interp.schemas.common import BackendName
 
 
 class StopForward(Exception):
@@ -47,10 +49,13 @@ def _hook(edit: Edit) -> tuple[str, Callable[[torch.Tensor, Any], torch.Tensor |
     return edit.point, apply
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """``TransformerBridge`` in this process: every edit, captures, gradients, generation, block calls, weights."""
 
-    name = "transformers"
+    name: BackendName = "transformers"
+    features: frozenset[BackendFeature] = frozenset(
+        {"gradients", "weights", "block_calls", "local_edits", "edge_points", "jacobian_lens"}
+    )
 
     def __init__(self, bridge: Any, device: str = "cpu") -> None:
         self.bridge = bridge
@@ -157,44 +162,6 @@ class LocalBackend:
             trace=block_trace,
         )
 
-    def capture(
-        self, input_ids: torch.Tensor, names: Sequence[str] = (), edits: Sequence[Edit] = (), trace: bool = False
-    ) -> Capture:
-        """``run`` stopped after the last block: the final residual plus the values at ``names``."""
-        run = self.run(input_ids, capture=names, edits=edits, output="final", trace=trace)
-        assert run.final is not None
-        return Capture(run.final, run.acts, run.trace)
-
-    def trace(self, input_ids: torch.Tensor) -> BlockTrace:
-        """Each block's residual input and call arguments from one forward of ``input_ids``."""
-        run = self.capture(input_ids, trace=True)
-        assert run.trace is not None
-        return run.trace
-
-    def logits(self, input_ids: torch.Tensor, edits: Sequence[Edit] = (), mode: Mode = "inference") -> torch.Tensor:
-        """The logits of every position ``[batch, seq, vocab]`` under ``edits``."""
-        logits = self.run(input_ids, edits=edits, mode=mode).logits
-        assert logits is not None
-        return logits
-
-    def generate(
-        self, ids: Sequence[int], max_new_tokens: int, edits: Sequence[Edit] = (), eos: int | None = None
-    ) -> Iterator[int]:
-        """Greedy continuation of ``ids`` under ``edits`` (applied to every position of every step), one token per
-        ``next``; one full forward per token (no KV cache: the edits see every position each time), so a caller can
-        stop between tokens. Stops after ``eos`` (the end-of-sequence token id) when it is generated."""
-        out: list[int] = []
-        device = self.device
-        for _ in range(max_new_tokens):
-            logits = self.logits(torch.tensor([[*ids, *out]], device=device), edits)
-            token = int(logits[0, -1].argmax())
-            out.append(token)
-            yield token
-            if token == eos:
-                return
-
-    # --- gradients --------------------------------------------------------------------------------------------
-
     def backward(
         self,
         outputs: torch.Tensor | Sequence[torch.Tensor],
@@ -227,7 +194,10 @@ class LocalBackend:
             yield
         finally:
             for p, flag in saved:
-                p.requires_grad_(flag)
+                # accelerate may have swapped an offloaded weight for an inference tensor read from disk while
+                # frozen; such a tensor cannot take requires_grad, and the next read from disk replaces it anyway.
+                if p.requires_grad != flag and not p.is_inference():
+                    p.requires_grad_(flag)
 
     @contextlib.contextmanager
     def edge_points(self) -> Iterator[None]:
@@ -301,7 +271,7 @@ class LocalBackend:
         module = tl.final_norm_module(self.bridge) if layer is None else tl.block_norm_module(self.bridge, layer, name)
         kind = "layer" if isinstance(module, torch.nn.LayerNorm) else "rms"
         bias = getattr(module, "bias", None) if kind == "layer" else None
-        gain = tl.norm_gain(module, int(self.cfg.d_model)).to(torch.float64)
+        gain = tl.norm_gain(module, int(self.cfg.d_model), self.device).to(torch.float64)
         return kind, gain, None if bias is None else bias.detach().to(torch.float64)
 
     def attention_write_norm(self, layer: int) -> str | None:
@@ -323,9 +293,23 @@ class LocalBackend:
     def mixture_of_experts(self, layer: int) -> bool:
         return tl.mixture_of_experts(self.bridge, layer)
 
+    def opaque_attention(self) -> list[str]:
+        return [] if tl.per_head_attention_hooks(self.bridge) else tl.attention_classes(self.bridge)
+
+    def attention_output_scale(self, layer: int) -> float:
+        return tl.attention_output_scale(self.bridge, layer)
+
     def frozen_points(self) -> list[str]:
         """Every attention pattern and norm scale: what the local replacement model freezes."""
         return tl.frozen_hooks(self.bridge)
+
+    def placement(self) -> dict[str, str] | None:
+        """accelerate's placement (module → device, 'disk' included) when the model was placed, else None."""
+        device_map = getattr(tl.hf_model(self.bridge), "hf_device_map", None)
+        return None if not device_map else {str(k): str(v) for k, v in device_map.items()}
+
+    def lens_bridge(self) -> Any:
+        return self.bridge
 
     def hf_config(self) -> Any:
         """The Hugging Face config of the model (``model_type``, ``num_key_value_heads``, ``architectures``…)."""

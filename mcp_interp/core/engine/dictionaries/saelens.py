@@ -81,8 +81,9 @@ _SITE_OF: dict[str, Site] = {
     "attn.hook_z": "z",
     "mlp.hook_post": "mlp_post",
 }
-# Sites some architectures lack (``engine.capabilities``): no resid_mid in a parallel block, no neurons in an MoE.
-SITE_NEEDS = {"resid_mid": "sae_resid_mid", "mlp_post": "sae_mlp_post"}
+# Sites some architectures or engines lack (``engine.capabilities``): no resid_mid in a parallel block, no neurons in
+# an MoE; vLLM's driver serves neither z nor a block's input.
+SITE_NEEDS = {"resid_mid": "sae_resid_mid", "mlp_post": "sae_mlp_post", "z": "sae_z", "resid_pre": "sae_resid_pre"}
 _REFUSED_ARCHITECTURES = {
     "gated": "gated SAEs (separate gate and magnitude paths) are not implemented here",
     "transcoder": "a transcoder reads one hook and writes another; this tool reconstructs one activation",

@@ -43,7 +43,7 @@ class LogitDiffReadout:
     def __init__(self, backend: Any, correct: torch.Tensor, incorrect: torch.Tensor) -> None:
         self.backend, self.correct, self.incorrect = backend, correct, incorrect
         self.cap = backend.final_logit_softcap()
-        unembedding = backend.unembedding()
+        unembedding = backend.unembedding() if backend.supports("weights") else None
         self.weight = unembedding[0] if unembedding is not None else None
         self.bias = unembedding[1] if unembedding is not None else None
 

@@ -26,15 +26,17 @@ from typing import Any, Generic
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.backend.forward import BlockTrace
+from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.forward import Capture
 from mcp_interp.core.engine.backend.points import site_hook
 from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.jobs import Job, R
 from mcp_interp.core.engine.numbers.row_readouts import LogProbReadout, Readout, make_readout
 from mcp_interp.core.engine.numbers.scores import ranked_scores
+from mcp_interp.core.engine.patching.edit_sweep import ChosenEditSweep, edit_sweep
 from mcp_interp.core.engine.patching.first_order import Attribution, attribution_terms
 from mcp_interp.core.engine.patching.rows import RowPlan
-from mcp_interp.core.engine.patching.suffix_sweep import best_sweep
+from mcp_interp.core.engine.patching.suffix_sweep import ChosenSweep, best_sweep
 from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.answers import Answer, answer_kind, resolve_answer_specs, spacing_notes
 from mcp_interp.core.engine.text.components import PositionSpec, position_mask
@@ -152,39 +154,40 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             base, source = source, base
         rows = base.input_ids.shape[0]
 
-        source_run = backend.capture(source.input_ids, [site_hook(site, layer) for layer in layers])
+        if self.method == "attribution" or self.cells_need_attribution():
+            require(backend, "patch_attribution")
+        site_points = [site_hook(site, layer) for layer in layers]
+        source_run = backend.capture(source.input_ids, site_points)
         source_acts = {layer: source_run.acts[site_hook(site, layer)] for layer in layers}
         everyone = torch.arange(rows)
-        source_answer = source_run.final[everyone, source.answer_positions]
         # The base run is a traced forward for exact patching; for attribution it is the forward the
-        # gradient goes through — except that KL in the noise direction needs its logits first.
+        # gradient goes through — except that KL in the noise direction needs its logits first. An engine without
+        # block calls patches by setting values in whole forwards (``edit_sweep``): it needs the base run's values
+        # at the site instead of a trace.
+        blocks = backend.supports("block_calls")
         kl_needs_base = self.metric == "kl" and self.direction == "noise"
         base_run = None
         if self.method == "exact" or kl_needs_base:
-            base_run = backend.capture(base.input_ids, trace=self.method == "exact")
+            traced = self.method == "exact" and blocks
+            base_run = backend.capture(base.input_ids, [] if blocks else site_points, trace=traced)
         clean_logits = None
         if self.metric == "kl":
-            if self.direction == "denoise":
-                clean_answer = source_answer
-            else:
-                assert base_run is not None
-                clean_answer = base_run.final[everyone, base.answer_positions]
-            with torch.inference_mode():
-                clean_logits = backend.logits_from_residual(clean_answer)
+            clean_run, clean_batch = (source_run, source) if self.direction == "denoise" else (base_run, base)
+            assert clean_run is not None
+            clean_logits = backend.logits_at(clean_run, clean_batch.answer_positions)
         readout = self._readout(clean_logits)
         attribution = None
         if self.method == "attribution" or self.cells_need_attribution():
             attribution = attribution_terms(
                 backend, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual
             )
-        if base_run is not None:
-            base_answer = base_run.final[everyone, base.answer_positions]
-        else:
-            assert attribution is not None
-            base_answer = attribution.base_answer_residual
         with torch.inference_mode():
-            base_rows_m = readout.from_residual(base_answer, everyone)
-            source_rows_m = readout.from_residual(source_answer, everyone)
+            if base_run is not None:
+                base_rows_m = answer_metric(readout, base_run, base)
+            else:
+                assert attribution is not None
+                base_rows_m = readout.from_residual(attribution.base_answer_residual, everyone)
+            source_rows_m = answer_metric(readout, source_run, source)
         base_m, source_m = self.plan.combine(base_rows_m), self.plan.combine(source_rows_m)
         clean_m, corrupt_m = (source_m, base_m) if self.direction == "denoise" else (base_m, source_m)
         yield "clean and corrupt runs"
@@ -199,8 +202,8 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         limits.check("max_patch_rows", len(cells) * rows, "Patched runs (cells × pairs × answer tokens)")
         verified = None
         if self.method == "exact":
-            assert base_run is not None and base_run.trace is not None
-            patched_rows = yield from self._exact(base_run.trace, site, source_acts, cells, mask, base, readout,
+            assert base_run is not None
+            patched_rows = yield from self._exact(base_run, site, source_acts, cells, mask, base, readout,
                                                   first_diff)  # fmt: skip
             patched = self.plan.combine(patched_rows)
         else:
@@ -210,8 +213,8 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             if self.verify_top:
                 order = ranked_scores(patched, clean_m, corrupt_m, self.direction)[: self.verify_top]
                 exact_rows = yield from self._exact(
-                    backend.trace(base.input_ids), site, source_acts, [cells[i] for i in order], mask, base,
-                    readout, first_diff,
+                    backend.capture(base.input_ids, trace=True), site, source_acts, [cells[i] for i in order], mask,
+                    base, readout, first_diff,
                 )  # fmt: skip
                 exact = self.plan.combine(exact_rows)
                 verified = [(i, exact[j]) for j, i in enumerate(order)]
@@ -295,7 +298,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
 
     def _exact(
         self,
-        trace: BlockTrace,
+        base_run: Capture,
         site: Site,
         source_acts: dict[int, torch.Tensor],
         cells: list[Unit],
@@ -305,15 +308,20 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         first_diff: int,
     ) -> Generator[str, None, torch.Tensor]:
         """Patched metric per cell and row, ``[len(cells), rows]``; no-op cells copy the base run."""
-        n = base.input_ids.shape[0]
         with torch.inference_mode():
-            base_values = readout.from_residual(trace.final[torch.arange(n), base.answer_positions], torch.arange(n))
+            base_values = answer_metric(readout, base_run, base)
         patched = base_values.repeat(len(cells), 1)
         run = [i for i, c in enumerate(cells) if c.position is None or c.position >= first_diff]
         if not run:
             return patched
-        chosen = best_sweep(self.model.backend, trace, site, source_acts, [cells[i] for i in run], mask,
-                            base.answer_positions, readout.from_residual, first_diff)  # fmt: skip
+        units = [cells[i] for i in run]
+        chosen: ChosenSweep | ChosenEditSweep
+        if base_run.trace is None:  # an engine without block calls
+            chosen = edit_sweep(self.model.backend, base.input_ids, site, base_run.acts, source_acts, units, mask,
+                                base.answer_positions, readout.from_logits)  # fmt: skip
+        else:
+            chosen = best_sweep(self.model.backend, base_run.trace, site, source_acts, units, mask,
+                                base.answer_positions, readout.from_residual, first_diff)  # fmt: skip
         self.engine = chosen.engine
         if chosen.note and chosen.note not in self.notes:
             self.notes.append(chosen.note)
@@ -323,6 +331,15 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         assert chosen.sweep.values is not None
         patched[run] = chosen.sweep.values
         return patched
+
+
+def answer_metric(readout: Readout, run: Capture, batch: Batch) -> torch.Tensor:
+    """The readout at each row's answer position of ``run``: from the engine's logits where it returned them (a
+    remote engine), else from the final residual (the two vocabulary rows a logit difference needs, not all)."""
+    rows = torch.arange(batch.input_ids.shape[0])
+    if run.logits is not None:
+        return readout.from_logits(run.logits[rows, batch.answer_positions], rows)
+    return readout.from_residual(run.final[rows, batch.answer_positions], rows)
 
 
 def _estimates(terms: dict[int, torch.Tensor], cells: list[Unit], mask: torch.Tensor) -> torch.Tensor:
