@@ -137,7 +137,8 @@ class Use:
 
 
 INTERVENING = ("ablate", "logit_diff", "kl", "answer_rank", "loss")  # the tools taking ablation targets
-SAE_TOOLS = ("sae", "sae_features", "steer", *INTERVENING)  # the tools taking an SAE
+NAMING = ("feature_examples", "score_explanation")  # the tools naming one feature
+SAE_TOOLS = ("sae", "sae_features", "steer", *INTERVENING, *NAMING)  # the tools taking an SAE
 
 USES: dict[str, Use] = {
     "edge_attribution": Use(("edge_attribution",), None, EDGES, EDGE_INSTEAD),
@@ -161,6 +162,12 @@ USES: dict[str, Use] = {
         "neuron targets 'L1N0,3'",
         ("mlp_neurons",),
         "Ablate the whole MLP ('L1MLP') instead.",
+    ),
+    "neuron_features": Use(
+        NAMING,
+        "neuron features 'L1N0'",
+        ("mlp_neurons",),
+        "Name a residual direction {layer, direction} or an SAE feature instead.",
     ),
     "sae_resid_mid": Use(
         SAE_TOOLS, "an SAE on blocks.L.hook_resid_mid", ("resid_mid",), "Use an SAE on resid_pre or resid_post."
