@@ -150,9 +150,7 @@ class GenerationScore(BaseModel):
 
 class QuizHandle(BaseModel):
     quiz_id: str = Field(description="quiz://…: pass it back with `predictions`.")
-    texts: list[str] = Field(
-        description="Predict for each, in order, whether the feature fires (true) or not (false)."
-    )
+    texts: list[str] = Field(description="Predict for each, in order, whether the feature fires (true) or not (false).")
     seed: int = Field(description="Seed of the draw.")
     pool: str = Field(description="Where the texts were drawn from.")
     n_firing: int = Field(description="How many of them fire (which ones is hidden).")

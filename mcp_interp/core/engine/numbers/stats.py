@@ -248,6 +248,7 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Me
 # --- Scoring an explanation: does it separate texts the feature fires on from texts it does not? ----------------
 
 PERMUTATION_DRAWS = 99_999  # Monte Carlo permutations when the exact enumeration is larger than this
+Values = Sequence[float] | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,7 @@ class AurocTest:
     n_y: int
 
 
-def auroc(x: Sequence[float], y: Sequence[float]) -> float:
+def auroc(x: Values, y: Values) -> float:
     """P(X > Y) + ½ P(X = Y) over every pair (x, y)."""
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if a.size == 0 or b.size == 0:
@@ -282,12 +283,15 @@ def auroc(x: Sequence[float], y: Sequence[float]) -> float:
 
 def auroc_interval(value: float, n_x: int, n_y: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Newcombe's method-5 interval for an AUROC ``value`` from ``n_x`` and ``n_y`` values: every θ with
-    (value − θ)² ≤ z² V(θ), V(θ) = θ(1 − θ)/(n_x n_y) · [1 + (N* − 1)((1 − θ)/(2 − θ) + θ/(1 + θ))], N* = (n_x + n_y)/2."""
+    (value − θ)² ≤ z² V(θ), V(θ) = θ(1 − θ)/(n_x n_y) · [1 + (N* − 1)((1 − θ)/(2 − θ) + θ/(1 + θ))],
+    N* = (n_x + n_y)/2."""
     z = float(stats.norm.ppf((1 + confidence) / 2))
     half = (n_x + n_y) / 2
 
     def excess(theta: float) -> float:
-        spread = theta * (1 - theta) / (n_x * n_y) * (1 + (half - 1) * ((1 - theta) / (2 - theta) + theta / (1 + theta)))
+        spread = (
+            theta * (1 - theta) / (n_x * n_y) * (1 + (half - 1) * ((1 - theta) / (2 - theta) + theta / (1 + theta)))
+        )
         return (value - theta) ** 2 - z * z * spread
 
     edge = 1e-12
@@ -304,7 +308,7 @@ def _u_statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.take(ranks, np.arange(n), axis=axis).sum(axis=axis) - n * (n + 1) / 2
 
 
-def auroc_test(x: Sequence[float], y: Sequence[float], seed: int = 0) -> AurocTest:
+def auroc_test(x: Values, y: Values, seed: int = 0) -> AurocTest:
     """``AurocTest`` of ``x`` over ``y``. Without ties the p-value is the exact one-sided Mann–Whitney test (scipy);
     with ties (features are often exactly 0 on many texts) it is a permutation test of U over every relabelling of
     the pooled values (exact up to ``PERMUTATION_DRAWS`` partitions, else that many seeded draws, p = (k + 1)/(draws
