@@ -23,7 +23,7 @@ from mcp_interp.core.features.sae_report import SaeFeaturesJob, sae_report
 from mcp_interp.errors import InputError
 from mcp_interp.mcp.arguments import Background
 from mcp_interp.mcp.family import WRITES_CACHE, Family
-from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, error_boundary, tool_arguments
 from mcp_interp.schemas.features import ProbeMethod, ProbeResult
 from mcp_interp.schemas.naming import (
     FEATURE_DESCRIPTION,
@@ -283,19 +283,21 @@ async def score_explanation(
     """Score an explanation of a feature: AUROC of texts you wrote to fire or not (generation), or a detection quiz
     — `quiz: n` returns held-out texts to predict, `quiz_id` + `predictions` scores them (balanced accuracy, exact
     interval, permutation p) and reveals the truth. Scores are stored as explanation://."""
+    arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
-    entry, record = quiz_record(kit, quiz_id)
+    with error_boundary():
+        entry, record = quiz_record(kit, quiz_id)
+    arguments["quiz_id"] = None if entry is None else f"quiz://{entry}"
     fingerprint = kit.session.model_ref().fingerprint
 
     def history(key: str) -> list[dict[str, Any]]:
         return [document for document, _ in explanation_documents(kit, key, fingerprint)]
 
-    arguments = {k: v for k, v in locals().items() if k not in ("ctx", "kit", "entry", "record", "history")}
     job, started = await kit.measured_job(
         ctx,
         lambda model: ScoreExplanationJob(
             model=model,
-            **{**arguments, "quiz_id": None if entry is None else f"quiz://{entry}"},
+            **arguments,
             lookup=kit.direction_lookup,
             quiz_record=record,
             history=history,

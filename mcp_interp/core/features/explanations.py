@@ -54,6 +54,7 @@ from mcp_interp.schemas.naming import (
 )
 
 QUIZ_MIN, QUIZ_MAX = 4, 100
+MAX_WRITTEN = 200  # texts per generation set: more cannot sharpen a verdict an assistant's writing supports
 MAX_EXPLANATION = 2000  # characters
 QUIZ_PENDING = "quiz://pending"  # the adapter replaces it with the stored quiz's URI
 SCHEMA = "mcp-interp/explanation"
@@ -99,6 +100,8 @@ class ScoreExplanationJob:
         if generation:
             self.activating_texts = check_texts(self.activating_texts, "activating_texts")
             self.non_activating_texts = check_texts(self.non_activating_texts, "non_activating_texts")
+            if max(len(self.activating_texts), len(self.non_activating_texts)) > MAX_WRITTEN:
+                raise InputError(f"Write at most {MAX_WRITTEN} texts per set.")
         scoring = self.quiz_id is not None or self.predictions is not None
         if self.quiz is not None and scoring:
             raise InputError("Give `quiz` (draw a new quiz) or `quiz_id` with `predictions` (score one), not both.")

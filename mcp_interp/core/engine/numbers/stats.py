@@ -6,6 +6,7 @@ its size under its null and its power without a model (``tests/engine/test_stats
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -248,6 +249,7 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Me
 # --- Scoring an explanation: does it separate texts the feature fires on from texts it does not? ----------------
 
 PERMUTATION_DRAWS = 99_999  # Monte Carlo permutations when the exact enumeration is larger than this
+PERMUTATION_CHUNK = 5_000
 Values = Sequence[float] | np.ndarray
 
 
@@ -300,19 +302,34 @@ def auroc_interval(value: float, n_x: int, n_y: int, confidence: float = CONFIDE
     return max(0.0, low), min(1.0, high)
 
 
-def _u_statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Mann–Whitney U of ``x`` over ``y`` (midranks: a tie counts ½), vectorised along ``axis``."""
-    pooled = np.concatenate([x, y], axis=axis)
-    ranks = stats.rankdata(pooled, axis=axis)
-    n = x.shape[axis]
-    return np.take(ranks, np.arange(n), axis=axis).sum(axis=axis) - n * (n + 1) / 2
+def rank_sum_permutation_p(ranks: np.ndarray, n_first: int, seed: int = 0) -> tuple[float, str]:
+    """One-sided p of the first ``n_first`` entries' rank sum against every split of ``ranks`` into ``n_first`` and
+    the rest (midranks, so ties are exact): P(a random subset's sum ≥ the observed one). All C(N, n_first) subsets
+    when there are at most ``PERMUTATION_DRAWS`` (exact), else that many seeded uniform subsets with p = (k + 1)/(draws
+    + 1), itself a valid p-value. The same test as ``scipy.stats.permutation_test`` on U (a test checks it)."""
+    n = ranks.size
+    observed = float(ranks[:n_first].sum())
+    tolerance = 1e-9 * max(1.0, float(np.abs(ranks).sum()))
+    total = math.comb(n, n_first)
+    if total <= PERMUTATION_DRAWS:
+        subsets = np.fromiter(
+            itertools.chain.from_iterable(itertools.combinations(range(n), n_first)), dtype=np.int64
+        ).reshape(total, n_first)
+        return float(np.mean(ranks[subsets].sum(axis=1) >= observed - tolerance)), "exact permutation"
+    generator = np.random.default_rng(seed)
+    at_least = 0
+    for start in range(0, PERMUTATION_DRAWS, PERMUTATION_CHUNK):
+        size = min(PERMUTATION_CHUNK, PERMUTATION_DRAWS - start)
+        picks = np.argpartition(generator.random((size, n)), n_first - 1, axis=1)[:, :n_first]
+        at_least += int(np.sum(ranks[picks].sum(axis=1) >= observed - tolerance))
+    return (at_least + 1) / (PERMUTATION_DRAWS + 1), "Monte Carlo permutation"
 
 
 def auroc_test(x: Values, y: Values, seed: int = 0) -> AurocTest:
     """``AurocTest`` of ``x`` over ``y``. Without ties the p-value is the exact one-sided Mann–Whitney test (scipy);
-    with ties (features are often exactly 0 on many texts) it is a permutation test of U over every relabelling of
-    the pooled values (exact up to ``PERMUTATION_DRAWS`` partitions, else that many seeded draws, p = (k + 1)/(draws
-    + 1)), which stays exact under ties where the tabulated distribution does not."""
+    with ties (features are often exactly 0 on many texts) it is the permutation test of U (``rank_sum_permutation_p``:
+    U is the first set's midrank sum minus a constant), which stays exact under ties where the tabulated
+    distribution does not."""
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     value = auroc(a, b)
     low, high = auroc_interval(value, a.size, b.size)
@@ -321,18 +338,7 @@ def auroc_test(x: Values, y: Values, seed: int = 0) -> AurocTest:
         p_value = float(stats.mannwhitneyu(a, b, alternative="greater", method="exact").pvalue)
         method = "exact Mann–Whitney"
     else:
-        exact = math.comb(a.size + b.size, a.size) <= PERMUTATION_DRAWS
-        result = stats.permutation_test(
-            (a, b),
-            _u_statistic,
-            permutation_type="independent",
-            vectorized=True,
-            n_resamples=PERMUTATION_DRAWS,
-            alternative="greater",
-            rng=np.random.default_rng(seed),
-        )
-        p_value = float(result.pvalue)
-        method = "exact permutation" if exact else "Monte Carlo permutation"
+        p_value, method = rank_sum_permutation_p(stats.rankdata(pooled), a.size, seed)
     return AurocTest(value, low, high, min(1.0, p_value), method, int(a.size), int(b.size))
 
 
