@@ -144,16 +144,30 @@ def test_generation_auroc_equals_the_hand_count_and_swapping_gives_one_minus(sto
     with_store = [TEXTS[0], TEXTS[4], TEXTS[6]]
     without = [TEXTS[1], TEXTS[3], TEXTS[5], TEXTS[7], TEXTS[8], TEXTS[9], "mary went to the shop"]
     activating, quiet = [*with_store, *without[:2]], without[2:]
-    scored = drain(ScoreExplanationJob(model=model, feature="L0N3", explanation="the word store",
-                                       activating_texts=activating, non_activating_texts=quiet))  # fmt: skip
+    scored = drain(
+        ScoreExplanationJob(
+            model=model,
+            feature="L0N3",
+            explanation="the word store",
+            activating_texts=activating,
+            non_activating_texts=quiet,
+        )
+    )
     generation = scored.generation
     assert generation is not None
     assert generation.auroc == pytest.approx(0.8)
     assert generation.p_value == pytest.approx(21 / 252)
     assert generation.p_method == "exact permutation"
     assert [t.max_activation > 0 for t in generation.per_text] == [True, True, True, *[False] * 7]
-    swapped = drain(ScoreExplanationJob(model=model, feature="L0N3", explanation="the word store",
-                                        activating_texts=quiet, non_activating_texts=activating))  # fmt: skip
+    swapped = drain(
+        ScoreExplanationJob(
+            model=model,
+            feature="L0N3",
+            explanation="the word store",
+            activating_texts=quiet,
+            non_activating_texts=activating,
+        )
+    )
     assert swapped.generation is not None and swapped.generation.auroc == pytest.approx(1 - 0.8)
     assert swapped.generation.p_value == pytest.approx(1.0)  # U is at its minimum: every relabelling is ≥ it
 
@@ -164,8 +178,9 @@ def test_a_quiz_draws_held_out_texts_half_firing_and_its_truth_is_the_hand_truth
     model = store_neuron_model
     pool = [f"{name} went to the {place}" for name in ("mary", "john", "tom") for place in ("store", "park", "shop")]
     pool += [f"the {place} was near {name}" for name in ("mary", "john") for place in ("store", "park")]
-    job = ScoreExplanationJob(model=model, feature="L0N3", explanation="the word store", quiz=6, texts=pool,
-                              threshold=0.0, seed=7)  # fmt: skip
+    job = ScoreExplanationJob(
+        model=model, feature="L0N3", explanation="the word store", quiz=6, texts=pool, threshold=0.0, seed=7
+    )
     result = drain(job)
     quiz, document = result.quiz, job.quiz_document
     assert quiz is not None and document is not None
@@ -173,8 +188,9 @@ def test_a_quiz_draws_held_out_texts_half_firing_and_its_truth_is_the_hand_truth
     truth = [max(hand_activations(model, t)[1][1:]) > 0 for t in quiz.texts]  # "store" at a scored position
     assert document["fires"] == truth and sum(truth) == 3 == quiz.n_firing
     assert not hasattr(quiz, "fires")  # the handle the assistant sees carries no truth
-    same = drain(ScoreExplanationJob(model=model, feature="L0N3", explanation="x", quiz=6, texts=pool,
-                                     threshold=0.0, seed=7))  # fmt: skip
+    same = drain(
+        ScoreExplanationJob(model=model, feature="L0N3", explanation="x", quiz=6, texts=pool, threshold=0.0, seed=7)
+    )
     assert same.quiz is not None and same.quiz.texts == quiz.texts  # the seed reproduces the draw
 
 
@@ -197,16 +213,26 @@ async def test_quiz_round_trip_reveals_the_truth_once_and_files_the_explanation(
     tools = await tools_by_name(client)
     names = ("mary", "john", "tom", "sam", "james", "bob", "kate", "alice")
     pool = [f"{name} went to the {place} today" for name in names for place in ("store", "park", "shop")]
-    arguments = {"feature": "L0N3", "explanation": "fires on the word store", "texts": pool, "quiz": 8, "seed": 3,
-                 "threshold": 0.0}  # fmt: skip
+    arguments = {
+        "feature": "L0N3",
+        "explanation": "fires on the word store",
+        "texts": pool,
+        "quiz": 8,
+        "seed": 3,
+        "threshold": 0.0,
+    }
     drawn = assert_valid_structured(tools["score_explanation"], await client.call_tool("score_explanation", arguments))
     quiz = drawn["quiz"]
     assert quiz["quiz_id"].startswith("quiz://") and len(quiz["texts"]) == 8 and quiz["n_firing"] == 4
     hidden = json.loads((await client.read_resource(quiz["quiz_id"])).contents[0].text)
     assert "fires" not in hidden and hidden["texts"] == quiz["texts"]
     truth = [" store " in f" {t} " for t in quiz["texts"]]
-    perfect = {"feature": "L0N3", "explanation": "fires on the word store", "quiz_id": quiz["quiz_id"],
-               "predictions": truth}  # fmt: skip
+    perfect = {
+        "feature": "L0N3",
+        "explanation": "fires on the word store",
+        "quiz_id": quiz["quiz_id"],
+        "predictions": truth,
+    }
     scored = assert_valid_structured(tools["score_explanation"], await client.call_tool("score_explanation", perfect))
     detection = scored["detection"]
     assert detection["balanced_accuracy"] == 1.0
@@ -237,8 +263,9 @@ async def test_quiz_round_trip_reveals_the_truth_once_and_files_the_explanation(
 @pytest.mark.anyio
 async def test_constant_predictions_score_exactly_chance(client: Client) -> None:
     pool = [f"{name} went to the {place}" for name in ("mary", "john", "tom") for place in ("store", "park")]
-    drawn = await client.call_tool("score_explanation", {"feature": "L0N3", "explanation": "e", "texts": pool,
-                                                         "quiz": 6, "threshold": 0.0})  # fmt: skip
+    drawn = await client.call_tool(
+        "score_explanation", {"feature": "L0N3", "explanation": "e", "texts": pool, "quiz": 6, "threshold": 0.0}
+    )
     quiz = drawn.structured_content["quiz"]
     scored = await client.call_tool(
         "score_explanation",
@@ -277,7 +304,7 @@ async def test_bad_quiz_input_is_a_clear_error(client: Client) -> None:
     quiz = (await client.call_tool("score_explanation", {"feature": "L0N3", **base})).structured_content["quiz"]
     other = await client.call_tool(
         "score_explanation",
-        {"feature": "L0N4", "explanation": "e", "quiz_id": quiz["quiz_id"], "predictions": [True] * 4},  # fmt: skip
+        {"feature": "L0N4", "explanation": "e", "quiz_id": quiz["quiz_id"], "predictions": [True] * 4},
     )
     assert other.is_error and "was drawn for feature 'L0N3', not 'L0N4'" in text_of(other)
     short = await client.call_tool(
@@ -291,13 +318,14 @@ async def test_bad_quiz_input_is_a_clear_error(client: Client) -> None:
             "explanation": "e",
             "quiz_id": "quiz://" + "0" * 32,
             "predictions": [True] * 4,
-        },  # fmt: skip
+        },
     )
     assert unknown.is_error and "No quiz with id" in text_of(unknown)
     nothing = await client.call_tool("score_explanation", {"feature": "L0N3", "explanation": "e"})
     assert nothing.is_error and "Nothing to score" in text_of(nothing)
-    both = await client.call_tool("score_explanation", {"feature": "L0N3", **base, "quiz_id": quiz["quiz_id"],
-                                                        "predictions": [True] * 4})  # fmt: skip
+    both = await client.call_tool(
+        "score_explanation", {"feature": "L0N3", **base, "quiz_id": quiz["quiz_id"], "predictions": [True] * 4}
+    )
     assert both.is_error and "not both" in text_of(both)
 
 

@@ -101,11 +101,13 @@ def test_the_detection_test_holds_its_size_and_has_power() -> None:
     rejections = []
     for n_pos, n_neg, rate in ((10, 10, 0.5), (6, 14, 0.3), (10, 10, 0.8)):
         truth = [True] * n_pos + [False] * n_neg
-        rejections += [detection_test(truth, list(rng.random(n_pos + n_neg) < rate)).p_value <= ALPHA
-                       for _ in range(1000)]  # fmt: skip
+        rejections += [
+            detection_test(truth, list(rng.random(n_pos + n_neg) < rate)).p_value <= ALPHA for _ in range(1000)
+        ]
     truth = [True] * 10 + [False] * 10
-    right = [detection_test(truth, [t if rng.random() < 0.85 else not t for t in truth]).p_value <= ALPHA
-             for _ in range(500)]  # fmt: skip
+    right = [
+        detection_test(truth, [t if rng.random() < 0.85 else not t for t in truth]).p_value <= ALPHA for _ in range(500)
+    ]
     print(f"detection test: size {np.mean(rejections):.3f}, power at 85 % right {np.mean(right):.2f}")
     assert np.mean(rejections) <= SIZE_LIMIT
     assert np.mean(right) >= 0.8
@@ -156,8 +158,9 @@ def test_the_tie_test_equals_scipys_permutation_test(m: int, n: int) -> None:
     def u(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
         return scipy_stats.mannwhitneyu(a, b, axis=axis, method="asymptotic").statistic
 
-    reference = scipy_stats.permutation_test((x, y), u, permutation_type="independent", vectorized=True,
-                                             n_resamples=99_999, alternative="greater", rng=rng).pvalue  # fmt: skip
+    reference = scipy_stats.permutation_test(
+        (x, y), u, permutation_type="independent", vectorized=True, n_resamples=99_999, alternative="greater", rng=rng
+    ).pvalue
     ours = auroc_test(x, y)
     assert ours.method == ("exact permutation" if m == 5 else "Monte Carlo permutation")
     assert ours.p_value == pytest.approx(reference, abs=1e-12 if m == 5 else 0.005)
