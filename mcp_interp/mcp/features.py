@@ -11,7 +11,7 @@ import json
 import time
 from typing import Annotated, Any, Literal
 
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from mcp_interp.core.engine.references import encode_direction
@@ -22,7 +22,7 @@ from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.sae_report import SaeFeaturesJob, sae_report
 from mcp_interp.errors import InputError
 from mcp_interp.mcp.arguments import Background
-from mcp_interp.mcp.family import WRITES_CACHE, Family
+from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit, error_boundary, tool_arguments
 from mcp_interp.schemas.features import ProbeMethod, ProbeResult
 from mcp_interp.schemas.naming import (
@@ -180,24 +180,26 @@ def direction(direction_id: str, ctx: ToolContext) -> str:
 
 
 Feature = Annotated[FeatureSpec, Field(description=FEATURE_DESCRIPTION)]
-Corpus = Annotated[
-    str | None, Field(description="A shipped corpus: 'wordnet_examples' (default; 2,000 to search, 1,000 held out).")
-]
+# score_explanation stores quizzes and scores and marks a quiz scored (a second scoring is refused): not read-only, not
+# idempotent, nothing destroyed.
+FILES_SCORES = ToolAnnotations(
+    read_only_hint=False, idempotent_hint=False, open_world_hint=False, destructive_hint=False
+)
+Corpus = Annotated[str | None, Field(description="Shipped: 'wordnet_examples' (default), 'lens_corpus'.")]
 
 
 @family.tool(background=True)
 async def feature_examples(
     feature: Feature,
     ctx: ToolContext,
-    texts: Annotated[list[str] | None, Field(description="Your texts instead of the corpus.")] = None,
+    texts: Annotated[list[str] | None, Field(description="Instead of the corpus.")] = None,
     corpus: Corpus = None,
-    top_k: Annotated[int, Field(description="Examples returned, 1 to 50.")] = 10,
-    window: Annotated[int, Field(description="Tokens shown each side of the maximum, 0 to 64.")] = 8,
+    top_k: Annotated[int, Field(description="1 to 50.")] = 10,
+    window: Annotated[int, Field(description="Tokens each side of the max, 0 to 64.")] = 8,
     background: Background = False,
 ) -> Annotated[CallToolResult, FeatureExamplesResult]:
-    """What makes a feature fire: the top texts of a corpus by its maximum activation with per-token activations
-    around it, quantiles, firing frequency, the tokens its output promotes/suppresses, and the explanations of it
-    already scored. Then explain it and test the explanation with score_explanation."""
+    """What makes a feature fire: top corpus texts by max activation with per-token activations, quantiles, firing
+    rate, output tokens, explanations scored so far."""
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
         ctx,
@@ -265,24 +267,23 @@ def quiz_record(kit: Toolkit, quiz_id: str | None) -> tuple[str | None, dict[str
     return entry, record
 
 
-@family.tool(annotations=WRITES_CACHE)
+@family.tool(annotations=FILES_SCORES)
 async def score_explanation(
     feature: Feature,
-    explanation: Annotated[str, Field(description="Your explanation of what makes the feature fire.")],
+    explanation: str,
     ctx: ToolContext,
-    activating_texts: Annotated[list[str] | None, Field(description="Texts you wrote to make it fire.")] = None,
-    non_activating_texts: Annotated[list[str] | None, Field(description="Texts you wrote not to.")] = None,
-    quiz: Annotated[int | None, Field(description="Draw a detection quiz of this many held-out texts (4–100).")] = None,
-    texts: Annotated[list[str] | None, Field(description="Draw the quiz from these texts instead.")] = None,
+    activating_texts: list[str] | None = None,
+    non_activating_texts: list[str] | None = None,
+    quiz: Annotated[int | None, Field(description="Texts to draw, 4–100.")] = None,
+    texts: Annotated[list[str] | None, Field(description="Quiz pool instead of the corpus.")] = None,
     corpus: Corpus = None,
-    threshold: Annotated[float | None, Field(description="A text fires when its max is > this.")] = None,
-    seed: Annotated[int | None, Field(description="Seed of the quiz draw (default: fresh).")] = None,
-    quiz_id: Annotated[str | None, Field(description="quiz://… to score, with predictions.")] = None,
-    predictions: Annotated[list[bool] | None, Field(description="Per quiz text, in order: fires?")] = None,
+    threshold: Annotated[float | None, Field(description="Fires: max > this.")] = None,
+    seed: int | None = None,
+    quiz_id: str | None = None,
+    predictions: Annotated[list[bool] | None, Field(description="Per quiz text, in order.")] = None,
 ) -> Annotated[CallToolResult, ScoreExplanationResult]:
-    """Score an explanation of a feature: AUROC of texts you wrote to fire or not (generation), or a detection quiz
-    — `quiz: n` returns held-out texts to predict, `quiz_id` + `predictions` scores them (balanced accuracy, exact
-    interval, permutation p) and reveals the truth. Scores are stored as explanation://."""
+    """Score an explanation: AUROC of texts you wrote (generation); `quiz` draws held-out texts to predict, `quiz_id`
+    + `predictions` scores them (balanced accuracy, p) and reveals the truth."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     with error_boundary():

@@ -37,7 +37,7 @@ from mcp_interp.schemas.naming import (
     Quantile,
 )
 
-MAX_TOP_K = 50
+MAX_EXAMPLES = 50
 MAX_WINDOW = 64
 STORED_EXAMPLES = 100  # examples in the complete result (examples_uri)
 QUANTILES = (0.5, 0.9, 0.99, 0.999, 1.0)
@@ -113,7 +113,7 @@ class FeatureExamplesJob:
     pool: Pool = field(init=False)
 
     def __post_init__(self) -> None:
-        for name, value, high in (("top_k", self.top_k, MAX_TOP_K), ("window", self.window, MAX_WINDOW)):
+        for name, value, high in (("top_k", self.top_k, MAX_EXAMPLES), ("window", self.window, MAX_WINDOW)):
             low = 1 if name == "top_k" else 0
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise InputError(f"`{name}` must be an integer from {low} to {high}, got {value!r}.")

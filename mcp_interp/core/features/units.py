@@ -40,7 +40,7 @@ from mcp_interp.models import LoadedModel, parse_dtype
 from mcp_interp.schemas.naming import FEATURE_DESCRIPTION, FeatureInfo, FeatureKind, OutputTokens, TokenEffect
 
 NEURON_NAME = re.compile(r"^\s*L(\d+)N(\d+)\s*$", re.IGNORECASE)
-ENCODE_ROWS = 1024  # tokens encoded at once by a dictionary ([rows, d_sae] floats)
+DICTIONARY_ROWS = 1024  # tokens encoded at once by a dictionary ([rows, d_sae] floats)
 RESIDUAL_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 TOP_TOKENS = 10
 EFFECT_METHOD = (
@@ -77,7 +77,7 @@ class NamedFeature(ABC):
 
 
 @dataclass(frozen=True)
-class NeuronFeature(NamedFeature):
+class NamedNeuron(NamedFeature):
     neuron: int
 
     def activations(self, values: torch.Tensor) -> torch.Tensor:
@@ -93,7 +93,7 @@ class NeuronFeature(NamedFeature):
 
 
 @dataclass(frozen=True)
-class DirectionFeature(NamedFeature):
+class NamedDirection(NamedFeature):
     unit: torch.Tensor  # [d_model], norm 1
 
     def activations(self, values: torch.Tensor) -> torch.Tensor:
@@ -104,7 +104,7 @@ class DirectionFeature(NamedFeature):
 
 
 @dataclass(frozen=True)
-class SaeFeature(NamedFeature):
+class NamedSaeFeature(NamedFeature):
     sae: SparseAutoencoder
     feature: int
 
@@ -112,7 +112,9 @@ class SaeFeature(NamedFeature):
         x = self.sae.to_input(values)
         if x.shape[-1] != self.sae.d_in:
             raise InputError(f"The SAE's d_in = {self.sae.d_in} but {self.sae.saelens_hook} has width {x.shape[-1]}.")
-        parts = [self.sae.encode(x[i : i + ENCODE_ROWS])[:, self.feature] for i in range(0, x.shape[0], ENCODE_ROWS)]
+        parts = [
+            self.sae.encode(x[i : i + DICTIONARY_ROWS])[:, self.feature] for i in range(0, x.shape[0], DICTIONARY_ROWS)
+        ]
         return torch.cat(parts).float() if parts else torch.zeros(0)
 
     def output(self, model: LoadedModel) -> tuple[torch.Tensor | None, str]:
@@ -131,14 +133,14 @@ class SaeFeature(NamedFeature):
 
 
 @dataclass(frozen=True)
-class TranscoderFeature(NamedFeature):
+class NamedTranscoderFeature(NamedFeature):
     transcoders: Transcoders
     feature: int
 
     def activations(self, values: torch.Tensor) -> torch.Tensor:
         parts = [
-            self.transcoders.encode(self.layer, values[i : i + ENCODE_ROWS])[:, self.feature]
-            for i in range(0, values.shape[0], ENCODE_ROWS)
+            self.transcoders.encode(self.layer, values[i : i + DICTIONARY_ROWS])[:, self.feature]
+            for i in range(0, values.shape[0], DICTIONARY_ROWS)
         ]
         return torch.cat(parts).float() if parts else torch.zeros(0)
 
@@ -164,7 +166,7 @@ def parse_feature(spec: Any, model: LoadedModel, lookup: Lookup | None = None) -
     if keys == {"sae", "feature"}:
         sae = load_sae(spec["sae"], model)
         feature = _index(spec["feature"], sae.d_sae, "SAE feature", f"this SAE has d_sae = {sae.d_sae}")
-        return SaeFeature(
+        return NamedSaeFeature(
             kind="sae",
             key=f"sae {sae.folder} #{feature}",
             description=(f"feature {feature} of the {sae.describe()}: its encoder activation"),
@@ -182,7 +184,7 @@ def parse_feature(spec: Any, model: LoadedModel, lookup: Lookup | None = None) -
             "transcoder feature",
             f"each layer has {transcoders.d_transcoder}",
         )
-        return TranscoderFeature(
+        return NamedTranscoderFeature(
             kind="transcoder",
             key=f"transcoders {transcoders.folder} L{layer} #{feature}",
             description=f"feature {feature} of layer {layer} of {transcoders.describe()}: its encoder activation",
@@ -200,7 +202,7 @@ def _index(value: Any, size: int, what: str, why: str) -> int:
     return value
 
 
-def _neuron(spec: str, model: LoadedModel) -> NeuronFeature:
+def _neuron(spec: str, model: LoadedModel) -> NamedNeuron:
     match = NEURON_NAME.match(spec)
     if match is None:
         hint = " Name one neuron (not a list)." if "," in spec else ""
@@ -212,7 +214,7 @@ def _neuron(spec: str, model: LoadedModel) -> NeuronFeature:
     neuron = int(match.group(2))
     if not neuron < d_mlp:
         raise InputError(f"{spec.strip()!r}: neuron {neuron} is out of range; each MLP has neurons 0..{d_mlp - 1}.")
-    return NeuronFeature(
+    return NamedNeuron(
         kind="neuron",
         key=f"L{layer}N{neuron}",
         description=(
@@ -224,7 +226,7 @@ def _neuron(spec: str, model: LoadedModel) -> NeuronFeature:
     )
 
 
-def _direction(layer: Any, direction: Any, model: LoadedModel, lookup: Lookup | None) -> DirectionFeature:
+def _direction(layer: Any, direction: Any, model: LoadedModel, lookup: Lookup | None) -> NamedDirection:
     n_layers, d_model = int(model.cfg.n_layers), int(model.cfg.d_model)
     layer = _index(layer, n_layers, "layer", f"this model has {n_layers} layers")
     if isinstance(direction, str):
@@ -246,7 +248,7 @@ def _direction(layer: Any, direction: Any, model: LoadedModel, lookup: Lookup | 
     if not norm > 0:
         raise InputError("`direction` is the zero vector: it has no direction to project on.")
     unit = (vector / norm).to(torch.float32).to(model.device)
-    return DirectionFeature(
+    return NamedDirection(
         kind="direction",
         key=name,
         description=(f"the projection of layer {layer}'s resid_post on a unit direction (x · u)"),
