@@ -25,14 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from mcp_interp.core.engine.backend.points import hook_mlp_post  # noqa: E402
-from mcp_interp.core.engine.jobs import drain  # noqa: E402
-from mcp_interp.core.features.examples import FeatureExamplesJob  # noqa: E402
-from mcp_interp.corpora import text_corpus  # noqa: E402
-from mcp_interp.models import load_model  # noqa: E402
+from mcp_interp.core.engine.backend.points import hook_mlp_post
+from mcp_interp.core.engine.jobs import drain
+from mcp_interp.core.features.examples import FeatureExamplesJob
+from mcp_interp.corpora import text_corpus
+from mcp_interp.models import load_model
 
 
 def main() -> None:

@@ -54,9 +54,7 @@ def independent(plain: Any, tokenizer: Any, text: str) -> tuple[torch.Tensor, to
     return seen["post"][:, NEURON].double(), seen["resid"].double()
 
 
-def test_neuron_and_direction_activations_equal_a_plain_transformers_forward(
-    embedded: LoadedModel, plain: Any
-) -> None:
+def test_neuron_and_direction_activations_equal_a_plain_transformers_forward(embedded: LoadedModel, plain: Any) -> None:
     neuron = drain(FeatureExamplesJob(model=embedded, feature=f"L{LAYER}N{NEURON}", texts=TEXTS, top_k=10, window=64))
     by_hand = {text: independent(plain, embedded.tokenizer, text) for text in TEXTS}
     maxima = {text: float(values[1:].max()) for text, (values, _) in by_hand.items()}
