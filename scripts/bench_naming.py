@@ -12,7 +12,7 @@ Measured in one process, one after the other:
 It prints each time, the ratio reference / cold, the largest difference between the batched and the per-text
 activations, and the machine's load average before and after (the 2 cores are shared). Goal: cold ≤ 30 s.
 
-    HF_HUB_OFFLINE=1 python scripts/bench_naming.py [--layer 6] [--neuron 562] [--reference-texts 2000]
+    HF_HUB_OFFLINE=1 python scripts/bench_naming.py [--layer 6] [--neuron 562] [--reference-texts 2000] [--threads 1]
 """
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ def main() -> None:
     parser.add_argument("--layer", type=int, default=6)
     parser.add_argument("--neuron", type=int, default=562)
     parser.add_argument("--reference-texts", type=int, default=2000)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own, one per core)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model = load_model("smollm2-135m")
     texts = text_corpus("wordnet_examples").search
     tokens = sum(len(model.tokenizer(t)["input_ids"]) for t in texts)

@@ -31,7 +31,7 @@ from mcp_interp.core.features.units import NamedFeature
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 
-BATCH_TOKENS = 4096  # padded tokens per forward
+BATCH_TOKENS = 1024  # padded tokens per forward: on SmolLM2 faster than 4096 (the matrices stay in cache)
 POINT_CACHE_BYTES = 256 * 2**20  # a point's values on every token, float32, kept when at most this large
 POINT_ENTRIES = 2
 FEATURE_ENTRIES = 64
