@@ -66,3 +66,42 @@ def subject_number() -> LabelledCorpus:
     """400 texts 'The dog(s) near <place>', labelled singular/plural by the subject (see the file's description)."""
     data = json.loads((corpora_dir() / "subject_number.json").read_text(encoding="utf-8"))
     return LabelledCorpus(**data)
+
+
+@dataclass(frozen=True)
+class TextCorpus:
+    """Plain texts to search for what makes a feature fire (``feature_examples``) and to draw quizzes from
+    (``score_explanation``). ``search`` and ``held_out`` split the texts: examples are found in ``search`` only and
+    quizzes drawn from ``held_out`` only, so a quiz never shows a text an example did. A corpus without a split
+    (``lens_corpus``) has every text in ``search`` and none held out."""
+
+    name: str
+    description: str
+    source: str
+    license: str
+    search: list[str]
+    held_out: list[str]
+
+
+TEXT_CORPORA = ("wordnet_examples", "lens_corpus")
+DEFAULT_TEXT_CORPUS = "wordnet_examples"
+
+
+def text_corpus(name: str) -> TextCorpus:
+    """A shipped corpus of plain texts by name (``TEXT_CORPORA``): ``wordnet_examples`` (3,000 WordNet 3.0 example
+    sentences, 2,000 to search and 1,000 held out; WordNet 3.0 licence) or ``lens_corpus`` (48 paragraphs written
+    for this project, MIT; no held-out texts). ``KeyError`` for another name."""
+    if name not in TEXT_CORPORA:
+        raise KeyError(name)
+    data = json.loads((corpora_dir() / f"{name}.json").read_text(encoding="utf-8"))
+    texts = list(data["texts"])
+    search = int(data.get("search", len(texts)))
+    held_out = int(data.get("held_out", 0))
+    return TextCorpus(
+        name=name,
+        description=data["description"],
+        source=data["source"],
+        license=data.get("license", "MIT (written for mcp-interp)"),
+        search=texts[:search],
+        held_out=texts[search : search + held_out],
+    )

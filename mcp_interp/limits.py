@@ -26,6 +26,9 @@ class Limits:
     # texts in one `probe` call: read in chunks of max_prompts, keeping [texts, layers, d_model] floats
     # (4096 × 30 × 576 × 4 bytes ≈ 280 MB on SmolLM2).
     max_probe_texts: int = 4096
+    # texts in one `feature_examples` / `score_explanation` call: read in batches, keeping the feature's activation on
+    # every token (and, up to 256 MB, the values at its point, for the next feature read there).
+    max_feature_texts: int = 4096
 
     @classmethod
     def from_env(cls) -> Limits:

@@ -77,6 +77,23 @@ class ModelCache:
                 del self._entries[stale]
         return value
 
+    def peek(self, key: tuple[Hashable, ...]) -> Any:
+        """The entry under ``key`` (now the most recently used), or None; never loads."""
+        with self._lock:
+            if key not in self._entries:
+                return None
+            self._entries.move_to_end(key)
+            return self._entries[key]
+
+    def put(self, key: tuple[Hashable, ...], value: Any, max_entries: int) -> None:
+        """Keep ``value`` under ``key`` (what ``get_or_load`` does after a load, for values built step by step)."""
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            same_kind = [k for k in self._entries if k[0] == key[0]]
+            for stale in same_kind[: max(0, len(same_kind) - max_entries)]:
+                del self._entries[stale]
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

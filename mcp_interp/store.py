@@ -43,6 +43,8 @@ KINDS: dict[str, str] = {
     "circuit": ".json",
     "job": ".json",
     "graph": ".json",
+    "explanation": ".json",
+    "quiz": ".json",
 }
 MIME_TYPES: dict[str, str] = {
     kind: {".png": "image/png", ".md": "text/markdown"}.get(suffix, "application/json")
@@ -57,6 +59,8 @@ DEFAULT_MAX: dict[str, int] = {
     "circuit": 500,
     "job": 500,
     "graph": 200,  # a pruned attribution graph's Neuronpedia JSON is up to a few MB
+    "explanation": 2000,  # a scored explanation of a feature (feature_examples lists them per feature)
+    "quiz": 2000,  # a detection quiz and its hidden truth
 }
 TOMBSTONES = ".evicted"  # per kind: one small JSON file per evicted id
 REFS_SUFFIX = ".refs"  # beside an entry: the URIs it references, one JSON list

@@ -71,6 +71,7 @@ def main() -> int:
     assert {t["uriTemplate"] for t in templates} >= {"figure://{figure_id}", "report://{report_id}"}
     prompts = inspect("--method", "prompts/list")["prompts"]
     names = {"explain-prediction", "find-circuit", "test-causal-claim", "probe-property", "trace-prediction"}
+    names |= {"interpret-feature"}
     assert {p["name"] for p in prompts} == names
 
     # MCP Apps: linked tools carry _meta.ui.resourceUri; each ui:// resource reads back as an app's HTML.

@@ -30,6 +30,8 @@ EXPECTED_TOOLS = {
     "probe",
     "sae",
     "sae_features",
+    "feature_examples",
+    "score_explanation",
     "get_figure",
     "logit_lens",
     "dla",
@@ -47,8 +49,9 @@ EXPECTED_TOOLS = {
     "graph_intervene",
 }
 # fit_lens and the causal-swap tools write a lens to the cache folder (and the benchmark its artifact); job_cancel
-# stops a job. Every other tool is read-only.
-WRITING_TOOLS = {"fit_lens", "causal_swap_trial", "causal_swap_benchmark", "job_cancel"}
+# stops a job; score_explanation files quizzes and scores and marks a quiz scored (it cannot be scored twice). Every
+# other tool is read-only.
+WRITING_TOOLS = {"fit_lens", "causal_swap_trial", "causal_swap_benchmark", "job_cancel", "score_explanation"}
 
 # Three IOI-style minimal pairs in `tiny`'s word-level vocabulary, all of equal length (14 tokens).
 IOI_CLEAN = [

@@ -1,25 +1,39 @@
 """Feature tools: ``probe`` (linear probes with controls; each layer's direction stored as ``direction://``),
 the ``direction://`` resource that interventions (``ablate``, every ``intervention``, ``steer``) accept, and
-``sae`` / ``sae_features`` (sparse-autoencoder features from SAELens-format folders). The science is in
-``core/features/``."""
+``sae`` / ``sae_features`` (sparse-autoencoder features from SAELens-format folders), and feature naming:
+``feature_examples`` (what makes a neuron, direction, SAE or transcoder feature fire) and ``score_explanation`` (an
+assistant's explanation scored on texts it writes or predicts; quizzes kept as ``quiz://`` with their truth hidden until
+scored, scores as ``explanation://``). The science is in ``core/features/``."""
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from mcp_interp.core.engine.references import encode_direction
 from mcp_interp.core.features import figures as features_figures
+from mcp_interp.core.features.examples import FeatureExamplesJob
+from mcp_interp.core.features.explanations import ScoreExplanationJob
 from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.sae_report import SaeFeaturesJob, sae_report
+from mcp_interp.errors import InputError
 from mcp_interp.mcp.arguments import Background
 from mcp_interp.mcp.family import Family
-from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
+from mcp_interp.mcp.toolkit import ToolContext, Toolkit, error_boundary, tool_arguments
 from mcp_interp.schemas.features import ProbeMethod, ProbeResult
+from mcp_interp.schemas.naming import (
+    FEATURE_DESCRIPTION,
+    FeatureExamplesResult,
+    FeatureSpec,
+    ScoredExplanation,
+    ScoreExplanationResult,
+)
 from mcp_interp.schemas.sae import SaeFeaturesResult, SaeResult
+from mcp_interp.store import parse_uri
 
 family = Family("features")
 
@@ -163,3 +177,181 @@ async def sae_features(
 )
 def direction(direction_id: str, ctx: ToolContext) -> str:
     return Toolkit.of(ctx).read("direction", direction_id).decode("utf-8")
+
+
+Feature = Annotated[FeatureSpec, Field(description=FEATURE_DESCRIPTION)]
+# score_explanation stores quizzes and scores and marks a quiz scored (a second scoring is refused): not read-only, not
+# idempotent, nothing destroyed.
+FILES_SCORES = ToolAnnotations(
+    read_only_hint=False, idempotent_hint=False, open_world_hint=False, destructive_hint=False
+)
+Corpus = Annotated[str | None, Field(description="Shipped: 'wordnet_examples' (default), 'lens_corpus'.")]
+
+
+@family.tool(background=True)
+async def feature_examples(
+    feature: Feature,
+    ctx: ToolContext,
+    texts: Annotated[list[str] | None, Field(description="Instead of the corpus.")] = None,
+    corpus: Corpus = None,
+    top_k: Annotated[int, Field(description="1 to 50.")] = 10,
+    window: Annotated[int, Field(description="Tokens each side of the max, 0 to 64.")] = 8,
+    background: Background = False,
+) -> Annotated[CallToolResult, FeatureExamplesResult]:
+    """What makes a feature fire: top corpus texts by max activation with per-token activations, quantiles, firing
+    rate, output tokens, explanations scored so far."""
+    kit = Toolkit.of(ctx)
+    job, started = await kit.measured_job(
+        ctx,
+        lambda model: FeatureExamplesJob(
+            model=model,
+            feature=feature,
+            texts=texts,
+            corpus=corpus,
+            top_k=top_k,
+            window=window,
+            lookup=kit.direction_lookup,
+        ),
+    )
+    measurement, complete = job.result, job.complete
+    assert measurement is not None and complete is not None
+    measurement.examples_uri, link = kit.store("result", json.dumps(complete).encode(), "feature examples")
+    documents = explanation_documents(kit, measurement.feature.key, job.model.fingerprint)
+    measurement.explanations = [summary for _, summary in documents]
+    result = kit.with_provenance(FeatureExamplesResult, measurement, started)
+    top = result.examples[0]
+    text = (
+        f"feature_examples {result.feature.key} on {result.corpus.n_texts} texts ({result.corpus.name}): top "
+        f"{top.max_activation:.4g} at {top.max_token!r} in {top.text[:80]!r}; {result.firing.texts_firing:.1%} of "
+        f"texts fire (> {result.firing.threshold:.4g}); {len(result.explanations)} explanations scored so far."
+    )
+    return kit.finish(result, text, [link])
+
+
+def explanation_documents(kit: Toolkit, key: str, fingerprint: str) -> list[tuple[dict[str, Any], ScoredExplanation]]:
+    """Every stored explanation of the feature ``key`` on these weights, newest first (read from disk without
+    refreshing the store's least-recently-used order)."""
+    store = kit.session.store
+    found = []
+    for entry in reversed(store.ids("explanation")):
+        try:
+            document = json.loads(store.path("explanation", entry).read_bytes())
+        except (OSError, ValueError):
+            continue  # evicted meanwhile, or unreadable
+        if document.get("feature", {}).get("key") != key or document.get("model_fingerprint") != fingerprint:
+            continue
+        generation, detection = document.get("generation") or {}, document.get("detection") or {}
+        summary = ScoredExplanation(
+            explanation_uri=f"explanation://{entry}",
+            explanation=document["explanation"],
+            created=document["created"],
+            auroc=generation.get("auroc"),
+            auroc_p=generation.get("p_value"),
+            balanced_accuracy=detection.get("balanced_accuracy"),
+            detection_p=detection.get("p_value"),
+        )
+        found.append((document, summary))
+    return sorted(found, key=lambda pair: pair[1].created, reverse=True)
+
+
+def quiz_record(kit: Toolkit, quiz_id: str | None) -> tuple[str | None, dict[str, Any] | None]:
+    """The stored quiz behind ``quiz_id`` ('quiz://…' or its 32 hex digits) as (its id, its document)."""
+    if quiz_id is None:
+        return None, None
+    uri = quiz_id if "://" in str(quiz_id) else f"quiz://{quiz_id}"
+    try:
+        entry = parse_uri(uri, "quiz").id
+    except LookupError as exc:
+        raise InputError(str(exc)) from None
+    record: dict[str, Any] = json.loads(kit.read_entry("quiz", entry))
+    return entry, record
+
+
+@family.tool(annotations=FILES_SCORES)
+async def score_explanation(
+    feature: Feature,
+    explanation: str,
+    ctx: ToolContext,
+    activating_texts: list[str] | None = None,
+    non_activating_texts: list[str] | None = None,
+    quiz: Annotated[int | None, Field(description="Texts to draw, 4–100.")] = None,
+    texts: Annotated[list[str] | None, Field(description="Quiz pool instead of the corpus.")] = None,
+    corpus: Corpus = None,
+    threshold: Annotated[float | None, Field(description="Fires: max > this.")] = None,
+    seed: int | None = None,
+    quiz_id: str | None = None,
+    predictions: Annotated[list[bool] | None, Field(description="Per quiz text, in order.")] = None,
+) -> Annotated[CallToolResult, ScoreExplanationResult]:
+    """Score an explanation: AUROC of texts you wrote (generation); `quiz` draws held-out texts to predict, `quiz_id`
+    + `predictions` scores them (balanced accuracy, p) and reveals the truth."""
+    arguments = tool_arguments(locals())
+    kit = Toolkit.of(ctx)
+    with error_boundary():
+        entry, record = quiz_record(kit, quiz_id)
+    arguments["quiz_id"] = None if entry is None else f"quiz://{entry}"
+    fingerprint = kit.session.model_ref().fingerprint
+
+    def history(key: str) -> list[dict[str, Any]]:
+        return [document for document, _ in explanation_documents(kit, key, fingerprint)]
+
+    job, started = await kit.measured_job(
+        ctx,
+        lambda model: ScoreExplanationJob(
+            model=model,
+            **arguments,
+            lookup=kit.direction_lookup,
+            quiz_record=record,
+            history=history,
+        ),
+    )
+    measurement, links = job.result, []
+    assert measurement is not None
+    if job.quiz_document is not None and measurement.quiz is not None:
+        measurement.quiz.quiz_id, link = kit.store("quiz", json.dumps(job.quiz_document).encode(), "detection quiz")
+        links.append(link)
+    if job.explanation_document is not None:
+        document = {**job.explanation_document, "quiz_uri": None if entry is None else f"quiz://{entry}"}
+        measurement.explanation_uri, link = kit.store("explanation", json.dumps(document).encode(), "explanation")
+        links.append(link)
+        if entry is not None and record is not None:
+            record["scored_by"] = measurement.explanation_uri
+            kit.session.store.replace("quiz", entry, json.dumps(record).encode(), [measurement.explanation_uri])
+    result = kit.with_provenance(ScoreExplanationResult, measurement, started)
+    parts = [f"score_explanation {result.feature.key}:"]
+    if result.generation is not None:
+        parts.append(f"generation: {result.generation.verdict}.")
+    if result.quiz is not None:
+        parts.append(
+            f"quiz {result.quiz.quiz_id}: predict for each of its {len(result.quiz.texts)} texts whether the "
+            f"feature fires (max > {result.threshold:.4g}), then call again with quiz_id and predictions."
+        )
+    if result.detection is not None:
+        parts.append(f"detection: {result.detection.verdict}.")
+    if result.explanation_uri is not None:
+        parts.append(f"Stored as {result.explanation_uri}.")
+    return kit.finish(result, " ".join(parts), links)
+
+
+@family.resource(
+    "explanation://{explanation_id}",
+    name="explanation",
+    description="An explanation of a feature with its scores (score_explanation): the feature, the model, the "
+    "explanation, the generation score with every text's activation, the detection quiz's truth and predictions.",
+    mime_type="application/json",
+)
+def explanation_resource(explanation_id: str, ctx: ToolContext) -> str:
+    return Toolkit.of(ctx).read("explanation", explanation_id).decode("utf-8")
+
+
+@family.resource(
+    "quiz://{quiz_id}",
+    name="quiz",
+    description="A detection quiz (score_explanation): the feature, its texts and threshold. Which texts fire stays "
+    "hidden until the quiz is scored (then `scored_by` names the explanation:// holding the truth).",
+    mime_type="application/json",
+)
+def quiz_resource(quiz_id: str, ctx: ToolContext) -> str:
+    record = json.loads(Toolkit.of(ctx).read("quiz", quiz_id))
+    if not record.get("scored_by"):
+        record = {k: v for k, v in record.items() if k not in ("fires", "max_activations")}
+    return json.dumps(record)

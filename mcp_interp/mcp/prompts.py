@@ -44,3 +44,11 @@ def probe_property(property: str) -> str:
     corpus = subject_number()
     lines = [f"  {text!r} → {label}" for text, label in list(zip(corpus.texts, corpus.labels, strict=True))[:6]]
     return render("probe-property", property=property, example="\n".join([*lines, "  … (400 texts)"]))
+
+
+@family.prompt(
+    name="interpret-feature",
+    description="Name a feature (neuron, direction, SAE or transcoder feature) and score the explanation.",
+)
+def interpret_feature(feature: str) -> str:
+    return render("interpret-feature", feature=feature)

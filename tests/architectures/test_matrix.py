@@ -60,6 +60,7 @@ NEURONS = [
     ("patch", "component='mlp_neurons'"),
     ("ablate", "neuron targets 'L1N0,3'"),
     ("sae", "an SAE on blocks.L.mlp.hook_post"),
+    ("feature_examples", "neuron features 'L1N0'"),
 ]
 PER_HEAD, ADDITIVE, MID, MLP, UNCAPPED = (
     "per-head attention hooks",
@@ -387,6 +388,25 @@ async def features(call: Caller, model: LoadedModel, tmp_path: Path) -> None:
     await call.depends("sae", "an SAE on blocks.L.hook_resid_mid", {"text": CLEAN[0], "sae": mid})
     neurons = write_sae(tmp_path / "sae_neurons", random_weights(32, 2, d_in=int(cfg.d_mlp)), "blocks.1.mlp.hook_post")
     await call.depends("sae", "an SAE on blocks.L.mlp.hook_post", {"text": CLEAN[0], "sae": neurons})
+    await naming(call, model, post)
+
+
+async def naming(call: Caller, model: LoadedModel, sae: str) -> None:
+    """feature_examples on a neuron (refused where there are none), a direction and an SAE feature, and
+    score_explanation's generation mode; a direction's activations equal the bridge's resid_post projected here."""
+    texts = [*CLEAN, "mary went to the store", "the capital of france is paris"]
+    await call.depends("feature_examples", "neuron features 'L1N0'", {"feature": "L1N0", "texts": texts})
+    unit = [1.0] + [0.0] * (int(model.bridge.cfg.d_model) - 1)
+    found = await call.ok(
+        "feature_examples", {"feature": {"layer": 1, "direction": unit}, "texts": texts, "window": 64}
+    )
+    top = found["examples"][0]
+    _, cache = model.bridge.run_with_cache(encode(model.tokenizer, [top["text"]]).input_ids)
+    reference = cache["blocks.1.hook_out"][0, :, 0]
+    assert max_diff(top["activations"], reference[top["window_start"] :][: len(top["activations"])]) < TOLERANCE
+    await call.ok("feature_examples", {"feature": {"sae": sae, "feature": 0}, "texts": texts})
+    written = {"activating_texts": texts[:2], "non_activating_texts": texts[2:]}
+    await call.ok("score_explanation", {"feature": {"layer": 1, "direction": unit}, "explanation": "e", **written})
 
 
 async def swap(call: Caller, model: LoadedModel) -> None:

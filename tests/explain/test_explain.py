@@ -120,7 +120,16 @@ async def test_prompts_are_listed_and_rendered(tiny_client: Client) -> None:
     )
     claim = await tiny_client.get_prompt("test-causal-claim", {"claim": "L9H3 moves names"})
     probing = await tiny_client.get_prompt("probe-property", {"property": "subject number"})
-    assert names == {"explain-prediction", "find-circuit", "test-causal-claim", "probe-property", "trace-prediction"}
+    naming = await tiny_client.get_prompt("interpret-feature", {"feature": "L1N3"})
+    assert "Feature: L1N3" in naming.messages[0].content.text and "quiz_id" in naming.messages[0].content.text
+    assert names == {
+        "explain-prediction",
+        "find-circuit",
+        "test-causal-claim",
+        "probe-property",
+        "trace-prediction",
+        "interpret-feature",
+    }
     probe_text = probing.messages[0].content.text
     assert "subject number" in probe_text and "'The dog near the river' → singular" in probe_text
     text = rendered.messages[0].content.text

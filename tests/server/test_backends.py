@@ -40,7 +40,8 @@ PAIRS = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": GOOD, "i
 # Fields that say where or when a number was made, not what it is.
 SKIP = {"run_id", "elapsed_s", "model", "load_seconds", "notes", "engine", "backend", "device_map", "capabilities",
         "figure_uri", "figure_uris", "result_uri", "direction_uri", "graph_uri", "report_uri", "circuit_uri",
-        "artifact_path", "job", "timing", "seconds"}  # fmt: skip
+        "artifact_path", "job", "timing", "seconds", "examples_uri", "explanation_uri",
+        "output_tokens"}  # fmt: skip  # output_tokens: read from local weights (inspect: a note says why absent)
 
 
 def texts_and_labels() -> tuple[list[str], list[str]]:
@@ -92,6 +93,16 @@ def calls(folders: dict[str, str], n_layers: int = 30, n_heads: int = 9, d_model
         ("probe", {"texts": texts, "labels": labels, "layers": [half]}),
         ("sae", {"text": CLEAN[0], "sae": folders["sae"]}),
         ("sae_features", {"texts": CLEAN, "sae": folders["sae"], "features": [0, 3]}),
+        ("feature_examples", {"feature": {"layer": half, "direction": direction}, "texts": [*CLEAN, *CORRUPT]}),
+        (
+            "score_explanation",
+            {
+                "feature": {"sae": folders["sae"], "feature": 3},
+                "explanation": "names",
+                "activating_texts": CLEAN,
+                "non_activating_texts": CORRUPT,
+            },
+        ),
         ("attention", {"prompt": CLEAN[0], "layer": third, "head": n_heads - 2}),
         ("induction", {"seq_len": 6, "n_seqs": 2}),
         ("logit_lens", {"prompt": CLEAN[0], "target": " Mary"}),

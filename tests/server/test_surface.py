@@ -22,8 +22,10 @@ from tests.server.test_numbers import non_numeric_values
 
 pytestmark = pytest.mark.anyio
 
-MODEL_FACING_BUDGET = 40_000  # bytes of names, descriptions, input schemas and annotations (≈ 10k tokens)
-TOOLS_LIST_BUDGET = 120_000  # the whole tools/list, output schemas included
+# Bytes of names, descriptions, input schemas and annotations (≈ 11k tokens): 40 000 for 32 tools, raised by what the
+# two feature-naming tools measured (3.7 KB) when they were added.
+MODEL_FACING_BUDGET = 44_000
+TOOLS_LIST_BUDGET = 130_000  # the whole tools/list, output schemas included (was 120 000; naming added 9.3 KB)
 RESULT_BUDGET = 16_000  # a typical structured result
 SUMMARY_BUDGET = 2_000  # the text content
 
@@ -90,6 +92,13 @@ def typical_calls(tiny: LoadedModel, sae: str, transcoders: str) -> dict[str, di
             "features": [{"layer": 1, "position": -1, "feature": 0, "value": 1.0}],
         },
         "sae_features": {"texts": CLEAN, "sae": sae, "features": [1, 2]},
+        "feature_examples": {"feature": "L1N3"},  # the shipped corpus's 2,000 search texts
+        "score_explanation": {
+            "feature": "L1N3",
+            "explanation": "names",
+            "activating_texts": ["mary went to the store", "john gave a drink to mary"],
+            "non_activating_texts": ["the capital of france is paris", "a ball to the park"],
+        },
         "logit_lens": {"prompt": CLEAN[0]},
         "dla": {"prompt": CLEAN[0], "answer": "mary", "baseline": "john"},
         "attention": {"prompt": CLEAN[0], "layer": 1, "head": 1},

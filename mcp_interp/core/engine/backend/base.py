@@ -228,6 +228,9 @@ class Backend:
     def unembedding(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         raise self.refuse("weights")
 
+    def mlp_writes(self, layer: int, neurons: torch.Tensor) -> torch.Tensor | None:
+        raise self.refuse("weights")
+
     def norm(self, layer: int | None = None, name: str = "ln_final") -> tuple[str, torch.Tensor, torch.Tensor | None]:
         raise self.refuse("weights")
 

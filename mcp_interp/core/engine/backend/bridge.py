@@ -265,6 +265,17 @@ def attn_output_projection(bridge: Any, layer: int) -> Any:
     return hf_module(bridge.blocks[layer].attn.o)
 
 
+def mlp_output_projection(bridge: Any, layer: int) -> Any:
+    """Block ``layer``'s MLP down projection (``mlp.out``) as the bare HF module (Linear, or GPT-2's Conv1D), or None
+    when the block has none (a mixture of experts).
+
+    Needed to apply W_out to hand-made neuron activations without firing the bridge's hooks: what one neuron, or an
+    SAE decoder row in neuron space, writes to the residual stream.
+    """
+    out = getattr(bridge.blocks[layer].mlp, "out", None)
+    return None if out is None else hf_module(out)
+
+
 def unembed_linear(bridge: Any) -> torch.nn.Linear | None:
     """The unembedding as a plain ``torch.nn.Linear`` (weight ``[vocab, d_model]``), or None.
 

@@ -184,10 +184,11 @@ class Use:
 
 
 INTERVENING = ("ablate", "logit_diff", "kl", "answer_rank", "loss")  # the tools taking ablation targets
-SAE_TOOLS = ("sae", "sae_features", "steer", *INTERVENING)  # the tools taking an SAE
+NAMING = ("feature_examples", "score_explanation")  # the tools naming one feature
+SAE_TOOLS = ("sae", "sae_features", "steer", *INTERVENING, *NAMING)  # the tools taking an SAE
 EVERY_ENGINE = (
     "model_info", "tokenize", "logit_diff", "kl", "answer_rank", "loss", "ablate", "patch", "steer", "probe", "sae",
-    "sae_features", "get_figure", "job_status", "job_cancel", "verify_artifact",
+    "sae_features", "get_figure", "job_status", "job_cancel", "verify_artifact", *NAMING,
 )  # fmt: skip
 
 USES: dict[str, Use] = {
@@ -239,6 +240,12 @@ USES: dict[str, Use] = {
         "neuron targets 'L1N0,3'",
         ("mlp_neurons", "neuron_points"),
         "Ablate the whole MLP ('L1MLP') instead.",
+    ),
+    "neuron_features": Use(
+        NAMING,
+        "neuron features 'L1N0'",
+        ("mlp_neurons", "neuron_points"),
+        "Name a residual direction {layer, direction} or an SAE feature instead.",
     ),
     "sae_resid_mid": Use(
         SAE_TOOLS,

@@ -255,6 +255,19 @@ class LocalBackend(Backend):
         bias = out[-1]
         return out[:-1] - bias, bias
 
+    def mlp_writes(self, layer: int, neurons: torch.Tensor) -> torch.Tensor | None:
+        """What block ``layer``'s MLP writes to the residual stream for neuron activations ``neurons`` ``[rows,
+        d_mlp]`` (the down projection's input), its bias excluded: out(a) − out(0), with the model's own module
+        (Linear or Conv1D alike). A one-hot row gives that neuron's output weights. None when the block has no down
+        projection of its own (mixture of experts)."""
+        projection = tl.mlp_output_projection(self.bridge, layer)
+        if projection is None:
+            return None
+        rows = torch.cat([neurons, torch.zeros_like(neurons[:1])])
+        with torch.inference_mode():
+            out = projection(rows.to(next(projection.parameters()).dtype))
+        return (out[:-1] - out[-1]).detach()
+
     # --- weights and the block's structure --------------------------------------------------------------------
 
     def unembedding(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:

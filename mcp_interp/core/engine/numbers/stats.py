@@ -6,12 +6,14 @@ its size under its null and its power without a model (``tests/engine/test_stats
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+from scipy.optimize import brentq
 
 from mcp_interp.errors import InputError
 
@@ -242,3 +244,167 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Me
         return MeanInterval(mean, mean, mean, 1)
     half = float(stats.t.ppf((1 + confidence) / 2, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size))
     return MeanInterval(mean, mean - half, mean + half, int(data.size))
+
+
+# --- Scoring an explanation: does it separate texts the feature fires on from texts it does not? ----------------
+
+PERMUTATION_DRAWS = 99_999  # Monte Carlo permutations when the exact enumeration is larger than this
+PERMUTATION_CHUNK = 5_000
+Values = Sequence[float] | np.ndarray
+
+
+@dataclass(frozen=True)
+class AurocTest:
+    """How well values ``x`` (texts written to make a feature fire) rank above values ``y`` (texts written not to).
+
+    ``auroc`` = P(X > Y) + ½ P(X = Y) over all pairs, the Mann–Whitney U divided by ``n_x · n_y``: 1 = every x above
+    every y, 0.5 = no separation, 0 = every x below every y (the sets are swapped). ``low``/``high``: Newcombe's
+    score-type 95 % interval (2006, method 5: the Hanley–McNeil variance at θ with both sample sizes replaced by their
+    mean, inverted like Wilson's interval, so it stays informative at 0 and 1). ``p_value``: one-sided, H0 = the two
+    sets' values are exchangeable (the explanation does not separate them), against x tending higher.
+    """
+
+    auroc: float
+    low: float
+    high: float
+    p_value: float
+    method: str  # "exact Mann–Whitney" (no ties), "exact permutation" or "Monte Carlo permutation" (ties)
+    n_x: int
+    n_y: int
+
+
+def auroc(x: Values, y: Values) -> float:
+    """P(X > Y) + ½ P(X = Y) over every pair (x, y)."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("both samples need at least one value")
+    greater = (a[:, None] > b[None, :]).sum()
+    equal = (a[:, None] == b[None, :]).sum()
+    return float((greater + 0.5 * equal) / (a.size * b.size))
+
+
+def auroc_interval(value: float, n_x: int, n_y: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Newcombe's method-5 interval for an AUROC ``value`` from ``n_x`` and ``n_y`` values: every θ with
+    (value − θ)² ≤ z² V(θ), V(θ) = θ(1 − θ)/(n_x n_y) · [1 + (N* − 1)((1 − θ)/(2 − θ) + θ/(1 + θ))],
+    N* = (n_x + n_y)/2."""
+    z = float(stats.norm.ppf((1 + confidence) / 2))
+    half = (n_x + n_y) / 2
+
+    def excess(theta: float) -> float:
+        spread = (
+            theta * (1 - theta) / (n_x * n_y) * (1 + (half - 1) * ((1 - theta) / (2 - theta) + theta / (1 + theta)))
+        )
+        return (value - theta) ** 2 - z * z * spread
+
+    edge = 1e-12
+    low = 0.0 if value <= edge else float(brentq(excess, 0.0, value - edge))
+    high = 1.0 if value >= 1 - edge else float(brentq(excess, value + edge, 1.0))
+    return max(0.0, low), min(1.0, high)
+
+
+def rank_sum_permutation_p(ranks: np.ndarray, n_first: int, seed: int = 0) -> tuple[float, str]:
+    """One-sided p of the first ``n_first`` entries' rank sum against every split of ``ranks`` into ``n_first`` and
+    the rest (midranks, so ties are exact): P(a random subset's sum ≥ the observed one). All C(N, n_first) subsets
+    when there are at most ``PERMUTATION_DRAWS`` (exact), else that many seeded uniform subsets with p = (k + 1)/(draws
+    + 1), itself a valid p-value. The same test as ``scipy.stats.permutation_test`` on U (a test checks it)."""
+    n = ranks.size
+    observed = float(ranks[:n_first].sum())
+    tolerance = 1e-9 * max(1.0, float(np.abs(ranks).sum()))
+    total = math.comb(n, n_first)
+    if total <= PERMUTATION_DRAWS:
+        subsets = np.fromiter(
+            itertools.chain.from_iterable(itertools.combinations(range(n), n_first)), dtype=np.int64
+        ).reshape(total, n_first)
+        return float(np.mean(ranks[subsets].sum(axis=1) >= observed - tolerance)), "exact permutation"
+    generator = np.random.default_rng(seed)
+    at_least = 0
+    for start in range(0, PERMUTATION_DRAWS, PERMUTATION_CHUNK):
+        size = min(PERMUTATION_CHUNK, PERMUTATION_DRAWS - start)
+        picks = np.argpartition(generator.random((size, n)), n_first - 1, axis=1)[:, :n_first]
+        at_least += int(np.sum(ranks[picks].sum(axis=1) >= observed - tolerance))
+    return (at_least + 1) / (PERMUTATION_DRAWS + 1), "Monte Carlo permutation"
+
+
+def auroc_test(x: Values, y: Values, seed: int = 0) -> AurocTest:
+    """``AurocTest`` of ``x`` over ``y``. Without ties the p-value is the exact one-sided Mann–Whitney test (scipy);
+    with ties (features are often exactly 0 on many texts) it is the permutation test of U (``rank_sum_permutation_p``:
+    U is the first set's midrank sum minus a constant), which stays exact under ties where the tabulated
+    distribution does not."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    value = auroc(a, b)
+    low, high = auroc_interval(value, a.size, b.size)
+    pooled = np.concatenate([a, b])
+    if np.unique(pooled).size == pooled.size:
+        p_value = float(stats.mannwhitneyu(a, b, alternative="greater", method="exact").pvalue)
+        method = "exact Mann–Whitney"
+    else:
+        p_value, method = rank_sum_permutation_p(stats.rankdata(pooled), a.size, seed)
+    return AurocTest(value, low, high, min(1.0, p_value), method, int(a.size), int(b.size))
+
+
+@dataclass(frozen=True)
+class DetectionTest:
+    """Predictions ("fires" / "does not") of texts whose truth is known, scored as balanced accuracy.
+
+    ``balanced_accuracy`` = (true-positive rate + true-negative rate)/2: 0.5 is chance for any predictor that ignores
+    the text (constant answers included), 1 is perfect, 0 is perfectly inverted. ``p_value``: the permutation test of
+    the predictions against chance — H0: the predictions are exchangeable across the texts (they carry no information
+    about the truth). For fixed numbers of firing texts and of "fires" predictions, every permutation's balanced
+    accuracy rises with its true positives, which are hypergeometric under H0, so the p-value over all permutations is
+    exact: P(TP ≥ observed) (one-sided Fisher). ``low``/``high``: an exact 95 % interval for the predictor's balanced
+    accuracy — with as many firing as non-firing texts it equals the accuracy and the interval is Clopper–Pearson's on
+    the correct answers (valid, conservative, when the two classes' success rates differ: Hoeffding 1956); otherwise
+    the mean of the two classes' Clopper–Pearson intervals at level √0.95 each (both hold together with probability
+    ≥ 0.95).
+    """
+
+    balanced_accuracy: float
+    low: float
+    high: float
+    interval: str  # "clopper_pearson" or "per_class_clopper_pearson"
+    p_value: float
+    true_positive_rate: float
+    true_negative_rate: float
+    n_firing: int
+    n_not_firing: int
+    true_positives: int
+    true_negatives: int
+
+
+def detection_test(truth: Sequence[bool], predicted: Sequence[bool], confidence: float = CONFIDENCE) -> DetectionTest:
+    """``DetectionTest`` of ``predicted`` against ``truth`` (one bool per text, both classes present)."""
+    if len(truth) != len(predicted):
+        raise ValueError(f"{len(truth)} truths but {len(predicted)} predictions")
+    fires = [bool(t) for t in truth]
+    said = [bool(p) for p in predicted]
+    n_pos = sum(fires)
+    n_neg = len(fires) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("balanced accuracy needs texts of both classes")
+    tp = sum(f and s for f, s in zip(fires, said, strict=True))
+    tn = sum(not f and not s for f, s in zip(fires, said, strict=True))
+    tpr, tnr = tp / n_pos, tn / n_neg
+    called = sum(said)
+    p_value = float(stats.hypergeom.sf(tp - 1, len(fires), n_pos, called))
+    if n_pos == n_neg:
+        low, high = clopper_pearson(tp + tn, len(fires), confidence)
+        interval = "clopper_pearson"
+    else:
+        level = math.sqrt(confidence)
+        pos_low, pos_high = clopper_pearson(tp, n_pos, level)
+        neg_low, neg_high = clopper_pearson(tn, n_neg, level)
+        low, high = (pos_low + neg_low) / 2, (pos_high + neg_high) / 2
+        interval = "per_class_clopper_pearson"
+    return DetectionTest(
+        balanced_accuracy=(tpr + tnr) / 2,
+        low=low,
+        high=high,
+        interval=interval,
+        p_value=min(1.0, max(0.0, p_value)),
+        true_positive_rate=tpr,
+        true_negative_rate=tnr,
+        n_firing=n_pos,
+        n_not_firing=n_neg,
+        true_positives=tp,
+        true_negatives=tn,
+    )
