@@ -1,12 +1,13 @@
 """Summarising executed causal-swap trials: the strict success rate, the graded specificity, their tests, notes.
 
 Model-free: it reads ``TrialRecord``s only, so tests can feed it records built by hand. Three questions, each
-answered by the same prompt-level relabelling test (``engine.stats.relabel_test``; the choice is explained in
-``swap.stats``), each on one number per (prompt, arm) — a prompt is (function, source), its arms the real edit and
-one control per seed, each summarised over the prompt's executed trials (every target and layer):
+answered by the same target-level relabelling test (``engine.stats.relabel_test``; the choice is explained in
+``swap.stats``), each on one number per (target, arm) — the arms of a target are the real edit (toward the target) and
+one control per seed, each the same token in every trial toward that target (``swap.controls``), summarised over
+those trials (every function, source and layer):
 
 * **swap** — the headline rule: the strict top-1 success rate of the target's answer (``swap_test``);
-* **specificity** — the mean margin gain (edited − unedited margin of the target's answer, logits; > 0 = toward
+* **specificity** — the mean margin gain (edited − unedited margin of the target answer, logits; > 0 = toward
   the target): does the real edit move the answer more than a displacement-matched control does?
 * **beats all** — the fraction of trials in which an arm's margin gain is above every other arm's; by chance
   1/(m + 1) for each arm.
@@ -42,14 +43,24 @@ def rate_summary(successes: Sequence[bool], prompts: set[tuple[str, str]]) -> Ra
     )
 
 
+def cluster_of(trial: TrialRecord) -> str:
+    """The unit the tests relabel: the target concept. Its token is the real arm of every trial toward it (each
+    source, each function, each layer) and its controls are drawn once for all of them, so whatever one token does
+    is shared within a cluster and never across clusters. Clustering by prompt (function, source), as before, split
+    a target's shared effect over the 5–6 prompts per function it is swapped into while their controls were fresh
+    tokens: simulated on the shipped corpora's sharing, that rejected a true null 12–46 % of the time at α = 0.05
+    once tokens have effects of their own (σ = 0.5–1.5 logits); this rejects 4–6 % (``tests/swap/test_stats.py``)."""
+    return trial.target
+
+
 def prompt_test(arms: list[list[float]], seed: int, draws: int) -> PromptTest:
-    """``relabel_test`` on one value per (prompt, arm), real arm first, as the schema reports it."""
+    """``relabel_test`` on one value per (target, arm), real arm first, as the schema reports it."""
     test = verdicts.relabel_test(arms, seed=seed, draws=draws)
     return PromptTest(
         real=test.real_mean,
         control=test.control_mean,
         difference=test.statistic,
-        prompts=test.clusters,
+        targets=test.clusters,
         real_above=test.real_above,
         p_value=test.p_value,
         p_greater=test.p_greater,
@@ -74,7 +85,7 @@ def summarize(
     Monte Carlo relabellings when exact enumeration is too large (its p-values are valid for any seed)."""
     executed = [t for t in trials if t.status == EXECUTED]
     prompts = {(t.function, t.source) for t in executed}
-    clusters = [(t.function, t.source) for t in executed]
+    clusters = [cluster_of(t) for t in executed]
     real = [bool(t.real and t.real.top1) for t in executed]
     control_rows = [[c.score.top1 for c in t.controls] for t in executed]
     gains = [[gain_of(t), *t.control_margin_gains] for t in executed]
@@ -109,9 +120,7 @@ def gain_of(trial: TrialRecord) -> float:
     return trial.margin_gain
 
 
-def specificity_of(
-    gains: list[list[float]], clusters: list[tuple[str, str]], m: int, seed: int, draws: int
-) -> Specificity:
+def specificity_of(gains: list[list[float]], clusters: list[str], m: int, seed: int, draws: int) -> Specificity:
     """The margin-gain and beats-all tests; ``gains[i]`` is trial i's arms (real first), ``m`` controls each."""
     beats = [stats.beats_all(row) for row in gains]
     wins = sum(int(row[0]) for row in beats)
@@ -168,7 +177,7 @@ def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: in
     )
     return (
         f"Strict swap: {real.successes}/{real.n} real edits made the target's answer the top-1 — {strict} "
-        f"(prompt-level p = {swap.p_value:.3g}, {swap.prompts} prompts). Graded: {graded} ({medians}per-prompt mean "
+        f"(target-level p = {swap.p_value:.3g}, {swap.targets} targets). Graded: {graded} ({medians}per-target mean "
         f"real − control {gain.difference:+.3f} logits, p = {gain.p_value:.3g}); the real edit beat all {m} controls "
         f"in {specificity.beats_all}/{specificity.trials} trials ({rate:.3f} vs chance {specificity.chance:.3f}, "
         f"p = {specificity.beats_all_test.p_value:.3g})."
@@ -182,7 +191,8 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
         notes.append(
             "Trials of one prompt at several layers and targets are not independent: the Clopper–Pearson intervals "
             "treat them as if they were (read them next to n_independent_prompts); the p-values do not — each test "
-            "summarises a prompt's trials per arm and relabels which arm is real once per prompt."
+            "summarises a target's trials per arm (its token and its controls' are shared by every prompt and layer "
+            "it is swapped into) and relabels which arm is real once per target."
         )
     winners = {(t.function, t.source) for t in executed if t.real and t.real.top1}
     if 0 < len(winners) < 3:
@@ -205,10 +215,18 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
             "in the artifact (a source concept that is never in the active support is itself a finding about the lens)."
         )
     prompts = {(t.function, t.source) for t in executed}
+    targets = {t.target for t in executed}
     if executed and len(prompts) < 5:
         notes.append(
-            f"The {len(executed)} executed trials come from only {len(prompts)} distinct prompt(s): a prompt-level "
-            "test over so few prompts has little power, and its smallest possible p-value is large."
+            f"The {len(executed)} executed trials come from only {len(prompts)} distinct prompt(s): little evidence, "
+            "however many layers they span."
+        )
+    if executed and len(targets) < 5:
+        m = len(settings.control_seeds)
+        notes.append(
+            f"The tests relabel per target, and the executed trials swap toward only {len(targets)} target(s): with "
+            f"{m} controls the smallest two-sided p-value is {min(1.0, 2 / (m + 1) ** len(targets)):.3g}, and "
+            "power is low."
         )
     if settings.lens == "logit":
         notes.append("Lens: logit lens (J = I); atoms are unembedding columns, which ignore the final norm.")
