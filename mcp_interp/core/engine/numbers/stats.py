@@ -219,52 +219,89 @@ class FamilyRankTest:
         return int(self.draws.shape[0])
 
 
+class SequentialMaxTest:
+    """``sequential_max_test`` fed batch by batch, for a caller that reports progress between batches: ask
+    ``wanted()`` for the size of the next batch (0: finished), ``add`` its rows, then read ``result()``."""
+
+    def __init__(self, real: Sequence[float], h: int = STOP_AFTER, n_max: int = MOST_DRAWS, batch: int = BATCH):
+        check_sequential(h, n_max, batch)
+        self.observed = np.asarray(real, dtype=np.float64).reshape(-1)
+        self.h, self.n_max, self.batch = h, n_max, batch
+        members = self.observed.size
+        self.rows: list[np.ndarray] = []
+        self.count = np.zeros(members, dtype=np.int64)
+        self.used = np.zeros(members, dtype=np.int64)
+        self.done = np.zeros(members, dtype=bool)
+        self.centre = np.zeros(members)
+        self.n = 0
+
+    def wanted(self) -> int:
+        return 0 if self.done.all() or self.n >= self.n_max else min(self.batch, self.n_max - self.n)
+
+    def add(self, rows: np.ndarray) -> int:
+        """Take a batch of ``wanted()`` rows [k, members]; returns how many were used (the rest come after the stop
+        and are discarded)."""
+        wanted = self.wanted()
+        new = np.asarray(rows, dtype=np.float64).reshape(-1, self.observed.size)
+        if new.shape[0] != wanted:
+            raise ValueError(f"asked for {wanted} draws, got {new.shape[0]}")
+        if self.n == 0:
+            self.centre = np.vstack([self.observed[None], new]).mean(axis=0)
+        target = self.observed - self.centre
+        maxima = (new - self.centre).max(axis=1)
+        tolerance = 1e-9 * max(1.0, float(np.abs(target).max()), float(np.abs(maxima).max()))
+        taken = 0
+        for maximum in maxima.tolist():
+            self.n += 1
+            taken += 1
+            hit = ~self.done & (maximum >= target - tolerance)
+            self.count[hit] += 1
+            reached = ~self.done & (self.count >= self.h)
+            self.used[reached] = self.n
+            self.done |= reached
+            if self.done.all():
+                break
+        self.rows.append(new[:taken])
+        return taken
+
+    def result(self) -> FamilyRankTest:
+        if self.wanted():
+            raise ValueError(f"not finished: {self.wanted()} more draws wanted")
+        used = np.where(self.done, self.used, self.n)
+        p = [besag_clifford_p(int(c), int(u), self.h, self.n_max) for c, u in zip(self.count, used, strict=True)]
+        return FamilyRankTest(
+            real=tuple(self.observed.tolist()),
+            draws=np.vstack(self.rows) if self.rows else np.zeros((0, self.observed.size)),
+            centre=tuple(self.centre.tolist()),
+            at_least_as_extreme=tuple(int(c) for c in self.count),
+            used=tuple(int(u) for u in used),
+            p_values=tuple(p),
+            h=self.h,
+            n_max=self.n_max,
+        )
+
+
 def sequential_max_test(
     real: Sequence[float], draw: DrawRows, h: int = STOP_AFTER, n_max: int = MOST_DRAWS, batch: int = BATCH
 ) -> FamilyRankTest:
     """``real`` [members]; ``draw(k)`` → [k, members], k null rows (one relabelling each, every member at once).
     "Extreme" is "greater": a draw counts against member j when its largest centred value is ≥ real_j's."""
-    check_sequential(h, n_max, batch)
-    observed = np.asarray(real, dtype=np.float64).reshape(-1)
-    members = observed.size
-    rows: list[np.ndarray] = []
-    count = np.zeros(members, dtype=np.int64)
-    used = np.zeros(members, dtype=np.int64)
-    done = np.zeros(members, dtype=bool)
-    centre = np.zeros(members)
-    n = 0
-    while n < n_max and not done.all():
-        wanted = min(batch, n_max - n)
-        new = np.asarray(draw(wanted), dtype=np.float64).reshape(wanted, members)
-        if n == 0:
-            centre = np.vstack([observed[None], new]).mean(axis=0)
-        target = observed - centre
-        maxima = (new - centre).max(axis=1)
-        tolerance = 1e-9 * max(1.0, float(np.abs(target).max()), float(np.abs(maxima).max()))
-        taken = 0
-        for maximum in maxima.tolist():
-            n += 1
-            taken += 1
-            hit = ~done & (maximum >= target - tolerance)
-            count[hit] += 1
-            reached = ~done & (count >= h)
-            used[reached] = n
-            done |= reached
-            if done.all():
-                break
-        rows.append(new[:taken])
-    used[~done] = n
-    p = [besag_clifford_p(int(c), int(u), h, n_max) for c, u in zip(count, used, strict=True)]
-    return FamilyRankTest(
-        real=tuple(observed.tolist()),
-        draws=np.vstack(rows) if rows else np.zeros((0, members)),
-        centre=tuple(centre.tolist()),
-        at_least_as_extreme=tuple(int(c) for c in count),
-        used=tuple(int(u) for u in used),
-        p_values=tuple(p),
-        h=h,
-        n_max=n_max,
-    )
+    test = SequentialMaxTest(real, h, n_max, batch)
+    while wanted := test.wanted():
+        test.add(draw(wanted))
+    return test.result()
+
+
+MAX_SEQUENTIAL_DRAWS = 1000
+
+
+def check_most_draws(n: int, what: str = "random_draws") -> None:
+    """Refuse a cap on sequential draws that cannot support a verdict at α = 0.05, or costs too much."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 19 <= n <= MAX_SEQUENTIAL_DRAWS:
+        raise InputError(
+            f"`{what}` (the most draws a sequential test may make) must be from 19 to {MAX_SEQUENTIAL_DRAWS}: the "
+            f"smallest possible p-value is 1/({what} + 1), so fewer than 19 can never reach p < 0.05 (got {n!r})."
+        )
 
 
 def check_draws(n: int, what: str = "random_draws") -> None:
