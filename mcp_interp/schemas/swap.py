@@ -158,7 +158,7 @@ class TrialRecord(BaseModel):
     support: list[Atom] = Field(default_factory=list, description="Active atoms (top 10).")
     support_size: int | None = None
     target_displacement: float | None = Field(default=None, description="‖v_target − v_source‖.")
-    control_pool_size: int | None = Field(default=None, description="Tokens matched at every edit of its controls.")
+    control_pool_size: int | None = Field(default=None, description="Tokens matched at every layer of this swap.")
     real: AnswerScore | None = Field(default=None, description="The target answer after the real edit.")
     margin_gain: float | None = Field(
         default=None, description="real.margin − baseline.target_answer.margin, logits; > 0 = toward the target."
@@ -280,6 +280,9 @@ class SwapSummary(BaseModel):
     by_layer: list[LayerSummary]
     n_independent_prompts: int = Field(description="Prompts (function, source) behind the executed trials.")
     real_success_prompts: list[str]
+    tested_swaps: list[str] = Field(
+        default_factory=list, description="The one swap per target the p-values rest on (its most executed)."
+    )
     excluded_trials: int = Field(description="Layer slots in the ledger.")
     target_was_active: int
 

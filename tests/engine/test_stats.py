@@ -222,16 +222,19 @@ def test_relabel_test_monte_carlo_agrees_with_exact() -> None:
 
 
 def corpus_clusters(
-    rng: np.random.Generator, sigma: float, effect: float, outcome: str, unit: str = "target"
+    rng: np.random.Generator, sigma: float, effect: float, outcome: str, unit: str = "tested"
 ) -> list[np.ndarray]:
     """One simulated causal-swap benchmark with the default corpus's real sharing (``tests/swap/sharing.py``: every
-    token's effect, σ logits, shared by every trial it is an arm of — a target's by the ~11 prompts it is swapped
-    into), summarised per cluster and arm. ``outcome``: the margin gain, or strict success; ``unit``: the clusters —
-    "target" (the unit of sharing), "prompt" (function, source) or "trial"."""
+    token's effect, σ logits, shared by every trial it is an arm of — a target's by every swap toward it), summarised
+    per cluster and arm. ``outcome``: the margin gain, or strict success; ``unit``: the clusters — "tested" (per
+    target, one swap each: the protocol), "prompt" (function, source) or "trial"."""
     run = sharing.simulate(rng, STRUCTURE, sigma, effect)
-    labels = {"target": STRUCTURE.cluster, "prompt": STRUCTURE.prompt}[unit][run.swap] if unit != "trial" else None
+    if unit == "tested":
+        run, labels = sharing.tested(run, STRUCTURE)
+    elif unit == "prompt":
+        labels = STRUCTURE.prompt[run.swap]
     values = run.gains if outcome == "margin" else (run.edited > 0).astype(float)
-    return list(values) if labels is None else sharing.cluster_means(values, labels)
+    return list(values) if unit == "trial" else sharing.cluster_means(values, labels)
 
 
 STRUCTURE = sharing.sharing("capitals_languages")
@@ -240,8 +243,8 @@ STRUCTURE = sharing.sharing("capitals_languages")
 @pytest.mark.parametrize("outcome", ["margin", "success"])
 def test_relabel_test_size_when_clusters_are_the_unit_of_sharing(outcome: str) -> None:
     """Size ≤ 0.06 at α = 0.05 over 1000 benchmarks of the default corpus's sharing at σ = 1.5 (8 targets of 6 arms:
-    the Monte Carlo path), relabelling per target; the three tests at every σ on both corpora are in
-    tests/swap/test_stats.py."""
+    the Monte Carlo path), relabelling per target on one swap each; the three tests at every σ on both corpora are
+    in tests/swap/test_stats.py."""
     rng = np.random.default_rng(8 if outcome == "margin" else 108)
     reps = 1000
     rejected = sum(
@@ -267,7 +270,7 @@ def test_relabel_test_power(outcome: str) -> None:
 def test_relabelling_below_the_unit_of_sharing_is_invalid() -> None:
     """Why the clusters are the targets: on the same null (σ = 1.5), relabelling per prompt (a target's token is then
     an arm of ~11 clusters) or per trial rejects far more often than α — the failures reported against the designs
-    this replaced (measured 0.57 and 0.85 at 300 benchmarks)."""
+    this replaced."""
     rng = np.random.default_rng(5)
     reps = 150
     rejected = {"prompt": 0, "trial": 0}

@@ -10,9 +10,10 @@ What is shared in a real benchmark, and so in these simulations:
   executed 996 of 2 088 slots, so each (function, source, layer) is active with probability 0.48 here);
 * the tokens: the real arm of every trial toward a target is the target's token, whose effect on the edited margin
   is shared by all those trials (σ²/2 of its variance shared across functions, σ²/2 per function); each control is
-  a token with an effect drawn the same way, shared by the trials it stands in (``design``: once per target — the
-  protocol — or once per swap, the design it replaced); plus a per-swap unedited margin and a per-trial effect
-  shared by all arms of a trial, and independent noise N(0, 1) per edit.
+  a token with an effect drawn the same way, shared by the trials it stands in (``design``: once per swap — the
+  protocol, every layer of one swap — or once per target, which would need a token matched to every source); plus a
+  per-swap unedited margin and a per-trial effect shared by all arms of a trial, and independent noise N(0, 1) per
+  edit.
 
 ``effect`` is added to the real arm (0 = H0: the target is one more displacement-matched token).
 """
@@ -25,8 +26,6 @@ import numpy as np
 
 from mcp_interp.core.engine.numbers import stats as engine_stats
 from mcp_interp.core.swap.corpus import load_corpus, trial_keys
-from mcp_interp.core.swap.summary import cluster_of
-from mcp_interp.schemas.swap import TrialRecord
 
 # The prompts SmolLM2-135M-Instruct does not answer as its strict top-1 (measured with the benchmark's baseline rule).
 INCAPABLE = {
@@ -49,14 +48,13 @@ ALPHA = 0.05
 @dataclass(frozen=True)
 class Sharing:
     """The swaps a benchmark of ``corpus`` runs, and the units each shares: per swap its function, its prompt
-    (function, source), its target, and the cluster ``summary.cluster_of`` puts it in."""
+    (function, source) and its target."""
 
     corpus: str
     swaps: list[tuple[str, str, str]]
     function: np.ndarray  # [swaps] function index
     prompt: np.ndarray  # [swaps] (function, source) index
     target: np.ndarray  # [swaps] target concept index
-    cluster: np.ndarray  # [swaps] index of summary.cluster_of(trial)
 
 
 def index(values: list[object]) -> np.ndarray:
@@ -75,14 +73,12 @@ def sharing(name: str) -> Sharing:
         and (k.function, k.target) in capable
         and answers[(k.function, k.source)] != answers[(k.function, k.target)]
     ]
-    clusters = [cluster_of(TrialRecord.model_construct(function=f, source=s, target=t, layer=0)) for f, s, t in swaps]
     return Sharing(
         corpus=name,
         swaps=swaps,
         function=index([f for f, _, _ in swaps]),
         prompt=index([(f, s) for f, s, _ in swaps]),
         target=index([t for _, _, t in swaps]),
-        cluster=index(list(clusters)),
     )
 
 
@@ -94,10 +90,10 @@ class Simulated:
 
 
 def simulate(
-    rng: np.random.Generator, structure: Sharing, sigma: float, effect: float, design: str = "target"
+    rng: np.random.Generator, structure: Sharing, sigma: float, effect: float, design: str = "swap"
 ) -> Simulated:
-    """One benchmark's executed trials under the token-effect model (module docstring). ``design``: controls drawn
-    once per target ("target", the protocol) or once per swap ("swap", the design before it)."""
+    """One benchmark's executed trials under the token-effect model (module docstring), in swap order. ``design``:
+    controls drawn once per swap ("swap", the protocol) or once per target ("target")."""
     n_swaps, n_functions = len(structure.swaps), int(structure.function.max()) + 1
     n_targets = int(structure.target.max()) + 1
     half = sigma / np.sqrt(2)
@@ -141,17 +137,35 @@ def p_values(run: Simulated, labels: np.ndarray, seed: int, draws: int = 999) ->
     }
 
 
+def tested(run: Simulated, structure: Sharing) -> tuple[Simulated, np.ndarray]:
+    """The trials the protocol tests — per target, the swap with the most executed trials (the lowest swap index on a
+    tie; ``summary.tested_swaps``'s rule, written out here) — and their target labels."""
+    counts = np.bincount(run.swap, minlength=len(structure.swaps))
+    chosen = []
+    for target in np.unique(structure.target):
+        swaps = np.flatnonzero(structure.target == target)
+        if counts[swaps].max() > 0:
+            chosen.append(swaps[np.argmax(counts[swaps])])  # argmax: the first of the largest
+    keep = np.isin(run.swap, chosen)
+    subset = Simulated(gains=run.gains[keep], edited=run.edited[keep], swap=run.swap[keep])
+    return subset, structure.target[subset.swap]
+
+
 def rejections(
-    name: str, sigma: float, effect: float, reps: int, seed: int, design: str = "target", unit: str = "cluster"
+    name: str, sigma: float, effect: float, reps: int, seed: int, design: str = "swap", unit: str = "tested"
 ) -> dict[str, float]:
     """Rejection rates at α = 0.05 of the strict, margin and beats-all tests over ``reps`` simulated benchmarks of
-    corpus ``name``. ``unit``: relabel per ``summary.cluster_of`` (the protocol) or per "prompt" (function, source)."""
+    corpus ``name``. ``unit``: relabel per target on one swap each ("tested", the protocol), per target over all its
+    swaps ("target"), or per prompt (function, source), the design before."""
     structure = sharing(name)
     rng = np.random.default_rng(seed)
     counts = {"strict": 0, "margin": 0, "beats_all": 0}
     for rep in range(reps):
         run = simulate(rng, structure, sigma, effect, design)
-        labels = (structure.cluster if unit == "cluster" else structure.prompt)[run.swap]
+        if unit == "tested":
+            run, labels = tested(run, structure)
+        else:
+            labels = {"target": structure.target, "prompt": structure.prompt}[unit][run.swap]
         for test, p in p_values(run, labels, rep).items():
             counts[test] += p <= ALPHA
     return {test: n / reps for test, n in counts.items()}

@@ -141,7 +141,8 @@ def enumerate_relabellings(arms: list[list[float]]) -> tuple[float, float, float
 
 def test_summarize_by_hand() -> None:
     """Three targets (Japan, Italy, France: the clusters) from three prompts, two controls: every number recomputed
-    here from the margins written in."""
+    here from the margins written in. France is the target of two swaps with one trial each: the tests use the first
+    (capital/Japan→France); the rates and medians use every executed trial."""
     trials = [
         # Toward Japan (capital/France, layers 0 and 1), Italy (capital/France) and France (capital/Japan and
         # language/Italy); arms = (real, control 0, control 1)
@@ -156,10 +157,11 @@ def test_summarize_by_hand() -> None:
     assert summary.status_counts == {"executed": 5, "skipped_source_inactive": 1, "skipped_no_control_token": 0}
     assert (summary.real.successes, summary.real.n, summary.real.n_independent_prompts) == (1, 5, 3)
     assert (summary.control.successes, summary.control.n) == (1, 10)
-    # Per target (Japan, Italy, France, in order of first appearance), per arm: the mean over the target's trials.
+    # Per target (Japan, Italy, France, in order of first appearance), per arm: the mean over its tested swap's trials.
+    assert summary.tested_swaps == ["capital/France→Japan", "capital/France→Italy", "capital/Japan→France"]
     success = [[0.5, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
-    gains = [[1.75, -0.25, 0.25], [0.5, 1.5, -1.0], [0.0, 0.75, -0.5]]
-    beats = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.5, 0.0]]  # capital/Japan→France ties: nobody beats all
+    gains = [[1.75, -0.25, 0.25], [0.5, 1.5, -1.0], [1.0, 1.0, -1.0]]
+    beats = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]  # capital/Japan→France ties: nobody beats all
     for test, arms in ((summary.swap_test, success), (summary.specificity.margin_gain, gains)):
         observed, greater, less = enumerate_relabellings(arms)  # 3^3 = 27 relabellings: exact
         assert test.method == "exact" and test.targets == 3
@@ -171,7 +173,7 @@ def test_summarize_by_hand() -> None:
     observed, greater, less = enumerate_relabellings(beats)
     assert summary.specificity.beats_all_test.difference == pytest.approx(observed)
     assert summary.specificity.beats_all_test.p_value == pytest.approx(min(1.0, 2 * min(greater, less)))
-    assert summary.specificity.margin_gain.real_above == 1  # Japan: 1.75 above −0.25 and 0.25; the others below
+    assert summary.specificity.margin_gain.real_above == 1  # Japan: 1.75 above −0.25 and 0.25; France only ties
     specificity = summary.specificity
     assert (specificity.beats_all, specificity.trials, specificity.chance) == (2, 5, 1 / 3)
     assert specificity.real_median_gain == 1.0  # of +2.5, +1.0, +0.5, +1.0, −1.0
@@ -213,11 +215,12 @@ def test_the_verdict_tells_no_swap_from_no_effect() -> None:
 def test_the_simulated_sharing_is_the_shipped_corpus_and_summarize_reads_it_as_simulated() -> None:
     """The simulated benchmark is the real one's shape, counted by hand from the corpus file: capitals_languages has
     7 capable capital prompts and 6 language ones, so 7·6 + 6·5 = 72 swaps, 13 prompts and 8 targets, each target
-    the real arm of 6 capital prompts (when the model knows its capital) and 5 language ones (its language). And the
-    simulation's p-values are summarize's on the same trials (countries: 4 targets, so the relabelling is exact)."""
+    the real arm of 6 capital prompts (when the model knows its capital) and 5 language ones (its language). And
+    summarize, given the simulated trials, tests the swaps and gets the p-values the simulation computes (countries:
+    4 targets, so the relabelling is exact)."""
     structure = sharing.sharing("capitals_languages")
-    assert len(structure.swaps) == 72 and len(set(structure.prompt)) == 13 and len(set(structure.cluster)) == 8
-    per_target = np.bincount(structure.cluster)
+    assert len(structure.swaps) == 72 and len(set(structure.prompt)) == 13 and len(set(structure.target)) == 8
+    per_target = np.bincount(structure.target)
     assert sorted(per_target.tolist()) == [5, 6, 6, 11, 11, 11, 11, 11]  # Russia: language only; China, Japan: capital
     countries = sharing.sharing("countries")
     run = sharing.simulate(np.random.default_rng(5), countries, 0.5, 0.0)
@@ -227,9 +230,10 @@ def test_the_simulated_sharing_is_the_shipped_corpus_and_summarize_reads_it_as_s
         unedited = float(edited[0] - row[0])
         trials.append(record(function, source, target, 0, unedited, edited.tolist()))
     summary = summarize(trials, [0], range(sharing.SEEDS), 0, seed=7, draws=999)
-    labels = countries.cluster[run.swap]
-    expected = sharing.p_values(run, labels, 7)
-    assert summary.swap_test.method == "exact" and summary.swap_test.targets == 4
+    subset, labels = sharing.tested(run, countries)
+    expected = sharing.p_values(subset, labels, 7)
+    assert summary.tested_swaps == ["{}/{}→{}".format(*countries.swaps[s]) for s in dict.fromkeys(subset.swap.tolist())]
+    assert summary.swap_test.method == "exact" and summary.swap_test.targets == 4 < len(set(run.swap.tolist()))
     assert summary.swap_test.p_value == pytest.approx(expected["strict"])
     assert summary.specificity.margin_gain.p_value == pytest.approx(expected["margin"])
     assert summary.specificity.beats_all_test.p_value == pytest.approx(expected["beats_all"])
@@ -239,24 +243,25 @@ def test_the_simulated_sharing_is_the_shipped_corpus_and_summarize_reads_it_as_s
 @pytest.mark.parametrize("sigma", [0.0, 0.5, 1.5])
 def test_size_under_the_shipped_corpora_sharing(corpus: str, sigma: float) -> None:
     """H0: the target is one more displacement-matched token, every token (target or control) with an effect of its
-    own (σ logits) shared by every trial it is an arm of — for a target, the 5–6 prompts per function it is swapped
-    into. Relabelling per target with controls drawn per target, all three tests reject ≤ 6 % of 2000 simulated
-    benchmarks at α = 0.05."""
+    own (σ logits) shared by every trial it is an arm of — for a target, every swap toward it (5–6 prompts per
+    function). Relabelling per target on one swap each, all three tests reject ≤ 6 % of 2000 simulated benchmarks
+    at α = 0.05."""
     sizes = sharing.rejections(corpus, sigma, 0.0, reps=2000, seed=int(10 * sigma) + len(corpus))
     assert max(sizes.values()) <= 0.06, sizes
 
 
 def test_the_null_sees_shared_targets() -> None:
-    """The same null detects the design this replaced (relabelling per prompt, controls redrawn per swap): on
-    capitals_languages at σ = 1.5 it rejects in ≥ 25 % of 300 benchmarks (measured 0.45–0.49), so the size test
-    above can fail."""
-    sizes = sharing.rejections("capitals_languages", 1.5, 0.0, reps=300, seed=40, design="swap", unit="prompt")
-    assert min(sizes.values()) >= 0.25, sizes
+    """The same null detects the designs that ignore the shared target: relabelling per prompt (the design this
+    replaced) or per target over all its swaps, each prompt with its own controls, reject in ≥ 15 % of 300
+    benchmarks of capitals_languages at σ = 1.5 (measured 0.45–0.49 and 0.25–0.27), so the size test above can fail."""
+    per_prompt = sharing.rejections("capitals_languages", 1.5, 0.0, reps=300, seed=40, unit="prompt")
+    all_swaps = sharing.rejections("capitals_languages", 1.5, 0.0, reps=300, seed=41, unit="target")
+    assert min(per_prompt.values()) >= 0.25 and min(all_swaps.values()) >= 0.15, (per_prompt, all_swaps)
 
 
-@pytest.mark.parametrize(("corpus", "at_least"), [("capitals_languages", 0.95), ("countries", 0.75)])
+@pytest.mark.parametrize(("corpus", "at_least"), [("capitals_languages", 0.9), ("countries", 0.65)])
 def test_power_under_a_real_effect(corpus: str, at_least: float) -> None:
     """The real token 1 logit better than an average token (σ = 0.5): found by every test in most of 200 benchmarks
-    (measured 1.00 on capitals_languages' 8 targets, 0.90–0.94 on countries' 4)."""
+    (measured 0.98–1.00 on capitals_languages' 8 targets, 0.73–0.85 on countries' 4)."""
     power = sharing.rejections(corpus, 0.5, 1.0, reps=200, seed=99)
     assert min(power.values()) >= at_least, power

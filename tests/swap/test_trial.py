@@ -374,18 +374,17 @@ def test_a_trial_with_two_token_answers_scores_every_step(tiny: LoadedModel) -> 
     assert excluded.baseline.source_answer.rank == 0 and excluded.baseline.source_answer.margin < 0
 
 
-def test_a_targets_controls_are_one_token_per_seed_matched_at_every_prompt_and_layer(tiny: LoadedModel) -> None:
-    """The benchmark draws a target's controls once, from the tokens that qualify at every (function, source, layer)
-    the target is edited at: the same token per seed in every trial toward it, matched there, never in that prompt's
-    support at that layer, never a corpus word. Toward Canada: from France (own) and from Egypt (city), the prompts
-    whose source atom tiny puts in the active support. The logit lens finds France only at layer 1, so layer 0 gets
-    a lens J₀ = I + w_F (h₀ − w_F)ᵀ / ‖w_F‖² whose France atom is the layer-0 activation itself (France is then
-    active there, and the two layers' dictionaries differ, so the pools do too). The pools are rebuilt here from their
-    definition, prompt by prompt and layer by layer."""
+def test_a_swaps_controls_are_one_token_per_seed_matched_at_every_layer(tiny: LoadedModel) -> None:
+    """The benchmark draws each swap's controls once, from the tokens that qualify at every layer its source is
+    active at: the same token per seed at each layer, matched there, never in that layer's support nor a corpus word
+    (a concept is another target's real arm). On tiny the logit lens finds France only at layer 1, so layer 0 gets a
+    lens J₀ = I + w_F (h₀ − w_F)ᵀ / ‖w_F‖² whose France atom is the layer-0 activation itself (France is then active
+    there, and the two layers' dictionaries differ, so the pools do too). The pools are rebuilt here from their
+    definition, layer by layer."""
     from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
 
     from mcp_interp.schemas.swap import SwapCorpus
-    from tests.helpers import top_word as own_word
+    from tests.helpers import tiny_corpus
 
     tok = tiny.tokenizer
     france = tok(" France", add_special_tokens=False)["input_ids"][0]
@@ -395,49 +394,41 @@ def test_a_targets_controls_are_one_token_per_seed_matched_at_every_prompt_and_l
     j0 = torch.eye(w.numel()) + torch.outer(w, h0 - w) / w.dot(w)
     lens = JacobianLens({0: j0, 1: torch.eye(w.numel())}, n_prompts=0, d_model=w.numel())
     _, info = identity_lens(tiny)
-    concepts = ["France", "Canada", "Egypt"]
-    functions = [
-        {"name": name, "template": template, "answers": {c: own_word(tiny, template, c) for c in concepts}}
-        for name, template in (("own", TEMPLATE), ("city", "the city of {arg} is"))
-    ]
-    corpus = SwapCorpus.model_validate({"name": "two-functions", "concepts": concepts, "functions": functions})
+    corpus = SwapCorpus.model_validate(tiny_corpus(tiny))
     change = {"control_tolerance": 0.3}
     job = SwapBenchmarkJob(
         model=tiny, corpus=corpus, layers=[0, 1], lens=lens, lens_info=info, settings=settings(**change)
     )
     drain(job)
+    answers = {
+        w: tok(" " + a, add_special_tokens=False)["input_ids"][0] for w, a in corpus.functions[0].answers.items()
+    }
+    # tiny answers China and Egypt with France's own answer ('.'), so those swaps are ledgered: France → Canada
     target = "Canada"
-    # The first swap of the corpus (own: France → Canada) runs, so Canada's controls are drawn first: nothing taken.
-    assert (job.trials[0].function, job.trials[0].source, job.trials[0].target) == ("own", "France", target)
-    france_trials = [t for t in job.trials if (t.function, t.source, t.target) == ("own", "France", target)]
-    assert [t.status for t in france_trials] == ["executed", "executed"], [t.detail for t in france_trials]
-    toward = [t for t in job.trials if t.target == target and t.status != "skipped_source_inactive"]
-    assert len({(t.function, t.source) for t in toward}) >= 2  # the pool spans several prompts
+    trials = [t for t in job.trials if (t.function, t.source, t.target) == ("own", "France", target)]
+    assert [t.status for t in trials] == ["executed", "executed"], [t.detail for t in trials]
     target_id = tok(" " + target, add_special_tokens=False)["input_ids"][0]
-    templates = {f.name: f for f in corpus.functions}
-
-    def ids(word: str) -> list[int]:
-        return list(tok(" " + word, add_special_tokens=False)["input_ids"])
-
     pools = []
-    for record in toward:
-        function = templates[record.function]
-        source = ids(record.source)[0]
-        prompt, index = edit_position(tok, function.template, record.source, "last")
-        x = prompt_run(tiny, prompt, index, [record.layer]).activations[record.layer]
-        support = lens.decompose(tiny.bridge, x, record.layer, k=25).support.tolist()
-        assert source in support
-        dictionary = lens.lens_vector_dictionary(tiny.bridge, record.layer)
+    for layer in (0, 1):
+        x = prompt_run(tiny, prompt, index, [layer]).activations[layer]
+        support = lens.decompose(tiny.bridge, x, layer, k=25).support.tolist()
+        assert france in support
+        dictionary = lens.lens_vector_dictionary(tiny.bridge, layer)
         never = [*tok.all_special_ids, *range(len(tok), dictionary.shape[0])]
-        excluded = [*ids(function.answers[record.source]), *ids(function.answers[target]), *support, *never]
-        pools.append(set(control_pool(dictionary, source, target_id, excluded, 0.3).candidates.tolist()))
-    words = {i for c in corpus.concepts for i in ids(c)}
-    words |= {i for f in corpus.functions for a in f.answers.values() for i in ids(a) if i != tok.unk_token_id}
-    shared = sorted(set.intersection(*pools) - words)
-    assert len(set(map(frozenset, pools))) > 1 and len(shared) >= 5
+        excluded = [answers["France"], answers[target], *support, *never]
+        pools.append(set(control_pool(dictionary, france, target_id, excluded, 0.3).candidates.tolist()))
+    words = {tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in corpus.concepts}
+    words |= {
+        i
+        for f in corpus.functions
+        for a in f.answers.values()
+        for i in tok(" " + a, add_special_tokens=False)["input_ids"]
+    }
+    shared = sorted(pools[0] & pools[1] - words)
+    assert pools[0] != pools[1] and len(shared) >= 5
     expected = draw_controls(torch.tensor(shared), range(5))
-    for trial in toward:
-        assert trial.status == "executed" and trial.control_pool_size == len(shared)
+    for trial in trials:
+        assert trial.control_pool_size == len(shared)
         assert [c.token_id for c in trial.controls] == expected
         reference = trial.target_displacement
         assert all(abs(c.displacement - reference) <= 0.3 * reference for c in trial.controls)

@@ -5,8 +5,8 @@ layer) is shared by all its trials. A prompt the model cannot answer (strict top
 that cannot run (a word that is not one token, the same answer token for source and target, an
 incapable source, an unknown target) go to the exclusion ledger once, with the reason, and are
 never counted. Before any edit, one pass over the layers decomposes every prompt and narrows each
-target's control pool to the tokens matched at every (function, source, layer) it is edited at (a
-target's controls are one token per seed in all its swaps: ``swap.controls``), within the first step. The trials of
+swap's control pool to the tokens matched at every layer it is edited at (a swap's controls are
+one token per seed at all its layers: ``swap.controls``), within the first step. The trials of
 one prompt at one layer edit the same run, so their edits (real and controls, all targets) go
 through one batched forward; steps then yield once per trial slot, and a cancelled job stops
 between prompts.
@@ -111,7 +111,10 @@ class SwapBenchmarkJob:
             f"baselines: {len(runs)} prompts run, {len(self.exclusions)} excluded; controls matched at "
             f"{len(self.layers)} layers"
         )
-        controls = self._draw_controls(pools)
+        words = [*self.resolved.concept_ids.values(), *(t for ids in self.resolved.answer_ids.values() for t in ids)]
+        for pool in pools.values():
+            pool.exclude(words)  # a concept is another target's real arm: no token is an arm of two targets' tests
+        controls = {key: chosen_controls(pool, self.settings.control_seeds) for key, pool in pools.items()}
         distances: dict[tuple[int, int], torch.Tensor] = {}
         for layer in self.layers:
             # The trials of one prompt at one layer edit the same run: their edits go through one batched forward.
@@ -122,9 +125,7 @@ class SwapBenchmarkJob:
                     if (key.function, key.source, key.target) in blocked:
                         done.append((key, None))
                         continue
-                    record, plan = self._plan(
-                        key, layer, runs, scores, distances, pools[key.target], controls[key.target]
-                    )
+                    record, plan = self._plan(key, layer, runs, scores, distances, pools[key], controls[key])
                     self.trials.append(record)
                     done.append((key, record))
                     plans += [plan] if plan is not None else []
@@ -149,33 +150,18 @@ class SwapBenchmarkJob:
 
     def _match_controls(
         self, runs: dict[tuple[str, str], PromptRun], blocked: dict[tuple[str, str, str], str]
-    ) -> dict[str, SharedPool]:
-        """Before any edit: each target's control pool, narrowed to the tokens matched at every (function, source,
-        layer) the target is edited at — wherever the source atom is active (``swap.controls``: a control is one
-        token for all of a target's swaps, as the target itself is). Decomposes every prompt at every layer on the
-        way (the edits reuse the decompositions)."""
-        swaps = [key for key in self.keys if (key.function, key.source, key.target) not in blocked]
-        pools = {key.target: SharedPool() for key in swaps}
+    ) -> dict[TrialKey, SharedPool]:
+        """Before any edit: each swap's control pool, narrowed layer by layer to the tokens matched at every layer
+        its source atom is active at (``swap.controls``: a control is one token for the whole swap). Decomposes
+        every prompt at every layer on the way (the edits reuse the decompositions)."""
+        pools = {key: SharedPool() for key in self.keys if (key.function, key.source, key.target) not in blocked}
         for layer in self.layers:
             distances: dict[tuple[int, int], torch.Tensor] = {}
-            for (function, source), group in itertools.groupby(swaps, key=lambda k: (k.function, k.source)):
-                pairs = [(self._tokens(key), pools[key.target]) for key in group]
-                match_controls(self.model, self.lens, runs[(function, source)], layer, pairs, self.settings, distances)
+            for (function, source), group in itertools.groupby(pools, key=lambda k: (k.function, k.source)):
+                swaps = [(self._tokens(key), pools[key]) for key in group]
+                match_controls(self.model, self.lens, runs[(function, source)], layer, swaps, self.settings, distances)
             self.lens.clear_device_cache()
         return pools
-
-    def _draw_controls(self, pools: dict[str, SharedPool]) -> dict[str, list[int] | None]:
-        """One control token per seed for each target (in corpus order), never a corpus word (a concept is another
-        target's real arm) nor another target's control: every token is an arm of one target only, so the targets'
-        relabellings are independent."""
-        words = {*self.resolved.concept_ids.values(), *(t for ids in self.resolved.answer_ids.values() for t in ids)}
-        taken: list[int] = []
-        controls: dict[str, list[int] | None] = {}
-        for target, pool in pools.items():
-            pool.exclude([*words, *taken])
-            controls[target] = chosen_controls(pool, self.settings.control_seeds)
-            taken += controls[target] or []
-        return controls
 
     def _tokens(self, key: TrialKey) -> TrialTokens:
         return TrialTokens(

@@ -10,18 +10,21 @@ so a real success cannot be explained by "any edit of that size breaks the answe
 source, the target, both answers and every atom of the active support are never drawn (nor, by
 the caller, special tokens and unembedding rows beyond the tokenizer's vocabulary).
 
-**One control token per seed for a whole target, at every prompt and layer.** The real arm of every swap
-toward a target is the same token — the target — in every prompt it is swapped into (each source, each function)
-and at every layer, so each control is one token too: drawn once per seed from the tokens that qualify at *every*
-(function, source, layer) the target is edited at (``SharedPool``, the intersection of those pools: the Jacobian
-lens's dictionary ``v_t = J_ℓᵀ W_U[:, t]`` and the active support change with ℓ and the prompt, and the matched
-distance ‖v_tgt − v_src‖ with the source). Then, under the null that the target is just another
-displacement-matched token, the columns real, control₁ … control_m of a target's trials are exchangeable *as
-columns* — which is what the target-level relabelling test in ``swap.summary`` needs. Controls redrawn per source
-would make the real column one token and each control column several, and the target's own effect, shared by the
-~6 prompts per function it is swapped into, then looks like specificity (``tests/swap/test_stats.py`` simulates it
-on the shipped corpora: 12–46 % rejections of a true null at α = 0.05). The controls of different targets are
-distinct tokens and never a corpus word (``SharedPool.exclude``), so no token is an arm of two targets.
+**One control token per seed for a whole swap, at every layer.** The real arm of a swap
+(function, source, target) is the same token — the target — at every layer it is edited at, so
+each control is one token too: drawn once per seed from the tokens that qualify at *every* one of
+those layers (``SharedPool``, the intersection of the per-layer pools; the Jacobian lens's
+dictionary ``v_t = J_ℓᵀ W_U[:, t]`` and the active support both change with ℓ, so a token matched
+at one layer need not be at another). Then, under the null that the target is just another
+displacement-matched token, the columns real, control₁ … control_m of a swap's trials are
+exchangeable *as columns* — which is what the relabelling test in ``swap.summary`` needs; a
+control redrawn per trial would make the real column one token and the control columns many,
+and a token effect shared by the real column's trials then looks like an effect. The same holds
+across the prompts a target is swapped into (the real arm is the target's token in all of them),
+and there a control cannot follow: a token matched to every source's displacement at every layer
+practically never exists (on the default benchmark not one, for any target). So the tests use one
+swap per target (``swap.summary.tested_swaps``). A benchmark never draws a corpus word as a
+control: a concept is another target's real arm.
 
 The draw is uniform over the qualifying ids (sorted ascending) with a seeded **CPU**
 ``torch.Generator``, so a seed names the same token on every device; the controls of one swap
@@ -87,15 +90,15 @@ def control_pool(
 
 @dataclass
 class SharedPool:
-    """The tokens that qualify as a control at every edit added so far: the intersection of the pools ``add``-ed
-    (one per layer of a single trial; one per (function, source, layer) of a target in a benchmark), then ``draw``."""
+    """The tokens that qualify as a control of one swap at every layer added so far: the intersection of the
+    per-layer pools (``add`` one per layer the swap is edited at, then ``draw``)."""
 
-    candidates: torch.Tensor | None = None  # ascending ids; None until a pool is added
-    sizes: list[int] = field(default_factory=list)  # each added pool's own size
-    nearest_ratio: float | None = None  # the worst pool's closest relative mismatch (why a pool is empty)
+    candidates: torch.Tensor | None = None  # ascending ids; None until a layer is added
+    layer_sizes: dict[int, int] = field(default_factory=dict)  # each layer's own pool size
+    nearest_ratio: float | None = None  # the worst layer's closest relative mismatch (why a pool is empty)
 
-    def add(self, pool: ControlPool) -> None:
-        self.sizes.append(int(pool.candidates.numel()))
+    def add(self, layer: int, pool: ControlPool) -> None:
+        self.layer_sizes[layer] = int(pool.candidates.numel())
         if pool.nearest_ratio is not None:
             self.nearest_ratio = max(self.nearest_ratio or 0.0, pool.nearest_ratio)
         if self.candidates is None:
@@ -104,7 +107,7 @@ class SharedPool:
             self.candidates = self.candidates[torch.isin(self.candidates, pool.candidates)]
 
     def exclude(self, tokens: Iterable[int]) -> None:
-        """Drop ``tokens`` from the candidates (another target's controls, the corpus's own words)."""
+        """Drop ``tokens`` from the candidates (a benchmark's corpus words: a concept is another target's real arm)."""
         if self.candidates is not None:
             self.candidates = self.candidates[~torch.isin(self.candidates, torch.tensor(sorted(set(tokens))).long())]
 

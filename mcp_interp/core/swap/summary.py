@@ -2,16 +2,17 @@
 
 Model-free: it reads ``TrialRecord``s only, so tests can feed it records built by hand. Three questions, each
 answered by the same target-level relabelling test (``engine.stats.relabel_test``; the choice is explained in
-``swap.stats``), each on one number per (target, arm) — the arms of a target are the real edit (toward the target) and
-one control per seed, each the same token in every trial toward that target (``swap.controls``), summarised over
-those trials (every function, source and layer):
+``swap.stats`` and ``tested_swaps``), each on one number per (target, arm) — the arms are the real edit (toward the
+target) and one control per seed, each one token in every trial of a swap (``swap.controls``), summarised over the
+trials (every layer) of the one swap per target the tests use:
 
 * **swap** — the headline rule: the strict top-1 success rate of the target's answer (``swap_test``);
-* **specificity** — the mean margin gain (edited − unedited margin of the target answer, logits; > 0 = toward
+* **specificity** — the mean margin gain (edited − unedited margin of the target's answer, logits; > 0 = toward
   the target): does the real edit move the answer more than a displacement-matched control does?
 * **beats all** — the fraction of trials in which an arm's margin gain is above every other arm's; by chance
   1/(m + 1) for each arm.
 
+Rates, medians and the beats-all count describe every executed trial; the p-values rest on the tested swaps.
 A benchmark can show "no swap" (0 strict successes, p = 1) with a specific graded effect (the real edit raises the
 target's margin more than its controls, p small): the verdict says both, so neither reads as the other.
 """
@@ -43,14 +44,28 @@ def rate_summary(successes: Sequence[bool], prompts: set[tuple[str, str]]) -> Ra
     )
 
 
-def cluster_of(trial: TrialRecord) -> str:
-    """The unit the tests relabel: the target concept. Its token is the real arm of every trial toward it (each
-    source, each function, each layer) and its controls are drawn once for all of them, so whatever one token does
-    is shared within a cluster and never across clusters. Clustering by prompt (function, source), as before, split
-    a target's shared effect over the 5–6 prompts per function it is swapped into while their controls were fresh
-    tokens: simulated on the shipped corpora's sharing, that rejected a true null 12–46 % of the time at α = 0.05
-    once tokens have effects of their own (σ = 0.5–1.5 logits); this rejects 4–6 % (``tests/swap/test_stats.py``)."""
-    return trial.target
+def tested_swaps(executed: Sequence[TrialRecord]) -> dict[str, tuple[str, str]]:
+    """Per target, the swap (function, source) whose trials the tests use: the one with the most executed trials (the
+    first in trial order on a tie) — a choice made from which edits could run, never from their outcomes.
+
+    Why one swap per target: the target's token is the real arm of every swap toward it — about 6 prompts per
+    function, in each function — so whatever that one token does is shared by all of them, while each swap's controls
+    are tokens of their own (a control displacement-matched to every source at every layer practically never exists:
+    none on the default benchmark). Relabelling per prompt (function, source), as before, or per target over all its
+    swaps, then reads a target's own effect as specificity: simulated on the shipped corpora's sharing, 12–46 % and
+    9–24 % rejections of a true null at α = 0.05 once tokens have effects of their own (σ = 0.5–1.5 logits). Within
+    one swap every column is one token at every layer, the columns are exchangeable under the null, and different
+    targets' swaps share no arm token (controls are never corpus words), so the relabelling is exact; it rejects
+    3–5 % (``tests/swap/test_stats.py``). The other swaps still count in the rates, medians and by-layer numbers."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for trial in executed:
+        swap = (trial.target, trial.function, trial.source)
+        counts[swap] = counts.get(swap, 0) + 1
+    best: dict[str, tuple[tuple[str, str], int]] = {}
+    for (target, function, source), n in counts.items():
+        if target not in best or n > best[target][1]:
+            best[target] = ((function, source), n)
+    return {target: swap for target, (swap, _) in best.items()}
 
 
 def prompt_test(arms: list[list[float]], seed: int, draws: int) -> PromptTest:
@@ -81,20 +96,24 @@ def summarize(
     seed: int = 0,
     draws: int = verdicts.RELABEL_DRAWS,
 ) -> SwapSummary:
-    """Rates, intervals and the three prompt-level tests over executed trials. ``seed`` and ``draws`` drive the
-    Monte Carlo relabellings when exact enumeration is too large (its p-values are valid for any seed)."""
+    """Rates and intervals over executed trials, and the three target-level tests over the tested swaps
+    (``tested_swaps``). ``seed`` and ``draws`` drive the Monte Carlo relabellings when exact enumeration is too large
+    (its p-values are valid for any seed)."""
     executed = [t for t in trials if t.status == EXECUTED]
     prompts = {(t.function, t.source) for t in executed}
-    clusters = [cluster_of(t) for t in executed]
+    chosen = tested_swaps(executed)
+    tested = [t for t in executed if chosen[t.target] == (t.function, t.source)]
+    clusters = [t.target for t in tested]
     real = [bool(t.real and t.real.top1) for t in executed]
     control_rows = [[c.score.top1 for c in t.controls] for t in executed]
     gains = [[gain_of(t), *t.control_margin_gains] for t in executed]
     by_seed = [verdicts.rate([row[i] for row in control_rows]).rate for i in range(len(seeds))]
     seed_rates = [r for r in by_seed if r is not None]
     mean, sd, low, high = stats.spread(seed_rates) if seed_rates else (None, None, None, None)
-    successes = [[float(r), *map(float, row)] for r, row in zip(real, control_rows, strict=True)]
+    successes = [[float(bool(t.real and t.real.top1)), *(float(c.score.top1) for c in t.controls)] for t in tested]
     swap = prompt_test(stats.arm_means(successes, clusters), seed, draws)
-    specificity = specificity_of(gains, clusters, len(seeds), seed, draws)
+    tested_gains = [[gain_of(t), *t.control_margin_gains] for t in tested]
+    specificity = specificity_of(gains, tested_gains, clusters, len(seeds), seed, draws)
     real_rate = rate_summary(real, prompts)
     return SwapSummary(
         verdict=verdict(real_rate, swap, specificity, len(seeds)),
@@ -109,6 +128,7 @@ def summarize(
         by_layer=[layer_summary(trials, layer) for layer in layers],
         n_independent_prompts=len(prompts),
         real_success_prompts=sorted({f"{t.function}/{t.source}" for t in executed if t.real and t.real.top1}),
+        tested_swaps=[f"{function}/{source}→{target}" for target, (function, source) in chosen.items()],
         excluded_trials=excluded,
         target_was_active=sum(bool(t.target_was_active) for t in executed),
     )
@@ -120,19 +140,24 @@ def gain_of(trial: TrialRecord) -> float:
     return trial.margin_gain
 
 
-def specificity_of(gains: list[list[float]], clusters: list[str], m: int, seed: int, draws: int) -> Specificity:
-    """The margin-gain and beats-all tests; ``gains[i]`` is trial i's arms (real first), ``m`` controls each."""
-    beats = [stats.beats_all(row) for row in gains]
-    wins = sum(int(row[0]) for row in beats)
+def specificity_of(
+    gains: list[list[float]], tested: list[list[float]], clusters: list[str], m: int, seed: int, draws: int
+) -> Specificity:
+    """The margin-gain and beats-all tests on the ``tested`` trials (one swap per target, ``clusters`` their targets),
+    the medians and the beats-all count over every executed trial's ``gains``; each row is a trial's arms (real
+    first), ``m`` controls each."""
+    wins = sum(int(stats.beats_all(row)[0]) for row in gains)
     return Specificity(
         real_median_gain=median([row[0] for row in gains]),
         control_median_gain=median([g for row in gains for g in row[1:]]),
-        margin_gain=prompt_test(stats.arm_means(gains, clusters), seed, draws),
+        margin_gain=prompt_test(stats.arm_means(tested, clusters), seed, draws),
         beats_all=wins,
         trials=len(gains),
         beats_all_rate=wins / len(gains) if gains else None,
         chance=1 / (m + 1),
-        beats_all_test=prompt_test(stats.arm_means(beats, clusters), seed + 1, draws),
+        beats_all_test=prompt_test(
+            stats.arm_means([stats.beats_all(row) for row in tested], clusters), seed + 1, draws
+        ),
     )
 
 
@@ -191,8 +216,8 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
         notes.append(
             "Trials of one prompt at several layers and targets are not independent: the Clopper–Pearson intervals "
             "treat them as if they were (read them next to n_independent_prompts); the p-values do not — each test "
-            "summarises a target's trials per arm (its token and its controls' are shared by every prompt and layer "
-            "it is swapped into) and relabels which arm is real once per target."
+            "takes one swap per target (tested_swaps: a target's token is the real arm of every swap toward it), "
+            "summarises its trials per arm and relabels which arm is real once per target."
         )
     winners = {(t.function, t.source) for t in executed if t.real and t.real.top1}
     if 0 < len(winners) < 3:

@@ -12,10 +12,9 @@ layer ℓ makes the model answer as if the prompt were about *target*. A trial:
    the active support the trial is ``skipped_source_inactive``. Otherwise the library's anchored
    coordinate patch (``solve_coordinate_patch``, mode ``substitute``: h += α·c_src·(v_tgt − v_src))
    is applied and the target's answer scored.
-3. **Displacement-matched controls**, one token per seed, matched at every edit they stand in for
-   (``swap.controls``: in a benchmark every prompt and layer the target is edited at; in a single
-   trial its layer), edited and scored identically; too few qualifying tokens →
-   ``skipped_no_control_token``.
+3. **Displacement-matched controls**, one token per seed for the whole swap (function, source,
+   target), matched at every layer it is edited at (``swap.controls``), edited and scored
+   identically; too few qualifying tokens → ``skipped_no_control_token``.
 4. **Graded effect.** Beside strict success, each edit's ``margin gain``: the target answer's
    margin after the edit minus before it (logits; > 0 = the edit moved the answer toward the
    target's), for the real edit (``margin_gain``) and each control (``control_margin_gains``).
@@ -312,12 +311,11 @@ def match_controls(
     settings: SwapSettings,
     distance_cache: dict[tuple[int, int], torch.Tensor],
 ) -> None:
-    """Narrow each swap's shared control pool to the tokens that also qualify at ``layer`` of this run's prompt — when
-    its source atom is active there (the only layers it is edited at). Every swap of ``swaps`` is one target of this
-    run's prompt; a benchmark passes the same pool for every swap toward one target (``swap.controls``).
+    """Narrow each swap's shared control pool to the tokens that also qualify at ``layer`` — when its source atom is
+    active there (the only layers it is edited at). Every swap of ``swaps`` is one target of this run's prompt.
 
-    A control must be displacement-matched at every edit it stands in for, since it stays the same token at all of
-    them; the active support is excluded per prompt and layer."""
+    A control must be displacement-matched at every layer its swap is edited at, since it stays the same token at
+    all of them (``swap.controls``); the active support is excluded per layer, as for a single layer."""
     dictionary = lens.lens_vector_dictionary(model.bridge, layer)
     support = [int(t) for t in decomposition_at(model, lens, run, layer, settings.k).support.tolist()]
     for tokens, shared in swaps:
@@ -327,6 +325,7 @@ def match_controls(
         excluded = {*tokens.source_answer, *tokens.target_answer, *support}
         excluded.update(never_drawn(model.tokenizer, dictionary.shape[0]))
         shared.add(
+            layer,
             control_pool(
                 dictionary, tokens.source_id, tokens.target_id, excluded, settings.control_tolerance, distances
             ),
@@ -334,7 +333,7 @@ def match_controls(
 
 
 def chosen_controls(shared: SharedPool, seeds: Sequence[int]) -> list[int] | None:
-    """One distinct control token per seed from a shared pool, or None when it has fewer tokens than seeds."""
+    """One distinct control token per seed from a swap's shared pool, or None when it has fewer tokens than seeds."""
     if shared.candidates is None or shared.size < len(seeds):
         return None
     return draw_controls(shared.candidates, seeds)
@@ -353,8 +352,8 @@ def plan_edit_trial(
     controls: list[int] | None,
 ) -> EditPlan | None:
     """Step 2 of a trial: decompose, check the source is active and solve every edit — toward the target and toward
-    the ``controls`` (drawn by ``chosen_controls`` from ``shared``, the pool matched at every edit they stand in for;
-    None when too few tokens qualify). Returns None (with ``record`` skipped and explained) when the trial
+    the swap's ``controls`` (drawn by ``chosen_controls`` from ``shared``, the pool matched at every layer the swap is
+    edited at; None when too few tokens qualify). Returns None (with ``record`` skipped and explained) when the trial
     cannot execute. Separate from the forward so a benchmark can run the edits of several trials of one prompt and
     layer in one batch."""
     from transformer_lens.tools.analysis.jacobian_lens_coordinate_patch import solve_coordinate_patch
@@ -379,13 +378,13 @@ def plan_edit_trial(
     record.target_displacement = float(distances[tokens.target_id])
     record.control_pool_size = shared.size
     if controls is None:
-        sizes = shared.sizes or [0]
+        sizes = shared.layer_sizes.values()
         nearest = "no token left to compare" if shared.nearest_ratio is None else f"{shared.nearest_ratio:.4f}"
         record.status = NO_CONTROL
         record.detail = (
             f"{shared.size} token(s) for {len(settings.control_seeds)} control seeds: a control must match "
             f"‖v_target − v_source‖ (here {record.target_displacement:.4f}) within tolerance "
-            f"{settings.control_tolerance} at every edit the controls stand in for ({len(shared.sizes)} prompt-layers, "
+            f"{settings.control_tolerance} at every layer this swap is edited at ({len(shared.layer_sizes)} layers, "
             f"{min(sizes)}–{max(sizes)} tokens qualify at each; closest relative mismatch at the worst: {nearest}); "
             "the tolerance is never widened silently — pass a larger control_tolerance to allow looser controls"
         )
