@@ -202,10 +202,10 @@ def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: in
     )
     return (
         f"Strict swap: {real.successes}/{real.n} real edits made the target's answer the top-1 — {strict} "
-        f"(target-level p = {swap.p_value:.3g}, {swap.targets} targets). Graded: {graded} ({medians}per-target mean "
-        f"real − control {gain.difference:+.3f} logits, p = {gain.p_value:.3g}); the real edit beat all {m} controls "
-        f"in {specificity.beats_all}/{specificity.trials} trials ({rate:.3f} vs chance {specificity.chance:.3f}, "
-        f"p = {specificity.beats_all_test.p_value:.3g})."
+        f"(target-level p = {swap.p_value:.3g}, {swap.targets} targets, one swap each). Graded: {graded} "
+        f"({medians}per-target mean real − control {gain.difference:+.3f} logits, p = {gain.p_value:.3g}); the real "
+        f"edit beat all {m} controls in {specificity.beats_all}/{specificity.trials} trials ({rate:.3f} vs chance "
+        f"{specificity.chance:.3f}; on the tested swaps p = {specificity.beats_all_test.p_value:.3g})."
     )
 
 
