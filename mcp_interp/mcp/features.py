@@ -52,7 +52,7 @@ async def probe(
     test_fraction: Annotated[float, Field(description="Held out.")] = 0.25,
     seed: Annotated[int, Field(description="Seed of the split and the controls.")] = 0,
     control: Annotated[bool, Field(description="Run the controls.")] = True,
-    control_draws: Annotated[int, Field(description="Per control, 19 to 100.")] = 20,
+    control_draws: Annotated[int, Field(description="Most draws per control (stops early), 19 to 1000.")] = 200,
     groups: Annotated[list[str | int] | None, Field(description="One id per text; groups held out whole.")] = None,
     background: Background = False,
 ) -> Annotated[CallToolResult, ProbeResult]:
@@ -88,7 +88,7 @@ async def probe(
 
 
 def probe_summary(result: ProbeResult) -> str:
-    """The best layer's accuracy and, from the p-values only, whether it beats chance and is selective."""
+    """The best layer's accuracy and, from the family-wise p-values only, whether it beats chance and is selective."""
     best = next(r for r in result.layers if r.layer == result.best_layer)
     low, high = result.best_ci_adjusted
     text = (
@@ -98,12 +98,13 @@ def probe_summary(result: ProbeResult) -> str:
     if best.selectivity is not None and best.selectivity_ci is not None and best.selectivity_p is not None:
         control = "type-keyed control" if result.control_kind == "type_keyed" else "shuffled-label control"
         key = f" on {result.control_key}" if result.control_key else ""
-        verdict = "selective" if best.selectivity_p <= 0.05 else "not shown selective"
+        layers = len(result.layers)
+        verdict = "selective" if best.layer in result.layers_selective else "not shown selective"
         text += (
             f" Selectivity over the {control}{key}: {best.selectivity:+.3f} [{best.selectivity_ci[0]:+.3f}, "
-            f"{best.selectivity_ci[1]:+.3f}], p = {best.selectivity_p:.3g} ({verdict}); shuffled-label p = "
-            f"{best.shuffled_p:.3g}. Family-wise over {len(result.layers)} layers: beat chance "
-            f"{len(result.layers_beating_chance)}, selective {len(result.layers_selective)}."
+            f"{best.selectivity_ci[1]:+.3f}], family-wise p = {best.selectivity_p:.3g} over {layers} layers "
+            f"({verdict}). Family-wise: beat chance {len(result.layers_beating_chance)}, selective "
+            f"{len(result.layers_selective)} of {layers}."
         )
     return f"{text} Direction: {best.direction_uri}. Figure: {result.figure_uri}"
 

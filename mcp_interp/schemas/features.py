@@ -20,12 +20,18 @@ class ProbeLayer(BaseModel):
     ci_low: float = Field(description="Exact 95 % interval of accuracy (held-out texts independent).")
     ci_high: float
     train_accuracy: float
-    shuffled_accuracy: float | None = Field(default=None, description="Shuffled-label control, mean of the draws.")
-    shuffled_p: float | None = Field(default=None, description="Rank p of accuracy among those draws.")
-    control_accuracy: float | None = Field(default=None, description="Mean of the control_kind draws.")
+    shuffled_accuracy: float | None = Field(
+        default=None, description="Shuffled-label control, mean of its draws (null when it is the type-keyed one)."
+    )
+    shuffled_p: float | None = Field(default=None, description="Family-wise p over the layers vs those draws.")
+    control_accuracy: float | None = Field(
+        default=None, description="Mean of the control_kind draws (= shuffled_accuracy if shuffled_labels)."
+    )
     selectivity: float | None = Field(default=None, description="accuracy − control_accuracy.")
-    selectivity_ci: list[float] | None = Field(default=None, description="95 % t interval over the draws.")
-    selectivity_p: float | None = Field(default=None, description="Rank p among the control draws.")
+    selectivity_ci: list[float] | None = Field(
+        default=None, description="95 % interval of accuracy − control: both errors."
+    )
+    selectivity_p: float | None = Field(default=None, description="Family-wise p over the layers vs the control.")
     direction_uri: str | None = Field(default=None, description="direction://… for ablate and steer.")
     direction_norm: float = Field(description="Before normalising.")
     direction_accuracy: float = Field(description="Held-out accuracy of the stored direction alone.")
@@ -49,7 +55,8 @@ class ProbeMeasurement(Measurement):
         default=None, description="type_keyed (Hewitt & Liang) when the labels are a function of control_key."
     )
     control_key: str | None = Field(default=None, description="e.g. token 1 (40 types: …).")
-    control_draws: int
+    control_draws: int = Field(description="The most draws per control; drawn until 10 per layer are as good.")
+    draws_made: dict[str, int] = Field(default_factory=dict, description="Draws each control made.")
     layers: list[ProbeLayer]
     best_layer: int = Field(description="Highest accuracy.")
     best_ci_adjusted: list[float] = Field(description="Its exact interval at level 1 − 0.05/L: cite this.")

@@ -210,13 +210,13 @@ class RateSummary(BaseModel):
 
 
 class PromptTest(BaseModel):
-    """Real arm vs controls: per prompt one value per arm over its trials; which arm is real relabelled per prompt."""
+    """Real arm vs controls: per target one value per arm over its trials; which arm is real relabelled per target."""
 
-    real: float = Field(description="Mean over prompts, real arm.")
-    control: float = Field(description="Mean over prompts, controls.")
+    real: float = Field(description="Mean over targets, real arm.")
+    control: float = Field(description="Mean over targets, controls.")
     difference: float = Field(description="real − control; > 0 = real above its controls.")
-    prompts: int
-    real_above: int = Field(description="Prompts where the real arm tops every control arm.")
+    targets: int = Field(description="Target concepts: the units relabelled.")
+    real_above: int = Field(description="Targets where the real arm tops every control arm.")
     p_value: float = Field(description="Two-sided.")
     p_greater: float = Field(description="One-sided, real > control.")
     method: Literal["exact", "monte_carlo"]
@@ -228,12 +228,12 @@ class Specificity(BaseModel):
 
     real_median_gain: float | None = Field(description="Over executed trials.")
     control_median_gain: float | None = Field(description="Over control edits.")
-    margin_gain: PromptTest = Field(description="On per-prompt mean margin gains.")
+    margin_gain: PromptTest = Field(description="On per-target mean margin gains.")
     beats_all: int = Field(description="Trials where the real gain exceeds all m controls'.")
     trials: int
     beats_all_rate: float | None
     chance: float = Field(description="1/(m + 1).")
-    beats_all_test: PromptTest = Field(description="On per-prompt fractions of trials each arm beats all others.")
+    beats_all_test: PromptTest = Field(description="On per-target fractions of trials each arm beats all others.")
 
 
 class SeedSpread(BaseModel):
@@ -275,11 +275,14 @@ class SwapSummary(BaseModel):
     real: RateSummary = Field(description="Strict success of real edits: the headline rule.")
     control: RateSummary = Field(description="Over every control edit.")
     control_seed_spread: SeedSpread = Field(description="Of per-seed control success rates.")
-    swap_test: PromptTest = Field(description="On per-prompt strict success rates.")
+    swap_test: PromptTest = Field(description="On per-target strict success rates.")
     specificity: Specificity
     by_layer: list[LayerSummary]
     n_independent_prompts: int = Field(description="Prompts (function, source) behind the executed trials.")
     real_success_prompts: list[str]
+    tested_swaps: list[str] = Field(
+        default_factory=list, description="The one swap per target the p-values rest on (its most executed)."
+    )
     excluded_trials: int = Field(description="Layer slots in the ledger.")
     target_was_active: int
 

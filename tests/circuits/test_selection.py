@@ -107,21 +107,45 @@ def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedM
     assert "indistinguishable" in bottom.baseline.verdict and "beats" in top.baseline.verdict
 
 
-def test_held_out_faithfulness_is_the_circuit_re_measured_on_the_held_out_pairs(tiny: LoadedModel) -> None:
+def selected_alone(model: LoadedModel, job: Any) -> Any:
+    """find_circuit run from scratch on the selecting pairs of ``job`` alone (no split): what selection may see."""
+    from mcp_interp.core.circuits.faithfulness_job import FindCircuitJob
+    from mcp_interp.core.engine.patching.pairs import pick
+
+    selecting = [i for i in range(len(PAIRS["clean_prompts"])) if i not in job.result.held_out_pairs]
+    alone = FindCircuitJob(model=model, **{k: pick(v, selecting) for k, v in PAIRS.items()}, target=0.6)
+    drain(alone)
+    return alone
+
+
+def test_held_out_pairs_never_reach_the_selection(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """find_circuit with held_out = 0.5 must choose its circuit from the selecting pairs only: the circuit equals the
+    one find_circuit chooses when given those two pairs and nothing else (attribution, ranking and bisection all on
+    them), and held_out is that independently chosen circuit re-measured on the two held-out pairs. A planted leak —
+    selection run on every pair, the held-out ones included — chooses another circuit, so the comparison fails on
+    it."""
+    from mcp_interp.core.circuits import faithfulness_job
     from mcp_interp.core.circuits.faithfulness_job import edge_names
     from mcp_interp.core.engine.patching.pairs import pick
 
     job = find(tiny, target=0.6, held_out=0.5, seed=1)
     result = job.result
     assert result.held_out is not None and len(result.held_out_pairs) == 2
-    held = {k: pick(v, result.held_out_pairs) for k, v in PAIRS.items()}
-    again = faithful(tiny, pairs=held, edges=edge_names(job.graph, job.circuit), random_circuits=19)
-    assert result.held_out.value == pytest.approx(again.faithfulness.value, abs=1e-9)
-    selecting = [i for i in range(4) if i not in result.held_out_pairs]
-    chosen = {k: pick(v, selecting) for k, v in PAIRS.items()}
-    on_selection = faithful(tiny, pairs=chosen, edges=edge_names(job.graph, job.circuit), random_circuits=19)
-    assert result.faithfulness.value == pytest.approx(on_selection.faithfulness.value, abs=1e-9)
+    alone = selected_alone(tiny, job)
+    assert job.circuit == alone.circuit
+    assert result.faithfulness.value == pytest.approx(alone.result.faithfulness.value, abs=1e-9)
     assert result.faithfulness.value >= 0.6
+    held = {k: pick(v, result.held_out_pairs) for k, v in PAIRS.items()}
+    again = faithful(tiny, pairs=held, edges=edge_names(alone.graph, alone.circuit), random_circuits=19)
+    assert result.held_out.value == pytest.approx(again.faithfulness.value, abs=1e-9)
+
+    split = faithfulness_job.held_out_split
+    monkeypatch.setattr(
+        faithfulness_job, "held_out_split", lambda n, fraction, seed: (list(range(n)), split(n, fraction, seed)[1])
+    )
+    leaky = find(tiny, target=0.6, held_out=0.5, seed=1)
+    assert leaky.result.held_out_pairs == result.held_out_pairs  # the same pairs held out, but seen by selection
+    assert leaky.circuit != alone.circuit
 
 
 def test_node_level_find_circuit_keeps_every_edge_out_of_its_nodes(tiny: LoadedModel) -> None:

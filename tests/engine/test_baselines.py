@@ -172,25 +172,37 @@ def test_sae_feature_baseline_draws_energy_matched_features(tiny: LoadedModel, t
 
 
 def test_steer_ranks_its_kl_among_random_directions_of_its_norm(tiny: LoadedModel) -> None:
-    from mcp_interp.core.engine.ablation.baselines import random_unit_vectors
-    from mcp_interp.core.engine.numbers.metrics import kl_divergence
+    """Rebuilt without the package's own pieces: the ActAdd vector from the bridge's caches, the steered and random
+    runs through hand hooks, every KL by scipy (``scipy.stats.entropy``), the random directions from their documented
+    draw written out here (a CPU ``torch.Generator`` seeded by ``seed``, standard normals in float64, normalised, cast
+    to float32), and the p-value from the rank formula on those numbers — none of them read from the result."""
+    from scipy.stats import entropy
+
     from mcp_interp.core.lens.steer import steer
 
-    result = steer(tiny, "when mary and john went to the store", " happy", " sad", 1, 4.0, 3, seed=2)
-    ids = torch.tensor([tiny.tokenizer("when mary and john went to the store")["input_ids"]])
+    prompt = "when mary and john went to the store"
+    result = steer(tiny, prompt, " happy", " sad", 1, 4.0, 3, seed=2)
+    ids = torch.tensor([tiny.tokenizer(prompt)["input_ids"]])
     with torch.no_grad():
-        base = tiny.bridge(ids)[:, -1]
         pos = tiny.bridge.run_with_cache(torch.tensor([tiny.tokenizer(" happy")["input_ids"]]))[1]
         neg = tiny.bridge.run_with_cache(torch.tensor([tiny.tokenizer(" sad")["input_ids"]]))[1]
-    vector = pos["blocks.1.hook_in"][0, -1] - neg["blocks.1.hook_in"][0, -1]
-    norm = float((4.0 * vector).norm())
-    kls = []
-    for unit in random_unit_vectors(20, 64, 2):  # the seeded uniform directions, one forward each
-        with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=[("blocks.1.hook_in", lambda r, hook, u=unit: r + norm * u)]):
-            kls.append(float(kl_divergence(base, tiny.bridge(ids)[:, -1]).value))
+    added = 4.0 * (pos["blocks.1.hook_in"][0, -1] - neg["blocks.1.hook_in"][0, -1])
+
+    def next_token(vector: torch.Tensor | None) -> Any:
+        hooks = [] if vector is None else [("blocks.1.hook_in", lambda r, hook: r + vector)]
+        with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=hooks):
+            return torch.softmax(tiny.bridge(ids)[0, -1].double(), dim=-1).numpy()
+
+    base = next_token(None)
+    real = float(entropy(base, next_token(added)))
+    generator = torch.Generator(device="cpu").manual_seed(2)
+    gaussians = torch.randn(20, 64, generator=generator, dtype=torch.float64)
+    units = (gaussians / gaussians.norm(dim=1, keepdim=True)).float()
+    norm = float(added.norm())
+    kls = [float(entropy(base, next_token(norm * unit))) for unit in units]
+    assert result.next_token_kl == pytest.approx(real, rel=1e-4, abs=1e-7)
     assert result.random_next_token_kl == pytest.approx(kls, rel=1e-4, abs=1e-7)
-    expected_p = (1 + sum(k >= result.next_token_kl for k in kls)) / 21
-    assert result.random_p_value == pytest.approx(expected_p)
+    assert result.random_p_value == pytest.approx((1 + sum(k >= real for k in kls)) / 21)
 
 
 def test_steer_without_a_layer_uses_the_default(tiny: LoadedModel) -> None:

@@ -1,6 +1,6 @@
 """The shared verdict statistics: hand-computed values, and seeded model-free simulations of each test's size under
 its null (≤ 0.06 at α = 0.05) and its power — including the dependence real data has (a token effect shared by
-every trial of a prompt)."""
+every trial it is an arm of, with the default causal-swap corpus's real sharing: ``tests/swap/sharing.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from mcp_interp.core.engine.numbers import stats
 from mcp_interp.errors import InputError
+from tests.swap import sharing
 
 ALPHA = 0.05
 
@@ -59,6 +60,126 @@ def test_rank_test_power() -> None:
     assert all(stats.rank_test(100.0, rng.normal(size=5)).p_value > ALPHA for _ in range(10))
 
 
+class Recorder:
+    """A draw function over a fixed sequence of null values that records how many values each call asked for."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values, self.asked, self.given = values, [], 0
+
+    def __call__(self, k: int) -> list[float]:
+        self.asked.append(k)
+        out = self.values[self.given : self.given + k]
+        self.given += k
+        return out
+
+
+def test_sequential_rank_test_by_hand() -> None:
+    """h = 3, batches of 4, n_max = 10. Draws 5, 1, 7, 2 | 9, 0, 3, 6 against a real 4 ("greater"): the draws ≥ 4 are
+    the 1st, 3rd and 5th, so it stops at draw 5 with p = 3/5; the rest of the second batch (0, 3, 6) is discarded.
+    Against a real 8 only draw 5 (9) is ≥ 8 of all ten: no stop, p = (1 + 1)/(10 + 1)."""
+    values = [5.0, 1.0, 7.0, 2.0, 9.0, 0.0, 3.0, 6.0, 1.0, 2.0, 30.0]
+    early = Recorder(values)
+    test = stats.sequential_rank_test(4.0, early, "greater", h=3, n_max=10, batch=4)
+    assert early.asked == [4, 4] and test.draws == (5.0, 1.0, 7.0, 2.0, 9.0)
+    assert (test.n, test.at_least_as_extreme, test.p_value, test.stopped_early) == (5, 3, 3 / 5, True)
+    late = Recorder(values)
+    full = stats.sequential_rank_test(8.0, late, "greater", h=3, n_max=10, batch=4)
+    assert late.asked == [4, 4, 2] and full.n == 10  # the last batch is cut to n_max; draw 11 (30) never asked for
+    assert (full.at_least_as_extreme, full.p_value, full.stopped_early) == (1, 2 / 11, False)
+    magnitude = stats.sequential_rank_test(-4.0, Recorder([-5.0, 3.0, 4.0, 1.0]), h=2, n_max=4, batch=4)
+    assert (magnitude.n, magnitude.p_value) == (3, 2 / 3)  # |−5| and |4| are ≥ |−4|, the tie counting against
+    assert "drawn sequentially" in stats.versus_random(full)
+    with pytest.raises(ValueError, match="asked for 4"):
+        stats.sequential_rank_test(0.0, lambda k: [0.0], h=2, n_max=4, batch=4)
+
+
+def sequential_rejections(draw_values: np.ndarray, real: np.ndarray) -> tuple[float, float, float]:
+    """Over the rows: the rate of p ≤ 0.05, the rate of p ≤ 0.005, and the mean number of draws made."""
+    ps, used = [], []
+    for values, value in zip(draw_values, real, strict=True):
+        test = stats.sequential_rank_test(float(value), Recorder(values.tolist()), "greater")
+        ps.append(test.p_value)
+        used.append(test.n)
+    return float(np.mean(np.asarray(ps) <= ALPHA)), float(np.mean(np.asarray(ps) <= 0.005)), float(np.mean(used))
+
+
+@pytest.mark.parametrize("distribution", ["normal", "cauchy", "discrete"])
+def test_sequential_rank_test_size(distribution: str) -> None:
+    """H0 (the real value one more draw; heavy tails and ties included): P(p ≤ 0.05) ≤ 0.06 over 4000 datasets, at
+    the defaults h = 10, n_max = 200 (continuous values: exactly 10/200 = 0.05, since it rejects iff at most 9 of
+    the first 199 draws are above the real value, a rank uniform on 0..199). Weak evidence is cheap: under H0 the
+    test stops after a few dozen draws on average, not 200."""
+    rng = np.random.default_rng(31)
+    sample = {
+        "normal": lambda size: rng.normal(size=size),
+        "cauchy": lambda size: rng.standard_cauchy(size=size),
+        "discrete": lambda size: rng.integers(-2, 3, size=size).astype(float),
+    }[distribution]
+    values = sample((4000, 201))
+    size, tiny, mean_draws = sequential_rejections(values[:, 1:], values[:, 0])
+    assert size <= 0.06 and tiny <= 0.01
+    assert mean_draws < 60
+
+
+def test_sequential_rank_test_power_and_resolution() -> None:
+    """A real value 3 SD out: rejected at 0.05 in ≥ 90 % of 1000 datasets, and 4 SD out it resolves to p ≤ 0.005
+    (1/201) in ≥ 80 % — where the fixed 20-draw test can never go below 1/21 ≈ 0.048."""
+    rng = np.random.default_rng(32)
+    power, _, _ = sequential_rejections(rng.normal(size=(1000, 200)), 3.0 + rng.normal(size=1000))
+    assert power >= 0.9
+    _, resolved, draws = sequential_rejections(rng.normal(size=(1000, 200)), 4.0 + rng.normal(size=1000))
+    assert resolved >= 0.8 and draws > 190
+
+
+def correlated_rows(rng: np.random.Generator, rows: int, members: int) -> np.ndarray:
+    """Rows of a family of correlated statistics with their own means and spreads (layers reading the same texts)."""
+    shared = rng.normal(size=(rows, 1))
+    return np.linspace(0.5, 0.9, members) + np.linspace(0.02, 0.1, members) * (
+        shared + rng.normal(size=(rows, members))
+    )
+
+
+def test_sequential_max_test_by_hand() -> None:
+    """Two members, h = 2, batch 3. Real (1.0, 0.0); draws (0, 0), (2, 0), (0, 3) | (0, 0), (3, 0). Centre = mean of
+    the real and the first batch: (0.75, 0.75); centred real (+0.25, −0.75); the draws' centred maxima −0.75, +1.25,
+    +2.25 | −0.75, +2.25. Member 1 (−0.75): every maximum ≥ it, its 2nd at draw 2: p = 2/2. Member 0 (+0.25): draws
+    2 and 3 exceed it, p = 2/3 — drawing stops there, inside the first batch, and the second batch is never asked."""
+    recorder = Recorder([])
+    batches = [np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 3.0]]), np.array([[0.0, 0.0], [3.0, 0.0]])]
+
+    def draw(k: int) -> np.ndarray:
+        recorder.asked.append(k)
+        return batches[len(recorder.asked) - 1]
+
+    test = stats.sequential_max_test([1.0, 0.0], draw, h=2, n_max=5, batch=3)
+    assert recorder.asked == [3] and test.centre == pytest.approx((0.75, 0.75))
+    assert test.used == (3, 2) and test.at_least_as_extreme == (2, 2) and test.p_values == pytest.approx((2 / 3, 1.0))
+    none = stats.sequential_max_test([9.0, 9.0], lambda k: np.zeros((k, 2)), h=2, n_max=5, batch=3)
+    assert none.n == 5 and none.p_values == pytest.approx((1 / 6, 1 / 6))  # no draw ever reaches it: 1/(n_max + 1)
+
+
+def test_sequential_max_test_size_and_power_over_eight_members() -> None:
+    """Eight correlated members (the layers of a probe) with different means and spreads, the real row one more row:
+    some member's p ≤ 0.05 in ≤ 6 % of 2000 datasets. The same rows with the smallest per-member rank p (20 draws)
+    reject far more often — the multiplicity the max statistic pays for. Power: one member 5 of its SDs up is found
+    (its p ≤ 0.05) in ≥ 80 % of 500."""
+    rng = np.random.default_rng(33)
+    family, per_member = [], []
+    for _ in range(2000):
+        rows = correlated_rows(rng, 201, 8)
+        test = stats.sequential_max_test(rows[0], Recorder(list(rows[1:])))
+        family.append(min(test.p_values) <= ALPHA)
+        per_member.append(min(stats.rank_test(rows[0, j], rows[1:21, j], "greater").p_value for j in range(8)) <= ALPHA)
+    assert np.mean(family) <= 0.06
+    assert np.mean(per_member) >= 0.15
+    found = 0
+    for _ in range(500):
+        rows = correlated_rows(rng, 201, 8)
+        rows[0, 5] += 4 * np.linspace(0.02, 0.1, 8)[5] * np.sqrt(2)  # its SD: spread × √(1 + 1)
+        found += stats.sequential_max_test(rows[0], Recorder(list(rows[1:]))).p_values[5] <= ALPHA
+    assert found / 500 >= 0.8
+
+
 def test_relabel_test_exact_by_hand() -> None:
     """Two clusters of (real, control): the four relabellings give statistics ±1.5 ± 0.5 (each cluster's
     a_real − a_control, halved by the mean over 2 clusters), so the observed 2.0 is the largest: p_greater = 1/4."""
@@ -100,61 +221,64 @@ def test_relabel_test_monte_carlo_agrees_with_exact() -> None:
     assert sampled.p_greater == pytest.approx(exact.p_greater, abs=0.015)
 
 
-def token_effect_clusters(
-    rng: np.random.Generator, prompts: int, trials: int, controls: int, sigma: float, effect: float, outcome: str
+def corpus_clusters(
+    rng: np.random.Generator, sigma: float, effect: float, outcome: str, unit: str = "tested"
 ) -> list[np.ndarray]:
-    """The causal-swap null with a per-token effect: every arm of a prompt is one token (the real target or one
-    control token per seed, fixed across the prompt's trials at its layers) whose effect N(−2, σ²) on the logit scale
-    is shared by all of the prompt's trials, plus independent per-trial noise. ``effect`` is added to the real arm
-    (0 = H0). ``outcome``: the per-trial margin gain, or a strict success (gain > 0); arms are summarised per prompt
-    by their mean over trials."""
-    tokens = rng.normal(-2.0, sigma, size=(prompts, 1 + controls))
-    tokens[:, 0] += effect
-    gains = tokens[:, None, :] + rng.normal(size=(prompts, trials, 1 + controls))
-    values = gains if outcome == "margin" else (gains > 0).astype(float)
-    return list(values.mean(axis=1))
+    """One simulated causal-swap benchmark with the default corpus's real sharing (``tests/swap/sharing.py``: every
+    token's effect, σ logits, shared by every trial it is an arm of — a target's by every swap toward it), summarised
+    per cluster and arm. ``outcome``: the margin gain, or strict success; ``unit``: the clusters — "tested" (per
+    target, one swap each: the protocol), "prompt" (function, source) or "trial"."""
+    run = sharing.simulate(rng, STRUCTURE, sigma, effect)
+    if unit == "tested":
+        run, labels = sharing.tested(run, STRUCTURE)
+    elif unit == "prompt":
+        labels = STRUCTURE.prompt[run.swap]
+    values = run.gains if outcome == "margin" else (run.edited > 0).astype(float)
+    return list(values) if unit == "trial" else sharing.cluster_means(values, labels)
 
 
-@pytest.mark.parametrize("sigma", [0.0, 0.5, 1.5])
+STRUCTURE = sharing.sharing("capitals_languages")
+
+
 @pytest.mark.parametrize("outcome", ["margin", "success"])
-def test_relabel_test_size_under_shared_token_effects(sigma: float, outcome: str) -> None:
-    """Size ≤ 0.06 at α = 0.05 under the token-effect null (σ ∈ {0, 0.5, 1.5}) that broke the per-trial tests:
-    12 prompts × 6 layers, 5 controls (6^12 relabellings: the Monte Carlo path)."""
-    rng = np.random.default_rng(int(sigma * 10) + (0 if outcome == "margin" else 100))
-    reps = 600
-    rejected = 0
-    for rep in range(reps):
-        arms = token_effect_clusters(rng, 12, 6, 5, sigma, 0.0, outcome)
-        rejected += stats.relabel_test(arms, seed=rep, draws=999).p_value <= ALPHA
+def test_relabel_test_size_when_clusters_are_the_unit_of_sharing(outcome: str) -> None:
+    """Size ≤ 0.06 at α = 0.05 over 1000 benchmarks of the default corpus's sharing at σ = 1.5 (8 targets of 6 arms:
+    the Monte Carlo path), relabelling per target on one swap each; the three tests at every σ on both corpora are
+    in tests/swap/test_stats.py."""
+    rng = np.random.default_rng(8 if outcome == "margin" else 108)
+    reps = 1000
+    rejected = sum(
+        stats.relabel_test(corpus_clusters(rng, 1.5, 0.0, outcome), seed=rep, draws=499).p_value <= ALPHA
+        for rep in range(reps)
+    )
     assert rejected / reps <= 0.06
 
 
 @pytest.mark.parametrize("outcome", ["margin", "success"])
 def test_relabel_test_power(outcome: str) -> None:
-    """A real edit 1 logit better than its controls on every prompt (σ = 0.5): found in most benchmarks."""
+    """A real edit 1 logit better than an average token (σ = 0.5) on the default corpus's sharing: found in most of
+    300 benchmarks."""
     rng = np.random.default_rng(21)
     reps = 300
     found = sum(
-        stats.relabel_test(token_effect_clusters(rng, 12, 6, 5, 0.5, 1.0, outcome), seed=rep, draws=999).p_greater
-        <= ALPHA
+        stats.relabel_test(corpus_clusters(rng, 0.5, 1.0, outcome), seed=rep, draws=499).p_greater <= ALPHA
         for rep in range(reps)
     )
     assert found / reps >= 0.8
 
 
-def test_per_trial_relabelling_is_invalid_under_token_effects() -> None:
-    """Why relabelling is per cluster: relabelling each trial independently (the real label drawn anew at every
-    layer of a prompt) rejects far more often than α under the σ = 1.5 token-effect null — the failure reported
-    against the old exchangeable-arm test."""
+def test_relabelling_below_the_unit_of_sharing_is_invalid() -> None:
+    """Why the clusters are the targets: on the same null (σ = 1.5), relabelling per prompt (a target's token is then
+    an arm of ~11 clusters) or per trial rejects far more often than α — the failures reported against the designs
+    this replaced."""
     rng = np.random.default_rng(5)
-    reps = 300
-    rejected = 0
+    reps = 150
+    rejected = {"prompt": 0, "trial": 0}
     for rep in range(reps):
-        tokens = rng.normal(-2.0, 1.5, size=(12, 6))
-        gains = tokens[:, None, :] + rng.normal(size=(12, 6, 6))
-        per_trial = list(gains.reshape(72, 6))  # every trial its own cluster
-        rejected += stats.relabel_test(per_trial, seed=rep, draws=999).p_value <= ALPHA
-    assert rejected / reps > 0.2
+        for unit in rejected:
+            arms = corpus_clusters(rng, 1.5, 0.0, "margin", unit)
+            rejected[unit] += stats.relabel_test(arms, seed=rep, draws=199).p_value <= ALPHA
+    assert rejected["prompt"] / reps > 0.3 and rejected["trial"] / reps > 0.5, rejected
 
 
 def test_mean_interval_coverage_and_hand_value() -> None:

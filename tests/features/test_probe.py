@@ -227,6 +227,42 @@ def test_find_key_names_the_position_the_label_is_a_function_of() -> None:
     assert probe.find_key([[1, i] for i in range(4)], np.array([0, 1, 0, 1]), read=-1) is None
 
 
+def unrecurring(n: int, repeated: list[int], column: int) -> tuple[list[list[int]], np.ndarray]:
+    """``n`` texts of three tokens: the ``column``-th (0 or 1) is a word of its own (word i, label i % 2) in every text
+    but the last few, which repeat the ``repeated`` words with their labels (so the labels are a function of that
+    column); the other of the first two tokens is unique, the last is the same full stop in every text."""
+    words = [*range(n - len(repeated)), *repeated]
+    y = np.array([w % 2 for w in words], dtype=np.int64)
+    tokens = [[w, 500 + i, 999] if column == 0 else [500 + i, w, 999] for i, w in enumerate(words)]
+    return tokens, y
+
+
+def test_the_type_keyed_control_needs_types_that_recur() -> None:
+    """The audit's datasets, model-free: 60 balanced texts with 58 distinct first words (two words recur, each with
+    one label), and 30 with every first word different and one recurring word elsewhere. The labels are a function
+    of those columns, but most of their types occur in one text: there is nothing to memorise. Before, both got the
+    type-keyed control and a split that ignored the labels (measured with the previous code: chance 0.600 and 0.750
+    on balanced sets); now no key is used, the split is stratified by label (chance = the held-out majority: 8 of 15,
+    4 of 8) and the reason is given. The rule's second half, by hand: 10 pairs of texts carrying one label each
+    happen by chance with probability 2⁻¹⁰ < 0.01 (kept); 6 pairs with 2⁻⁶ = 0.016 (refused)."""
+    for n, repeated, column, majority in ((60, [0, 1], 0, 8 / 15), (30, [1], 1, 4 / 8)):
+        tokens, y = unrecurring(n, repeated, column)
+        assert (np.bincount(y) == n // 2).all()
+        candidates = probe.key_candidates(tokens, y, read=-1)
+        assert candidates and candidates[0].n_types == n - len(repeated)
+        assert candidates[0].problem is not None and "occur in a single text" in candidates[0].problem
+        assert probe.find_key(tokens, y, read=-1) is None
+        split = probe.split_texts(y, 0.25, seed=0)
+        counts = np.bincount(y[split.test])
+        assert split.kind == "labels" and counts.max() / counts.sum() == majority
+    pairs = np.repeat(np.arange(10), 2)
+    labels = pairs % 2
+    assert probe.recurrence_problem(pairs, labels) is None
+    six = np.repeat(np.arange(6), 2)
+    problem = probe.recurrence_problem(six, six % 2)
+    assert problem is not None and "0.016" in problem
+
+
 def test_split_texts_holds_out_whole_groups_or_stratifies_by_the_key() -> None:
     y = np.tile([0, 1], 60)
     groups = np.repeat(np.arange(12), 10)
@@ -385,20 +421,38 @@ def test_probe_job_against_scikit_learn_on_bridge_residuals(tiny: LoadedModel) -
 
 
 def test_probe_job_with_groups_holds_out_whole_groups(tiny: LoadedModel) -> None:
-    """Groups = the name (6 names × 20 texts): whole names are held out; the label is still a function of the last
-    word, so the shuffled-label control is the type-keyed one (the same draws) and so are the verdicts."""
-    texts, _ = places()
+    """Groups = the name (6 names × 20 texts): whole names are held out (the split rebuilt with scikit-learn's
+    GroupShuffleSplit). The label is still a function of the last word, whose 20 types recur under every name, so
+    memorising the word pays on unseen names. With groups held out the only exact shuffle is among the key types —
+    the type-keyed control — so it runs once: its mean agrees with an independent Hewitt & Liang control (numpy's
+    legacy generator, scikit-learn fits), and no shuffled-label numbers stand beside it as if they were a second
+    control (they used to be the same draws, reported twice)."""
+    from sklearn.model_selection import GroupShuffleSplit
+
+    texts, labels = places()
     names = [text.split()[0] for text in texts]
     job = run_probe(tiny, layers=[1], groups=names, control_draws=19)
     result = job.result
-    assert result.split == "groups" and result.n_test % 20 == 0 and result.control_draws == 19
+    first_seen = {name: i for i, name in enumerate(dict.fromkeys(names))}  # group ids in order of first appearance
+    groups = np.array([first_seen[name] for name in names])
+    train, test = (
+        np.sort(part)
+        for part in next(GroupShuffleSplit(1, test_size=0.25, random_state=0).split(np.arange(120), groups=groups))
+    )
+    assert (result.split, result.n_test, result.control_kind) == ("groups", len(test), "type_keyed")
+    y = np.array([label == "country" for label in labels], dtype=np.int64)
+    key = np.unique([str(tiny.tokenizer(text).input_ids[-1]) for text in texts], return_inverse=True)[1]
+    x = bridge_residuals(tiny, texts, [1])[:, 0]
     row = result.layers[0]
-    assert row.shuffled_p == row.selectivity_p and row.shuffled_accuracy == row.control_accuracy
-    assert result.layers_beating_chance == result.layers_selective
-    assert any("among the key types" in note for note in result.notes)
+    assert row.accuracy == sklearn_probe(x, y, train, test)[0]
+    assert row.control_accuracy == pytest.approx(hewitt_liang(x, key, y, train, test), abs=0.1)
+    assert row.control_accuracy > 0.6  # memorised words: a shuffle within names would score ≈ 0.5
+    assert (row.shuffled_accuracy, row.shuffled_p) == (None, None)
+    assert list(result.draws_made) == ["type_keyed"] and 10 <= result.draws_made["type_keyed"] <= 19
+    assert any("the only exact shuffle" in note for note in result.notes)
     with pytest.raises(InputError, match="needs the controls"):
         run_probe(tiny, layers=[1], groups=names, control=False)
-    with pytest.raises(InputError, match="19 to 100"):
+    with pytest.raises(InputError, match="19 to 1000"):
         run_probe(tiny, layers=[1], control_draws=5)
 
 
@@ -518,7 +572,8 @@ async def test_stdio_probe_then_ablate_its_direction(tmp_path: Path, tiny: Loade
     async with Client(stdio_params("tiny", env), read_timeout_seconds=120) as client:
         tools = await tools_by_name(client)
         result = assert_valid_structured(
-            tools["probe"], await client.call_tool("probe", {"texts": texts, "labels": labels, "layers": [1, 2]})
+            tools["probe"],
+            await client.call_tool("probe", {"texts": texts, "labels": labels, "layers": [1, 2], "control_draws": 19}),
         )
         uri = result["layers"][0]["direction_uri"]
         resource = await client.read_resource(uri)
@@ -557,3 +612,33 @@ async def test_stdio_probe_then_ablate_its_direction(tmp_path: Path, tiny: Loade
     assert ablated["after"] == by_vector["after"] and len(ablated["random_baseline"]["draws"]) == 20
     assert "Run `probe` again" in error_text(unknown)
     assert figure.contents[0].mime_type == "image/png"
+
+
+def test_the_summary_words_selectivity_from_the_family_wise_verdict_only() -> None:
+    """The text block calls the best layer "selective" only when it is in layers_selective (family-wise over the
+    layers probed): a layer whose own p is small but which the family-wise test does not keep reads "not shown
+    selective" (over 8 null layers the best layer's own 20-draw p ≤ 0.05 in 0.147 of datasets)."""
+    from mcp_interp.mcp.features import probe_summary
+    from mcp_interp.schemas.features import ProbeLayer, ProbeResult
+
+    def layer(number: int, p: float) -> ProbeLayer:
+        return ProbeLayer.model_construct(
+            layer=number, accuracy=0.7, selectivity=0.1, selectivity_ci=[0.0, 0.2], selectivity_p=p, direction_uri=None
+        )
+
+    def result(selective: list[int]) -> ProbeResult:
+        return ProbeResult.model_construct(
+            layers=[layer(0, 0.04), layer(1, 0.5)],
+            best_layer=0,
+            best_ci_adjusted=[0.5, 0.9],
+            n_test=40,
+            chance=0.5,
+            control_kind="type_keyed",
+            control_key="token 1",
+            layers_beating_chance=[0],
+            layers_selective=selective,
+            figure_uri=None,
+        )
+
+    assert "(not shown selective)" in probe_summary(result([]))
+    assert "(selective)" in probe_summary(result([0])) and "selective 1 of 2" in probe_summary(result([0]))

@@ -89,3 +89,5 @@ def test_the_shared_pool_is_the_tokens_matched_at_every_layer() -> None:
     shared.add(7, control_pool(layer_b, 0, 1, [8], 0.1))  # id 8 excluded at layer 7 only (e.g. active there)
     assert shared.candidates is not None and shared.candidates.tolist() == [2, 5]
     assert shared.layer_sizes == {3: 4, 7: 4} and shared.size == 2
+    shared.exclude([5, 40])  # a corpus word, and an id not in the pool
+    assert shared.candidates.tolist() == [2] and shared.size == 1

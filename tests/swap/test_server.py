@@ -15,7 +15,7 @@ from scipy import stats
 from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
-from tests.helpers import TEMPLATE, assert_valid_structured, error_text, tiny_corpus, tools_by_name, top_word
+from tests.helpers import CONCEPTS, TEMPLATE, assert_valid_structured, error_text, tiny_corpus, tools_by_name, top_word
 
 pytestmark = pytest.mark.anyio
 
@@ -89,20 +89,34 @@ async def test_benchmark_summary_agrees_with_its_own_artifact(
     assert summary["control"]["n"] == len(draws) == 3 * len(executed)
     assert summary["control"]["successes"] == sum(draws)
     # The graded effect, recomputed from the artifact's trials: margin gain = edited − unedited target margin; per
-    # prompt and arm the mean over the prompt's trials; the specificity statistic is their real − control mean.
-    by_prompt: dict[tuple[str, str], list[list[float]]] = {}
+    # target, its swap with the most executed trials (the first on a tie) is tested: per arm the mean over that swap's
+    # trials; the specificity statistic is their real − control mean.
+    by_swap: dict[tuple[str, str, str], list[list[float]]] = {}
+    controls: dict[tuple[str, str, str], set[tuple[int, ...]]] = {}
     for t in executed:
         unedited = t["baseline"]["target_answer"]["margin"]
         row = [t["real"]["margin"] - unedited, *(c["score"]["margin"] - unedited for c in t["controls"])]
         assert t["margin_gain"] == pytest.approx(row[0]) and t["control_margin_gains"] == pytest.approx(row[1:])
-        by_prompt.setdefault((t["function"], t["source"]), []).append(row)
-    means = [[sum(column) / len(rows) for column in zip(*rows, strict=True)] for rows in by_prompt.values()]
+        swap = (t["target"], t["function"], t["source"])
+        by_swap.setdefault(swap, []).append(row)
+        controls.setdefault(swap, set()).add(tuple(c["token_id"] for c in t["controls"]))
+    # A swap's controls are the same tokens at every layer, and never a corpus word.
+    assert all(len(drawn) == 1 for drawn in controls.values()), controls
+    concepts = {tiny.tokenizer(" " + c, add_special_tokens=False)["input_ids"][0] for c in CONCEPTS}
+    assert not {token for drawn in controls.values() for token in next(iter(drawn))} & concepts
+    tested: dict[str, tuple[tuple[str, str, str], int]] = {}
+    for swap, rows in by_swap.items():
+        if swap[0] not in tested or len(rows) > tested[swap[0]][1]:
+            tested[swap[0]] = (swap, len(rows))
+    assert summary["tested_swaps"] == [f"{f}/{s}→{t}" for (t, f, s), _ in tested.values()]
+    chosen = [by_swap[swap] for swap, _ in tested.values()]
+    means = [[sum(column) / len(rows) for column in zip(*rows, strict=True)] for rows in chosen]
     gain = summary["specificity"]["margin_gain"]
-    assert gain["prompts"] == len(means)
+    assert gain["targets"] == len(means)
     assert gain["real"] == pytest.approx(sum(m[0] for m in means) / len(means))
     assert gain["difference"] == pytest.approx(sum(m[0] - sum(m[1:]) / 3 for m in means) / len(means))
     assert gain["real_above"] == sum(m[0] > max(m[1:]) for m in means)
-    beats = sum(all(row[0] > g for g in row[1:]) for rows in by_prompt.values() for row in rows)
+    beats = sum(all(row[0] > g for g in row[1:]) for rows in by_swap.values() for row in rows)
     assert summary["specificity"]["beats_all"] == beats and summary["specificity"]["chance"] == 0.25
     assert f"in {beats}/{len(executed)} trials" in summary["verdict"]
     assert summary["n_independent_prompts"] == len({(t["function"], t["source"]) for t in executed})

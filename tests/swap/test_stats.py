@@ -16,6 +16,7 @@ from mcp_interp.core.engine.numbers import stats as engine_stats
 from mcp_interp.core.swap import stats as swap_stats
 from mcp_interp.core.swap.summary import summarize
 from mcp_interp.schemas.swap import AnswerScore, ControlDraw, TrialBaseline, TrialRecord
+from tests.swap import sharing
 
 ALPHA = 0.05
 
@@ -139,9 +140,12 @@ def enumerate_relabellings(arms: list[list[float]]) -> tuple[float, float, float
 
 
 def test_summarize_by_hand() -> None:
-    """Three prompts, two controls: every number recomputed here from the margins written in."""
+    """Three targets (Japan, Italy, France: the clusters) from three prompts, two controls: every number recomputed
+    here from the margins written in. France is the target of two swaps with one trial each: the tests use the first
+    (capital/Japan→France); the rates and medians use every executed trial."""
     trials = [
-        # capital/France: targets Japan (layers 0, 1) and Italy (layer 0); arms = (real, control 0, control 1)
+        # Toward Japan (capital/France, layers 0 and 1), Italy (capital/France) and France (capital/Japan and
+        # language/Italy); arms = (real, control 0, control 1)
         record("capital", "France", "Japan", 0, -2.0, [0.5, -3.0, -1.0]),  # gains +2.5, −1.0, +1.0; real top-1
         record("capital", "France", "Japan", 1, -2.0, [-1.0, -1.5, -2.5]),  # gains +1.0, +0.5, −0.5
         record("capital", "France", "Italy", 0, -1.0, [-0.5, 0.5, -2.0]),  # gains +0.5, +1.5, −1.0; control 0 top-1
@@ -153,13 +157,14 @@ def test_summarize_by_hand() -> None:
     assert summary.status_counts == {"executed": 5, "skipped_source_inactive": 1, "skipped_no_control_token": 0}
     assert (summary.real.successes, summary.real.n, summary.real.n_independent_prompts) == (1, 5, 3)
     assert (summary.control.successes, summary.control.n) == (1, 10)
-    # Per prompt (France, Japan, Italy), per arm: the mean over the prompt's trials.
-    success = [[1 / 3, 1 / 3, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
-    gains = [[4 / 3, 1 / 3, -1 / 6], [1.0, 1.0, -1.0], [-1.0, 0.5, 0.0]]
-    beats = [[2 / 3, 1 / 3, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]]  # Japan's tie: nobody beats all
+    # Per target (Japan, Italy, France, in order of first appearance), per arm: the mean over its tested swap's trials.
+    assert summary.tested_swaps == ["capital/France→Japan", "capital/France→Italy", "capital/Japan→France"]
+    success = [[0.5, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
+    gains = [[1.75, -0.25, 0.25], [0.5, 1.5, -1.0], [1.0, 1.0, -1.0]]
+    beats = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]  # capital/Japan→France ties: nobody beats all
     for test, arms in ((summary.swap_test, success), (summary.specificity.margin_gain, gains)):
         observed, greater, less = enumerate_relabellings(arms)  # 3^3 = 27 relabellings: exact
-        assert test.method == "exact" and test.prompts == 3
+        assert test.method == "exact" and test.targets == 3
         assert test.difference == pytest.approx(observed)
         assert test.p_greater == pytest.approx(greater)
         assert test.p_value == pytest.approx(min(1.0, 2 * min(greater, less)))
@@ -168,7 +173,7 @@ def test_summarize_by_hand() -> None:
     observed, greater, less = enumerate_relabellings(beats)
     assert summary.specificity.beats_all_test.difference == pytest.approx(observed)
     assert summary.specificity.beats_all_test.p_value == pytest.approx(min(1.0, 2 * min(greater, less)))
-    assert summary.specificity.margin_gain.real_above == 1  # France: 4/3 above 1/3 and −1/6; Japan ties control 0
+    assert summary.specificity.margin_gain.real_above == 1  # Japan: 1.75 above −0.25 and 0.25; France only ties
     specificity = summary.specificity
     assert (specificity.beats_all, specificity.trials, specificity.chance) == (2, 5, 1 / 3)
     assert specificity.real_median_gain == 1.0  # of +2.5, +1.0, +0.5, +1.0, −1.0
@@ -185,78 +190,78 @@ def test_summarize_by_hand() -> None:
 
 
 def test_the_verdict_tells_no_swap_from_no_effect() -> None:
-    """No edit ever reaches the top-1 (margins stay ≤ −3), but every real edit gains 1 logit more than its controls:
-    the verdict says there is no swap *and* that the effect is specific, each with its p-value."""
+    """No edit ever reaches the top-1 (margins stay ≤ −3), but every real edit gains 1 logit more than its controls,
+    over 8 targets: the verdict says there is no swap *and* that the effect is specific, each with its p-value."""
     rng = np.random.default_rng(0)
     trials = []
     for p in range(8):
         for layer in range(3):
             controls = rng.normal(0.0, 0.3, size=3)
             edited = [-8.0 + 1.0 + rng.normal(0.0, 0.1), *(-8.0 + controls)]
-            trials.append(record("f", f"s{p}", "t", layer, -8.5, edited))
+            trials.append(record("f", f"s{p}", f"t{p}", layer, -8.5, edited))
     summary = summarize(trials, layers=[0, 1, 2], seeds=[0, 1, 2], excluded=0, draws=9999)
     assert summary.real.successes == 0 and summary.swap_test.p_value == 1.0
-    assert summary.specificity.margin_gain.p_value < 0.01 and summary.specificity.margin_gain.difference > 0.5
+    assert summary.specificity.margin_gain.p_value == pytest.approx(2 / 4**8)  # the real arm tops all 8 targets
+    assert summary.specificity.margin_gain.difference > 0.5
     assert summary.specificity.beats_all == 24 and summary.specificity.beats_all_test.p_value < 0.01
     assert "no swap beyond the controls" in summary.verdict
     assert "specific: the real edits raise the target answer's margin" in summary.verdict
     assert "24/24 trials" in summary.verdict and "chance 0.250" in summary.verdict
 
 
-# --- the protocol under a token-effect null: seeded size and power --------------------------------------------
+# --- the protocol under the shipped corpora's sharing: seeded size and power (tests/swap/sharing.py) ----------
 
 
-def token_effect_benchmark(
-    rng: np.random.Generator, sigma: float, effect: float, prompts: int = 12, targets: int = 2, layers: int = 3
-) -> list[TrialRecord]:
-    """A simulated benchmark: ``prompts`` prompts × ``targets`` swaps × ``layers`` layers, 5 controls per trial.
-
-    Every arm of a swap is one token (the target, or one control per seed, fixed across the swap's layers, as the
-    protocol draws them), and each token has its own effect N(−2, σ²) on the edited margin (logits), shared by all
-    the swap's layers; each prompt has an effect shared by all its arms, each trial an unedited margin shared by its
-    arms, and every edit independent noise N(0, 1). ``effect`` is added to the real token (0 = H0: the target is
-    just another displacement-matched token)."""
+def test_the_simulated_sharing_is_the_shipped_corpus_and_summarize_reads_it_as_simulated() -> None:
+    """The simulated benchmark is the real one's shape, counted by hand from the corpus file: capitals_languages has
+    7 capable capital prompts and 6 language ones, so 7·6 + 6·5 = 72 swaps, 13 prompts and 8 targets, each target
+    the real arm of 6 capital prompts (when the model knows its capital) and 5 language ones (its language). And
+    summarize, given the simulated trials, tests the swaps and gets the p-values the simulation computes (countries:
+    4 targets, so the relabelling is exact)."""
+    structure = sharing.sharing("capitals_languages")
+    assert len(structure.swaps) == 72 and len(set(structure.prompt)) == 13 and len(set(structure.target)) == 8
+    per_target = np.bincount(structure.target)
+    assert sorted(per_target.tolist()) == [5, 6, 6, 11, 11, 11, 11, 11]  # Russia: language only; China, Japan: capital
+    countries = sharing.sharing("countries")
+    run = sharing.simulate(np.random.default_rng(5), countries, 0.5, 0.0)
     trials = []
-    for p in range(prompts):
-        prompt_effect = rng.normal(0.0, 0.5)
-        for t in range(targets):
-            tokens = rng.normal(-2.0, sigma, size=6)
-            tokens[0] += effect
-            for layer in range(layers):
-                unedited = rng.normal(-3.0, 0.5)
-                edited = tokens + prompt_effect + rng.normal(size=6)
-                trials.append(record("f", f"s{p}", f"t{t}", layer, unedited, edited.tolist()))
-    return trials
+    for row, edited, swap in zip(run.gains, run.edited, run.swap, strict=True):
+        function, source, target = countries.swaps[swap]
+        unedited = float(edited[0] - row[0])
+        trials.append(record(function, source, target, 0, unedited, edited.tolist()))
+    summary = summarize(trials, [0], range(sharing.SEEDS), 0, seed=7, draws=999)
+    subset, labels = sharing.tested(run, countries)
+    expected = sharing.p_values(subset, labels, 7)
+    assert summary.tested_swaps == ["{}/{}→{}".format(*countries.swaps[s]) for s in dict.fromkeys(subset.swap.tolist())]
+    assert summary.swap_test.method == "exact" and summary.swap_test.targets == 4 < len(set(run.swap.tolist()))
+    assert summary.swap_test.p_value == pytest.approx(expected["strict"])
+    assert summary.specificity.margin_gain.p_value == pytest.approx(expected["margin"])
+    assert summary.specificity.beats_all_test.p_value == pytest.approx(expected["beats_all"])
 
 
-def rejections(sigma: float, effect: float, reps: int, seed: int) -> dict[str, float]:
-    """Rejection rates at α = 0.05 of the three tests over ``reps`` simulated benchmarks — and, for contrast, of the
-    margin test relabelled per trial (every trial its own cluster: the design this replaces)."""
-    rng = np.random.default_rng(seed)
-    counts = {"swap": 0, "margin": 0, "beats_all": 0, "per_trial": 0}
-    for rep in range(reps):
-        trials = token_effect_benchmark(rng, sigma, effect)
-        summary = summarize(trials, [0, 1, 2], range(5), 0, rep, 499)
-        counts["swap"] += summary.swap_test.p_value <= ALPHA
-        counts["margin"] += summary.specificity.margin_gain.p_value <= ALPHA
-        counts["beats_all"] += summary.specificity.beats_all_test.p_value <= ALPHA
-        per_trial = engine_stats.relabel_test([[t.margin_gain, *t.control_margin_gains] for t in trials], rep, 499)
-        counts["per_trial"] += per_trial.p_value <= ALPHA
-    return {name: n / reps for name, n in counts.items()}
+@pytest.mark.parametrize("corpus", ["capitals_languages", "countries"])
+@pytest.mark.parametrize("sigma", [0.0, 0.5, 1.5])
+def test_size_under_the_shipped_corpora_sharing(corpus: str, sigma: float) -> None:
+    """H0: the target is one more displacement-matched token, every token (target or control) with an effect of its
+    own (σ logits) shared by every trial it is an arm of — for a target, every swap toward it (5–6 prompts per
+    function). Relabelling per target on one swap each, all three tests reject ≤ 6 % of 2000 simulated benchmarks
+    at α = 0.05."""
+    sizes = sharing.rejections(corpus, sigma, 0.0, reps=2000, seed=int(10 * sigma) + len(corpus))
+    assert max(sizes.values()) <= 0.06, sizes
 
 
-@pytest.mark.parametrize(("sigma", "per_trial_at_least"), [(0.0, 0.0), (0.5, 0.08), (1.5, 0.12)])
-def test_size_under_the_token_effect_null(sigma: float, per_trial_at_least: float) -> None:
-    """Size ≤ 0.06 at α = 0.05 for all three tests when tokens have effects of their own (σ up to 1.5 logits) shared
-    by every layer of a swap. The same null makes relabelling each trial on its own reject well above α once σ > 0
-    (measured: 0.11 at σ = 0.5, 0.18 at σ = 1.5 in this design), so the simulation tells a valid test from an
-    invalid one."""
-    sizes = rejections(sigma, 0.0, reps=1000, seed=int(10 * sigma))
-    assert max(sizes["swap"], sizes["margin"], sizes["beats_all"]) <= 0.06, sizes
-    assert sizes["per_trial"] >= per_trial_at_least, sizes
+def test_the_null_sees_shared_targets() -> None:
+    """The same null detects the designs that ignore the shared target: relabelling per prompt (the design this
+    replaced) or per target over all its swaps, each prompt with its own controls, reject in ≥ 15 % of 300
+    benchmarks of capitals_languages at σ = 1.5 (measured 0.45–0.49 and 0.25–0.27), so the size test above can fail."""
+    per_prompt = sharing.rejections("capitals_languages", 1.5, 0.0, reps=300, seed=40, unit="prompt")
+    all_swaps = sharing.rejections("capitals_languages", 1.5, 0.0, reps=300, seed=41, unit="target")
+    assert min(per_prompt.values()) >= 0.25 and min(all_swaps.values()) >= 0.15, (per_prompt, all_swaps)
 
 
-def test_power_under_a_real_effect() -> None:
-    """The real token 1 logit better than its controls (σ = 0.5): every test finds it in most benchmarks."""
-    power = rejections(0.5, 1.0, reps=200, seed=99)
-    assert all(found >= 0.8 for found in power.values()), power
+@pytest.mark.parametrize(("corpus", "at_least"), [("capitals_languages", 0.9), ("countries", 0.65)])
+def test_power_under_a_real_effect(corpus: str, at_least: float) -> None:
+    """The real token 1 logit better than an average token (σ = 0.5): found by every test in most of 200 benchmarks
+    (measured 0.98–1.00 on capitals_languages' 8 targets, 0.73–0.85 on countries' 4)."""
+    power = sharing.rejections(corpus, 0.5, 1.0, reps=200, seed=99)
+    assert min(power.values()) >= at_least, power

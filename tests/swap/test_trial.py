@@ -301,13 +301,28 @@ def test_the_benchmarks_batched_edits_equal_one_trial_at_a_time(tiny: LoadedMode
             record.layer,
             settings(control_seeds=[0, 1]),
         ).trial
-    assert [alone[(r.source, r.target, r.layer)].status for r in job.trials] == [r.status for r in job.trials]
+    # The decomposition alone decides whether a trial runs: the same statuses, apart from control pools (a single
+    # trial's controls are matched at its layer only, a benchmark's at every prompt and layer of the target).
+    inactive = "skipped_source_inactive"
+    assert [alone[(r.source, r.target, r.layer)].status == inactive for r in job.trials] == [
+        r.status == inactive for r in job.trials
+    ]
     for record in executed:  # scores exist exactly for executed trials: compare every one
         single = alone[(record.source, record.target, record.layer)]
-        one_at_a_time = [single.real, *(c.score for c in single.controls)]
-        batched = [record.real, *(c.score for c in record.controls)]
-        assert [s.rank for s in one_at_a_time] == [s.rank for s in batched]
-        assert [s.logit for s in one_at_a_time] == pytest.approx([s.logit for s in batched], abs=1e-4)
+        assert [single.real.rank, single.real.logit] == pytest.approx([record.real.rank, record.real.logit], abs=1e-4)
+        # Each batched control edit, rerun alone through the library's live hook: the same target logit and rank.
+        source = tiny.tokenizer(" " + record.source, add_special_tokens=False)["input_ids"][0]
+        prompt = torch.tensor([tiny.tokenizer(record.prompt)["input_ids"]])
+        for control in record.controls:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                hooks = lens.coordinate_patch_hooks(
+                    tiny.bridge, source, control.token_id, [record.layer], positions=[-1], k=25
+                )
+            with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=hooks):
+                logits = tiny.bridge(prompt, return_type="logits")[0, -1]
+            assert float(logits[control.score.token_id]) == pytest.approx(control.score.logit, abs=1e-4)
+            assert int((logits > logits[control.score.token_id]).sum()) == control.score.rank
 
 
 def greedy_words(model: LoadedModel, concept: str, n: int = 2) -> str:
@@ -361,10 +376,11 @@ def test_a_trial_with_two_token_answers_scores_every_step(tiny: LoadedModel) -> 
 
 def test_a_swaps_controls_are_one_token_per_seed_matched_at_every_layer(tiny: LoadedModel) -> None:
     """The benchmark draws each swap's controls once, from the tokens that qualify at every layer its source is
-    active at: the same token per seed at each layer, matched there, never in that layer's support. On tiny the
-    logit lens finds France only at layer 1, so layer 0 gets a lens J₀ = I + w_F (h₀ − w_F)ᵀ / ‖w_F‖² whose France
-    atom is the layer-0 activation itself (France is then active there, and the two layers' dictionaries differ, so
-    the pools do too). The pools are rebuilt here from their definition, layer by layer."""
+    active at: the same token per seed at each layer, matched there, never in that layer's support nor a corpus word
+    (a concept is another target's real arm). On tiny the logit lens finds France only at layer 1, so layer 0 gets a
+    lens J₀ = I + w_F (h₀ − w_F)ᵀ / ‖w_F‖² whose France atom is the layer-0 activation itself (France is then active
+    there, and the two layers' dictionaries differ, so the pools do too). The pools are rebuilt here from their
+    definition, layer by layer."""
     from transformer_lens.tools.analysis.jacobian_lens import JacobianLens
 
     from mcp_interp.schemas.swap import SwapCorpus
@@ -401,7 +417,14 @@ def test_a_swaps_controls_are_one_token_per_seed_matched_at_every_layer(tiny: Lo
         never = [*tok.all_special_ids, *range(len(tok), dictionary.shape[0])]
         excluded = [answers["France"], answers[target], *support, *never]
         pools.append(set(control_pool(dictionary, france, target_id, excluded, 0.3).candidates.tolist()))
-    shared = sorted(pools[0] & pools[1])
+    words = {tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in corpus.concepts}
+    words |= {
+        i
+        for f in corpus.functions
+        for a in f.answers.values()
+        for i in tok(" " + a, add_special_tokens=False)["input_ids"]
+    }
+    shared = sorted(pools[0] & pools[1] - words)
     assert pools[0] != pools[1] and len(shared) >= 5
     expected = draw_controls(torch.tensor(shared), range(5))
     for trial in trials:

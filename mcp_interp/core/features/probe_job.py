@@ -1,10 +1,11 @@
 """The ``probe`` measurement: one forward pass over the texts, then per layer a probe and its control draws.
 
 Per layer it reports the held-out accuracy with its exact interval, the shuffled-label control and (when the
-labels are a function of a key: a token at some position, or the group) the type-keyed control, each as the mean
-of ``control_draws`` draws with a rank p-value, the selectivity over the control with its interval, and the fitted
-direction as a unit vector with the statistics ``steer`` needs; the adapter stores each as ``direction://{id}``.
-``core.features.probe`` defines every number and why its p-value is exact.
+labels are a function of a key whose types recur: a token at some position, or the group) the type-keyed control,
+each as the mean of its draws with a family-wise p-value over the layers (drawn sequentially, at most
+``control_draws`` draws), the selectivity over the control with its interval, and the fitted direction as a unit
+vector with the statistics ``steer`` needs; the adapter stores each as ``direction://{id}``. ``core.features.probe``
+defines every number and why its p-value is exact.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ def data_hash(texts: Sequence[str], labels: Sequence[str], position: Any) -> str
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-@dataclass
-class Draws:
-    """Control draws' held-out accuracies, [draws, layers] each (None when not run)."""
+@dataclass(frozen=True)
+class Control:
+    """One control run over every layer: its sequential family-wise test and the held-out hits of the draws it made
+    (per layer, [draws, n_test])."""
 
-    shuffled: list[np.ndarray] = field(default_factory=list)
-    keyed: list[np.ndarray] = field(default_factory=list)
+    kind: ControlKind
+    test: stats.FamilyRankTest
+    hits: list[np.ndarray]
 
 
 @dataclass(kw_only=True)
@@ -54,7 +57,7 @@ class ProbeJob:
     test_fraction: float = 0.25
     seed: int = 0
     control: bool = True
-    control_draws: int = stats.DEFAULT_DRAWS
+    control_draws: int = stats.MOST_DRAWS
     groups: Sequence[Hashable] | None = None
     result: ProbeMeasurement | None = field(default=None, init=False)
     directions: list[StoredDirection] = field(default_factory=list, init=False)
@@ -63,7 +66,8 @@ class ProbeJob:
         return check_layers(self.layers, self.model.cfg.n_layers)
 
     def total_steps(self) -> int:
-        return 1 + len(self._chosen())
+        batches = -(-self.control_draws // stats.BATCH) * 2 if self.control else 0
+        return 1 + len(self._chosen()) + batches
 
     def steps(self) -> Iterator[str]:
         check_position(self.position)
@@ -74,7 +78,7 @@ class ProbeJob:
                 f"`labels` has {len(self.labels)} entries for {len(texts)} texts: give one label per text."
             )
         if self.control:
-            stats.check_draws(self.control_draws, "control_draws")
+            stats.check_most_draws(self.control_draws, "control_draws")
         elif self.groups is not None:
             raise InputError(
                 "`groups` needs the controls (control=true): texts of a held-out group are not independent, so only "
@@ -85,31 +89,77 @@ class ProbeJob:
         tokens = [token_ids(self.model.tokenizer, text) for text in texts]
         names = [[self.model.tokenizer.decode([i]) for i in ids] for ids in tokens]  # for the notes: ' dog'
         read = -1 if self.position == "last" else self.position if isinstance(self.position, int) else None
-        key = probe.find_key(tokens, y, read, groups, names)
+        candidates = probe.key_candidates(tokens, y, read, groups, names)
+        key = next((candidate for candidate in candidates if candidate.problem is None), None)
+        unused = candidates[0] if key is None and candidates else None
         split = probe.split_texts(
             y, self.test_fraction, self.seed, groups=groups, key=None if key is None else key.values
         )
         residuals = read_residuals(self.model, texts, self.layers, self.position)
         yield f"read resid_post of {len(residuals.layers)} layers for {len(texts)} texts"
-        shuffled = keyed = None
-        shuffle_how = ""
-        if self.control:
-            if key is not None:
-                keyed = probe.keyed_labels(key.values, y, self.control_draws, self.seed + KEY_SEED_OFFSET, split)
-            if groups is not None and key is not None:
-                shuffled, shuffle_how = keyed, "among the key types"  # with groups held out, the same null
-                keyed = None
-            else:
-                shuffled, shuffle_how = probe.shuffled_labels(
-                    y, split, self.control_draws, self.seed + SHUFFLE_SEED_OFFSET, groups
-                )
+        xs = [residuals.values[:, column].numpy() for column in range(len(residuals.layers))]
         rows: list[ProbeLayer] = []
-        draws = Draws()
-        for column, layer in enumerate(residuals.layers):
-            x = residuals.values[:, column].numpy()
-            rows.append(self._layer(layer, x, y, classes, split, shuffled, keyed, draws, texts))
-            yield f"layer {layer}: held-out accuracy {rows[-1].accuracy:.3f}"
-        self.result = self._measurement(rows, y, classes, split, key, draws, shuffle_how, len(texts))
+        fits: list[probe.ProbeFit] = []
+        for x, layer in zip(xs, residuals.layers, strict=True):
+            fit, row = self._layer(layer, x, y, classes, split, texts)
+            fits.append(fit)
+            rows.append(row)
+            yield f"layer {layer}: held-out accuracy {row.accuracy:.3f}"
+        controls: list[Control] = []
+        if self.control:
+            for kind, labellings in self._nulls(y, split, groups, key):
+                test = stats.SequentialMaxTest([fit.accuracy for fit in fits], n_max=self.control_draws)
+                hits: list[list[np.ndarray]] = [[] for _ in xs]
+                while wanted := test.wanted():
+                    batch = labellings[test.n : test.n + wanted]
+                    for column, x in enumerate(xs):
+                        hits[column].append(probe.held_out_hits(x, batch, split, self.method))
+                    test.add(np.stack([h[-1].mean(axis=1) for h in hits], axis=1))
+                    yield f"{kind.replace('_', '-')} control: {test.n} draws (at most {self.control_draws})"
+                result = test.result()
+                controls.append(Control(kind, result, [np.vstack(h)[: result.n] for h in hits]))
+            self._fill_controls(rows, fits, controls, self._units(split, groups, key))
+        self.result = self._measurement(rows, y, classes, split, key, unused, controls, len(texts))
+
+    def _nulls(
+        self, y: np.ndarray, split: probe.Split, groups: np.ndarray | None, key: probe.Key | None
+    ) -> list[tuple[ControlKind, np.ndarray]]:
+        """The controls to run, each with its ``control_draws`` relabellings (a sequential test uses a prefix). With
+        whole groups held out and the labels a function of a key, the only exact shuffle is among the key types —
+        the type-keyed control itself — so it runs once (it answers both "beats chance" and "selective")."""
+        n = self.control_draws
+        keyed = None if key is None else probe.keyed_labels(key.values, y, n, self.seed + KEY_SEED_OFFSET, split)
+        if keyed is not None and groups is not None:
+            return [("type_keyed", keyed)]
+        shuffled, _ = probe.shuffled_labels(y, split, n, self.seed + SHUFFLE_SEED_OFFSET, groups)
+        nulls: list[tuple[ControlKind, np.ndarray]] = [("shuffled_labels", shuffled)]
+        return nulls + ([("type_keyed", keyed)] if keyed is not None else [])
+
+    @staticmethod
+    def _units(split: probe.Split, groups: np.ndarray | None, key: probe.Key | None) -> np.ndarray:
+        """The held-out units that are independent, for the selectivity interval: groups, else key types, else
+        texts."""
+        if groups is not None:
+            return groups[split.test]
+        return key.values[split.test] if key is not None else split.test
+
+    def _fill_controls(
+        self, rows: list[ProbeLayer], fits: list[probe.ProbeFit], controls: list[Control], units: np.ndarray
+    ) -> None:
+        """Each layer's control numbers: the shuffled-label control's mean and family-wise p (absent when the only
+        exact shuffle is the type-keyed control), and the selectivity over the last control (type-keyed, or the
+        shuffled-label one when there is no key) with its interval and family-wise p."""
+        chance = next((c for c in controls if c.kind == "shuffled_labels"), None)
+        selectivity = controls[-1]
+        for column, (row, fit) in enumerate(zip(rows, fits, strict=True)):
+            if chance is not None:
+                row.shuffled_accuracy = float(chance.test.draws[:, column].mean())
+                row.shuffled_p = chance.test.p_values[column]
+            row.control_accuracy = float(selectivity.test.draws[:, column].mean())
+            row.selectivity = fit.accuracy - row.control_accuracy
+            low, high = probe.selectivity_interval(fit.hits, selectivity.hits[column], units, self.seed + column)
+            row.selectivity_ci = [low, high]
+            row.selectivity_p = selectivity.test.p_values[column]
 
     def _layer(
         self,
@@ -118,11 +168,8 @@ class ProbeJob:
         y: np.ndarray,
         classes: list[str],
         split: probe.Split,
-        shuffled: np.ndarray | None,
-        keyed: np.ndarray | None,
-        draws: Draws,
         texts: list[str],
-    ) -> ProbeLayer:
+    ) -> tuple[probe.ProbeFit, ProbeLayer]:
         method = self.method  # checked in steps()
         fit = probe.fit_probe(x, y, split, method)
         low, high = stats.clopper_pearson(fit.correct, fit.n_test)
@@ -136,20 +183,6 @@ class ProbeJob:
             direction_accuracy=fit.direction_accuracy,
             projection_gap=0.0,
         )
-        if shuffled is not None:
-            accuracies = probe.held_out_correct(x, shuffled, split, method) / fit.n_test
-            draws.shuffled.append(accuracies)
-            row.shuffled_accuracy = float(accuracies.mean())
-            row.shuffled_p = stats.rank_test(fit.accuracy, accuracies.tolist(), "greater").p_value
-            control = accuracies
-            if keyed is not None:
-                control = probe.held_out_correct(x, keyed, split, method) / fit.n_test
-                draws.keyed.append(control)
-            interval = stats.mean_interval(control.tolist())
-            row.control_accuracy = interval.mean
-            row.selectivity = fit.accuracy - interval.mean
-            row.selectivity_ci = [fit.accuracy - interval.high, fit.accuracy - interval.low]
-            row.selectivity_p = stats.rank_test(fit.accuracy, control.tolist(), "greater").p_value
         norm = float(np.linalg.norm(fit.direction))
         unit = fit.direction / norm if norm > 0 else fit.direction
         projections = x.astype(np.float64) @ unit
@@ -169,7 +202,7 @@ class ProbeJob:
                 method=f"probe:{self.method}",
                 labels=classes,
                 accuracy=fit.direction_accuracy,
-                selectivity=row.selectivity,
+                selectivity=None,
                 projection_std=float(projections.std()),
                 projection_means=means,
                 model_name=self.model.name,
@@ -177,7 +210,7 @@ class ProbeJob:
                 data_hash=data_hash(texts, [str(label) for label in self.labels], self.position),
             )
         )
-        return row
+        return fit, row
 
     def _measurement(
         self,
@@ -186,8 +219,8 @@ class ProbeJob:
         classes: list[str],
         split: probe.Split,
         key: probe.Key | None,
-        draws: Draws,
-        shuffle_how: str,
+        unused: probe.Key | None,
+        controls: list[Control],
         n_texts: int,
     ) -> ProbeMeasurement:
         n_test = len(split.test)
@@ -198,20 +231,26 @@ class ProbeJob:
         # Bonferroni level 1 − 0.05/L.
         level = 1 - (1 - stats.CONFIDENCE) / len(rows)
         best_interval = stats.clopper_pearson(round(best.accuracy * n_test), n_test, level)
-        accuracies = np.array([row.accuracy for row in rows])
         kind: ControlKind | None = None
         selective: list[int] = []
         notes = [
-            f"Accuracy is on {n_test} held-out texts ({_split_words(split.kind)}); chance (the majority label) is "
-            f"{chance:.3f}; ci_low/ci_high are exact (Clopper–Pearson, 95 %) for independent held-out texts."
+            f"Accuracy is on {n_test} held-out texts ({_split_words(split.kind)}); chance (the majority label of the "
+            f"held-out texts) is {chance:.3f}; ci_low/ci_high are exact (Clopper–Pearson, 95 %) for independent "
+            "held-out texts."
         ]
+        if unused is not None:
+            notes.append(
+                f"The labels are a function of {probe.key_summary(unused)}, but {unused.problem}: no type-keyed "
+                "control was applied, the split is stratified by label and the control is the shuffled-label one."
+            )
         if self.control:
-            shuffled = np.stack(draws.shuffled, axis=1)
-            beating = [rows[i].layer for i in np.flatnonzero(probe.family_wise_p(accuracies, shuffled) <= stats.ALPHA)]
-            control = np.stack(draws.keyed, axis=1) if draws.keyed else shuffled
-            selective = [rows[i].layer for i in np.flatnonzero(probe.family_wise_p(accuracies, control) <= stats.ALPHA)]
-            kind = "type_keyed" if key is not None else "shuffled_labels"
-            notes += self._control_notes(rows, key, beating, selective, shuffle_how)
+            for row, direction in zip(rows, self.directions, strict=True):
+                direction.selectivity = row.selectivity
+            first, last = controls[0].test, controls[-1].test
+            beating = [row.layer for row, p in zip(rows, first.p_values, strict=True) if p <= stats.ALPHA]
+            selective = [row.layer for row, p in zip(rows, last.p_values, strict=True) if p <= stats.ALPHA]
+            kind = controls[-1].kind
+            notes += self._control_notes(rows, key, beating, selective, controls)
         else:
             beating = [
                 row.layer
@@ -247,6 +286,7 @@ class ProbeJob:
             control_kind=kind,
             control_key=None if key is None else probe.key_summary(key),
             control_draws=self.control_draws if self.control else 0,
+            draws_made={c.kind: c.test.n for c in controls},
             layers=rows,
             best_layer=best.layer,
             best_ci_adjusted=list(best_interval),
@@ -256,36 +296,55 @@ class ProbeJob:
         )
 
     def _control_notes(
-        self, rows: list[ProbeLayer], key: probe.Key | None, beating: list[int], selective: list[int], how: str
+        self,
+        rows: list[ProbeLayer],
+        key: probe.Key | None,
+        beating: list[int],
+        selective: list[int],
+        controls: list[Control],
     ) -> list[str]:
-        n = self.control_draws
+        cap = self.control_draws
+        made = ", ".join(f"{c.kind} {c.test.n}" for c in controls)
         notes = [
-            f"Shuffled-label control: the same probe on labels shuffled {how}, {n} draws; shuffled_p = (1 + #draws "
-            "≥ accuracy)/(draws + 1). layers_beating_chance and layers_selective are family-wise over "
-            f"{len(rows)} layers (each draw's maximum over layers, p ≤ 0.05): {len(beating)} of {len(rows)} beat "
-            "chance."
+            f"Controls drawn sequentially (Besag & Clifford): until every layer has {stats.STOP_AFTER} draws whose "
+            f"best layer (centred) is at least as good as it, or {cap} draws — made: {made}. Each p-value is "
+            f"family-wise over the {len(rows)} layers (the draws' maximum over layers), so layers_beating_chance and "
+            f"layers_selective hold at α = 0.05 together; the smallest possible p is {1 / (cap + 1):.4f}. "
+            f"{len(beating)} of {len(rows)} layers beat chance."
         ]
+        if controls[0].kind == "shuffled_labels":
+            how = "within groups" if self.groups is not None else "among texts, within each part of the split"
+            notes.append(f"Shuffled-label control: the same probe on labels shuffled {how}.")
         if key is not None:
             notes.append(
                 f"The labels are a function of {probe.key_summary(key)}: every type carries one label. So the "
                 f"control is Hewitt & Liang's, keyed on it: each type gets a random label (the types' labels "
-                f"permuted, {n} draws). A probe that only recognises the type does as well there; selectivity = "
-                "accuracy − that control, selectivity_p its rank p-value."
+                "permuted). A probe that only recognises the type does as well there; selectivity = accuracy − that "
+                "control, selectivity_p its family-wise p."
                 + (
                     " Texts of a type are on both sides of the split, so memorising a type pays; pass `groups` "
                     "(e.g. the type, or its lemma) to hold whole groups out."
                     if self.groups is None
-                    else ""
+                    else " With whole groups held out this is also the only exact shuffle of the labels, so it is "
+                    "the one control (shuffled_accuracy and shuffled_p are empty; layers_beating_chance is the same "
+                    "test as layers_selective)."
                 )
             )
+        else:
+            notes.append(
+                "control_kind is shuffled_labels: with no key to memorise, control_accuracy, selectivity and "
+                "selectivity_p are the shuffled-label control's own (equal to shuffled_accuracy and shuffled_p): "
+                "selective here means above chance."
+            )
         if selective:
-            notes.append(f"Selective (p ≤ 0.05 family-wise) at layers {selective}.")
+            notes.append(f"Selective (family-wise p ≤ 0.05) at layers {selective}.")
         else:
             reason = "memorising the key type" if key is not None else "shuffled labels"
-            notes.append(
-                f"No layer is selective (p ≤ 0.05 family-wise): the accuracy is within what {reason} gives "
-                f"({n} draws; the smallest possible p is {1 / (n + 1):.3f})."
-            )
+            notes.append(f"No layer is selective (family-wise p ≤ 0.05): the accuracy is within what {reason} gives.")
+        notes.append(
+            "selectivity_ci: accuracy − control ± t·√(v + s²/draws), v the larger of the draws' variance s² and a "
+            "bootstrap over held-out units of the accuracy's variance (its own error and the control mean's)."
+        )
         return notes
 
     def _direction_notes(self, rows: list[ProbeLayer]) -> list[str]:

@@ -111,6 +111,9 @@ class SwapBenchmarkJob:
             f"baselines: {len(runs)} prompts run, {len(self.exclusions)} excluded; controls matched at "
             f"{len(self.layers)} layers"
         )
+        words = [*self.resolved.concept_ids.values(), *(t for ids in self.resolved.answer_ids.values() for t in ids)]
+        for pool in pools.values():
+            pool.exclude(words)  # a concept is another target's real arm: no token is an arm of two targets' tests
         controls = {key: chosen_controls(pool, self.settings.control_seeds) for key, pool in pools.items()}
         distances: dict[tuple[int, int], torch.Tensor] = {}
         for layer in self.layers:

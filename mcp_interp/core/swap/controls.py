@@ -16,10 +16,15 @@ each control is one token too: drawn once per seed from the tokens that qualify 
 those layers (``SharedPool``, the intersection of the per-layer pools; the Jacobian lens's
 dictionary ``v_t = J_ℓᵀ W_U[:, t]`` and the active support both change with ℓ, so a token matched
 at one layer need not be at another). Then, under the null that the target is just another
-displacement-matched token, the columns real, control₁ … control_m of a prompt's trials are
-exchangeable *as columns* — which is what the prompt-level relabelling test in ``swap.summary``
-needs; a control redrawn per trial would make the real column one token and the control
-columns many, and a token effect shared by the real column's trials then looks like an effect.
+displacement-matched token, the columns real, control₁ … control_m of a swap's trials are
+exchangeable *as columns* — which is what the relabelling test in ``swap.summary`` needs; a
+control redrawn per trial would make the real column one token and the control columns many,
+and a token effect shared by the real column's trials then looks like an effect. The same holds
+across the prompts a target is swapped into (the real arm is the target's token in all of them),
+and there a control cannot follow: a token matched to every source's displacement at every layer
+practically never exists (on the default benchmark not one, for any target). So the tests use one
+swap per target (``swap.summary.tested_swaps``). A benchmark never draws a corpus word as a
+control: a concept is another target's real arm.
 
 The draw is uniform over the qualifying ids (sorted ascending) with a seeded **CPU**
 ``torch.Generator``, so a seed names the same token on every device; the controls of one swap
@@ -100,6 +105,11 @@ class SharedPool:
             self.candidates = pool.candidates
         else:
             self.candidates = self.candidates[torch.isin(self.candidates, pool.candidates)]
+
+    def exclude(self, tokens: Iterable[int]) -> None:
+        """Drop ``tokens`` from the candidates (a benchmark's corpus words: a concept is another target's real arm)."""
+        if self.candidates is not None:
+            self.candidates = self.candidates[~torch.isin(self.candidates, torch.tensor(sorted(set(tokens))).long())]
 
     @property
     def size(self) -> int:

@@ -6,18 +6,21 @@ Model-free so every number here can be checked by hand. Choices a reader should 
   token's. A tie for first is *not* a success, the same rule as the baseline-capability filter
   (a prompt tied for top is not capable). ``rank`` keeps the project's convention (tokens
   strictly above; ties optimistic; 0 = top-1), so a tie shows as rank 0 with margin 0.
-* **Real edits are compared with their controls per prompt, not per trial.** A trial has m + 1
-  arms — the real edit and its m displacement-matched controls, one token per seed — and a prompt
-  (function, source) has many trials (targets × layers). The real arm is the same token at every
-  layer of a swap, and so is each control (``swap.controls``), so a token's effect is shared by all
-  of a column's trials. The tests therefore summarise each (prompt, arm) by one number over the
-  prompt's trials (``arm_means``: a success rate, a mean margin gain, or the fraction of trials
-  in which that arm ``beats_all`` the others) and relabel which *column* is real, once per prompt
-  (``engine.stats.relabel_test``). Relabelling each trial independently, as the test this
-  replaces did, rejects a true null 12–49 % of the time at α = 0.05 once tokens have effects of
-  their own (σ = 0.5–1.5 logits; ``tests/swap/test_stats.py``). A sign test of real −
-  mean(controls) per trial is not valid either: with m > 1 its signs are unbalanced under the
-  null unless p = ½, and its trials are not independent.
+* **Real edits are compared with their controls per target, one swap each, not per trial.** A
+  trial has m + 1 arms — the real edit and its m displacement-matched controls, one token per
+  seed — and a swap (function, source, target) has a trial at every layer it runs at. The real
+  arm is the target's token at every layer, and so is each control (``swap.controls``), so a
+  token's effect is shared by all of a column's trials; the target's token is moreover the real
+  arm of every swap toward it (about 6 prompts per function), whose controls are tokens of their
+  own. The tests therefore take one swap per target (``summary.tested_swaps``), summarise each
+  (target, arm) by one number over that swap's trials (``arm_means``: a success rate, a mean
+  margin gain, or the fraction of trials in which that arm ``beats_all`` the others) and relabel
+  which *column* is real, once per target (``engine.stats.relabel_test``). Relabelling each trial
+  independently rejects a true null 12–49 % of the time at α = 0.05 once tokens have effects of
+  their own (σ = 0.5–1.5 logits), and so does relabelling per prompt (function, source) or per
+  target over all its swaps (``tests/swap/test_stats.py`` simulates them on the shipped corpora).
+  A sign test of real − mean(controls) per trial is not valid either: with m > 1 its signs are
+  unbalanced under the null unless p = ½, and its trials are not independent.
 """
 
 from __future__ import annotations
@@ -85,8 +88,8 @@ def arm_means(rows: Sequence[Sequence[float]], clusters: Sequence[Hashable]) -> 
     """Per cluster (in order of first appearance), the mean over its trials of each arm's value.
 
     ``rows[i]`` is trial i's arms, the real edit first and then one value per control seed (every trial of a
-    cluster has the same arms); ``clusters[i]`` names its prompt. The result is ``relabel_test``'s input: one
-    number per (prompt, arm), so a prompt counts once however many layers and targets it has."""
+    cluster has the same arms); ``clusters[i]`` names its cluster (the target of a tested swap). The result is
+    ``relabel_test``'s input: one number per (cluster, arm), so a target counts once however many layers it has."""
     if len(rows) != len(clusters):
         raise ValueError(f"{len(rows)} trials but {len(clusters)} cluster labels")
     sums: dict[Hashable, np.ndarray] = {}

@@ -1,9 +1,10 @@
 """Summarising executed causal-swap trials: the strict success rate, the graded specificity, their tests, notes.
 
 Model-free: it reads ``TrialRecord``s only, so tests can feed it records built by hand. Three questions, each
-answered by the same prompt-level relabelling test (``engine.stats.relabel_test``; the choice is explained in
-``swap.stats``), each on one number per (prompt, arm) — a prompt is (function, source), its arms the real edit and
-one control per seed, each summarised over the prompt's executed trials (every target and layer):
+answered by the same target-level relabelling test (``engine.stats.relabel_test``; the choice is explained in
+``swap.stats`` and ``tested_swaps``), each on one number per (target, arm) — the arms are the real edit (toward the
+target) and one control per seed, each one token in every trial of a swap (``swap.controls``), summarised over the
+trials (every layer) of the one swap per target the tests use:
 
 * **swap** — the headline rule: the strict top-1 success rate of the target's answer (``swap_test``);
 * **specificity** — the mean margin gain (edited − unedited margin of the target's answer, logits; > 0 = toward
@@ -11,6 +12,7 @@ one control per seed, each summarised over the prompt's executed trials (every t
 * **beats all** — the fraction of trials in which an arm's margin gain is above every other arm's; by chance
   1/(m + 1) for each arm.
 
+Rates, medians and the beats-all count describe every executed trial; the p-values rest on the tested swaps.
 A benchmark can show "no swap" (0 strict successes, p = 1) with a specific graded effect (the real edit raises the
 target's margin more than its controls, p small): the verdict says both, so neither reads as the other.
 """
@@ -42,14 +44,38 @@ def rate_summary(successes: Sequence[bool], prompts: set[tuple[str, str]]) -> Ra
     )
 
 
+def tested_swaps(executed: Sequence[TrialRecord]) -> dict[str, tuple[str, str]]:
+    """Per target, the swap (function, source) whose trials the tests use: the one with the most executed trials (the
+    first in trial order on a tie) — a choice made from which edits could run, never from their outcomes.
+
+    Why one swap per target: the target's token is the real arm of every swap toward it — about 6 prompts per
+    function, in each function — so whatever that one token does is shared by all of them, while each swap's controls
+    are tokens of their own (a control displacement-matched to every source at every layer practically never exists:
+    none on the default benchmark). Relabelling per prompt (function, source), as before, or per target over all its
+    swaps, then reads a target's own effect as specificity: simulated on the shipped corpora's sharing, 12–46 % and
+    9–24 % rejections of a true null at α = 0.05 once tokens have effects of their own (σ = 0.5–1.5 logits). Within
+    one swap every column is one token at every layer, the columns are exchangeable under the null, and different
+    targets' swaps share no arm token (controls are never corpus words), so the relabelling is exact; it rejects
+    3–5 % (``tests/swap/test_stats.py``). The other swaps still count in the rates, medians and by-layer numbers."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for trial in executed:
+        swap = (trial.target, trial.function, trial.source)
+        counts[swap] = counts.get(swap, 0) + 1
+    best: dict[str, tuple[tuple[str, str], int]] = {}
+    for (target, function, source), n in counts.items():
+        if target not in best or n > best[target][1]:
+            best[target] = ((function, source), n)
+    return {target: swap for target, (swap, _) in best.items()}
+
+
 def prompt_test(arms: list[list[float]], seed: int, draws: int) -> PromptTest:
-    """``relabel_test`` on one value per (prompt, arm), real arm first, as the schema reports it."""
+    """``relabel_test`` on one value per (target, arm), real arm first, as the schema reports it."""
     test = verdicts.relabel_test(arms, seed=seed, draws=draws)
     return PromptTest(
         real=test.real_mean,
         control=test.control_mean,
         difference=test.statistic,
-        prompts=test.clusters,
+        targets=test.clusters,
         real_above=test.real_above,
         p_value=test.p_value,
         p_greater=test.p_greater,
@@ -70,20 +96,24 @@ def summarize(
     seed: int = 0,
     draws: int = verdicts.RELABEL_DRAWS,
 ) -> SwapSummary:
-    """Rates, intervals and the three prompt-level tests over executed trials. ``seed`` and ``draws`` drive the
-    Monte Carlo relabellings when exact enumeration is too large (its p-values are valid for any seed)."""
+    """Rates and intervals over executed trials, and the three target-level tests over the tested swaps
+    (``tested_swaps``). ``seed`` and ``draws`` drive the Monte Carlo relabellings when exact enumeration is too large
+    (its p-values are valid for any seed)."""
     executed = [t for t in trials if t.status == EXECUTED]
     prompts = {(t.function, t.source) for t in executed}
-    clusters = [(t.function, t.source) for t in executed]
+    chosen = tested_swaps(executed)
+    tested = [t for t in executed if chosen[t.target] == (t.function, t.source)]
+    clusters = [t.target for t in tested]
     real = [bool(t.real and t.real.top1) for t in executed]
     control_rows = [[c.score.top1 for c in t.controls] for t in executed]
     gains = [[gain_of(t), *t.control_margin_gains] for t in executed]
     by_seed = [verdicts.rate([row[i] for row in control_rows]).rate for i in range(len(seeds))]
     seed_rates = [r for r in by_seed if r is not None]
     mean, sd, low, high = stats.spread(seed_rates) if seed_rates else (None, None, None, None)
-    successes = [[float(r), *map(float, row)] for r, row in zip(real, control_rows, strict=True)]
+    successes = [[float(bool(t.real and t.real.top1)), *(float(c.score.top1) for c in t.controls)] for t in tested]
     swap = prompt_test(stats.arm_means(successes, clusters), seed, draws)
-    specificity = specificity_of(gains, clusters, len(seeds), seed, draws)
+    tested_gains = [[gain_of(t), *t.control_margin_gains] for t in tested]
+    specificity = specificity_of(gains, tested_gains, clusters, len(seeds), seed, draws)
     real_rate = rate_summary(real, prompts)
     return SwapSummary(
         verdict=verdict(real_rate, swap, specificity, len(seeds)),
@@ -98,6 +128,7 @@ def summarize(
         by_layer=[layer_summary(trials, layer) for layer in layers],
         n_independent_prompts=len(prompts),
         real_success_prompts=sorted({f"{t.function}/{t.source}" for t in executed if t.real and t.real.top1}),
+        tested_swaps=[f"{function}/{source}→{target}" for target, (function, source) in chosen.items()],
         excluded_trials=excluded,
         target_was_active=sum(bool(t.target_was_active) for t in executed),
     )
@@ -110,20 +141,23 @@ def gain_of(trial: TrialRecord) -> float:
 
 
 def specificity_of(
-    gains: list[list[float]], clusters: list[tuple[str, str]], m: int, seed: int, draws: int
+    gains: list[list[float]], tested: list[list[float]], clusters: list[str], m: int, seed: int, draws: int
 ) -> Specificity:
-    """The margin-gain and beats-all tests; ``gains[i]`` is trial i's arms (real first), ``m`` controls each."""
-    beats = [stats.beats_all(row) for row in gains]
-    wins = sum(int(row[0]) for row in beats)
+    """The margin-gain and beats-all tests on the ``tested`` trials (one swap per target, ``clusters`` their targets),
+    the medians and the beats-all count over every executed trial's ``gains``; each row is a trial's arms (real
+    first), ``m`` controls each."""
+    wins = sum(int(stats.beats_all(row)[0]) for row in gains)
     return Specificity(
         real_median_gain=median([row[0] for row in gains]),
         control_median_gain=median([g for row in gains for g in row[1:]]),
-        margin_gain=prompt_test(stats.arm_means(gains, clusters), seed, draws),
+        margin_gain=prompt_test(stats.arm_means(tested, clusters), seed, draws),
         beats_all=wins,
         trials=len(gains),
         beats_all_rate=wins / len(gains) if gains else None,
         chance=1 / (m + 1),
-        beats_all_test=prompt_test(stats.arm_means(beats, clusters), seed + 1, draws),
+        beats_all_test=prompt_test(
+            stats.arm_means([stats.beats_all(row) for row in tested], clusters), seed + 1, draws
+        ),
     )
 
 
@@ -168,10 +202,10 @@ def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: in
     )
     return (
         f"Strict swap: {real.successes}/{real.n} real edits made the target's answer the top-1 — {strict} "
-        f"(prompt-level p = {swap.p_value:.3g}, {swap.prompts} prompts). Graded: {graded} ({medians}per-prompt mean "
-        f"real − control {gain.difference:+.3f} logits, p = {gain.p_value:.3g}); the real edit beat all {m} controls "
-        f"in {specificity.beats_all}/{specificity.trials} trials ({rate:.3f} vs chance {specificity.chance:.3f}, "
-        f"p = {specificity.beats_all_test.p_value:.3g})."
+        f"(target-level p = {swap.p_value:.3g}, {swap.targets} targets, one swap each). Graded: {graded} "
+        f"({medians}per-target mean real − control {gain.difference:+.3f} logits, p = {gain.p_value:.3g}); the real "
+        f"edit beat all {m} controls in {specificity.beats_all}/{specificity.trials} trials ({rate:.3f} vs chance "
+        f"{specificity.chance:.3f}; on the tested swaps p = {specificity.beats_all_test.p_value:.3g})."
     )
 
 
@@ -182,7 +216,8 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
         notes.append(
             "Trials of one prompt at several layers and targets are not independent: the Clopper–Pearson intervals "
             "treat them as if they were (read them next to n_independent_prompts); the p-values do not — each test "
-            "summarises a prompt's trials per arm and relabels which arm is real once per prompt."
+            "takes one swap per target (tested_swaps: a target's token is the real arm of every swap toward it), "
+            "summarises its trials per arm and relabels which arm is real once per target."
         )
     winners = {(t.function, t.source) for t in executed if t.real and t.real.top1}
     if 0 < len(winners) < 3:
@@ -205,10 +240,18 @@ def benchmark_notes(trials: Sequence[TrialRecord], settings: SwapSettings) -> li
             "in the artifact (a source concept that is never in the active support is itself a finding about the lens)."
         )
     prompts = {(t.function, t.source) for t in executed}
+    targets = {t.target for t in executed}
     if executed and len(prompts) < 5:
         notes.append(
-            f"The {len(executed)} executed trials come from only {len(prompts)} distinct prompt(s): a prompt-level "
-            "test over so few prompts has little power, and its smallest possible p-value is large."
+            f"The {len(executed)} executed trials come from only {len(prompts)} distinct prompt(s): little evidence, "
+            "however many layers they span."
+        )
+    if executed and len(targets) < 5:
+        m = len(settings.control_seeds)
+        notes.append(
+            f"The tests relabel per target, and the executed trials swap toward only {len(targets)} target(s): with "
+            f"{m} controls the smallest two-sided p-value is {min(1.0, 2 / (m + 1) ** len(targets)):.3g}, and "
+            "power is low."
         )
     if settings.lens == "logit":
         notes.append("Lens: logit lens (J = I); atoms are unembedding columns, which ignore the final norm.")

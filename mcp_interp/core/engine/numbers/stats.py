@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,6 +89,9 @@ class RankTest:
     uniform; ``p_value = (1 + #{draws at least as extreme}) / (n + 1)`` is then exact (P(p ≤ α) ≤ α for every α),
     ties counted against the real effect. It can never be below 1/(n + 1): with 5 draws "larger than every random
     one" is p = 1/6 — a coin flip's worth of evidence.
+
+    A sequential test (``sequential_rank_test``, ``h`` set) drew until ``h`` draws were at least as extreme or
+    ``n_max`` were drawn; then ``p_value`` is h/n when it stopped early, (1 + #)/(n_max + 1) otherwise.
     """
 
     real: float
@@ -96,10 +99,27 @@ class RankTest:
     at_least_as_extreme: int  # draws whose effect is at least as extreme as the real one
     p_value: float  # in [1/(n + 1), 1]
     alternative: str  # "magnitude": |draw| ≥ |real|; "greater": draw ≥ real; "less": draw ≤ real
+    h: int | None = None  # sequential: the number of extreme draws that stops it (None: a fixed number of draws)
+    n_max: int | None = None  # sequential: the most draws it may make
 
     @property
     def n(self) -> int:
         return len(self.draws)
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.h is not None and self.at_least_as_extreme >= self.h
+
+
+def _extreme(values: np.ndarray, real: float, alternative: str) -> np.ndarray:
+    """Which draws are at least as extreme as ``real`` (ties count against the real effect)."""
+    if alternative == "magnitude":
+        return np.abs(values) >= abs(real)
+    if alternative == "greater":
+        return values >= real
+    if alternative == "less":
+        return values <= real
+    raise ValueError(f"unknown alternative {alternative!r}")
 
 
 def rank_test(real: float, draws: Sequence[float], alternative: str = "magnitude") -> RankTest:
@@ -107,14 +127,7 @@ def rank_test(real: float, draws: Sequence[float], alternative: str = "magnitude
     values = tuple(float(d) for d in draws)
     if not values:
         raise ValueError("a rank test needs at least one random draw")
-    if alternative == "magnitude":
-        extreme = sum(abs(d) >= abs(real) for d in values)
-    elif alternative == "greater":
-        extreme = sum(d >= real for d in values)
-    elif alternative == "less":
-        extreme = sum(d <= real for d in values)
-    else:
-        raise ValueError(f"unknown alternative {alternative!r}")
+    extreme = int(_extreme(np.asarray(values), float(real), alternative).sum())
     return RankTest(
         real=float(real),
         draws=values,
@@ -122,6 +135,175 @@ def rank_test(real: float, draws: Sequence[float], alternative: str = "magnitude
         p_value=(1 + extreme) / (len(values) + 1),
         alternative=alternative,
     )
+
+
+# --- Sequential Monte Carlo: draw until the answer is clear (Besag & Clifford 1991) ------------------------------
+
+STOP_AFTER = 10  # h: extreme draws that settle "not significant"
+MOST_DRAWS = 200  # n_max: the smallest p is 1/201 ≈ 0.005
+BATCH = 20  # draws asked for at a time (the first batch alone is the old fixed 20)
+
+DrawBatch = Callable[[int], Sequence[float]]
+DrawRows = Callable[[int], np.ndarray]
+
+
+def check_sequential(h: int, n_max: int, batch: int) -> None:
+    if not 1 <= h <= n_max or batch < 1:
+        raise ValueError(f"need 1 <= h <= n_max and batch >= 1, got h={h}, n_max={n_max}, batch={batch}")
+
+
+def besag_clifford_p(extreme: int, n: int, h: int, n_max: int) -> float:
+    """The sequential p-value: h/n when the h-th extreme draw came at draw n, else (1 + extreme)/(n_max + 1)."""
+    if extreme >= h:
+        return h / n
+    if n != n_max:
+        raise ValueError(f"stopped after {n} of {n_max} draws with only {extreme} < h = {h} extreme ones")
+    return (1 + extreme) / (n_max + 1)
+
+
+def sequential_rank_test(
+    real: float,
+    draw: DrawBatch,
+    alternative: str = "magnitude",
+    h: int = STOP_AFTER,
+    n_max: int = MOST_DRAWS,
+    batch: int = BATCH,
+) -> RankTest:
+    """The real effect ranked among random draws made only as long as they are needed (Besag & Clifford 1991).
+
+    ``draw(k)`` returns k new null values (the caller runs the model k times). Draws are asked for in batches of
+    ``batch`` until ``h`` of them are at least as extreme as the real value — then p = h/n, n the draw that made it h
+    (later draws of that batch are discarded unseen, so the stopping rule is exactly the published one) — or until
+    ``n_max`` are drawn, when p = (1 + #extreme)/(n_max + 1), the fixed-n rank test. Under H0 (the real value
+    exchangeable with the draws) P(p ≤ α) ≤ α for every α, as for the fixed test; a weak effect stops after about
+    h/p draws (≈ 20 at p ≈ 0.5) while a strong one reaches p = 1/(n_max + 1) ≈ 0.005 instead of the fixed-20 floor
+    1/21. ``tests/engine/test_stats.py`` simulates its size and power."""
+    check_sequential(h, n_max, batch)
+    real = float(real)
+    values: list[float] = []
+    extreme = 0
+    while len(values) < n_max:
+        wanted = min(batch, n_max - len(values))
+        new = np.asarray(draw(wanted), dtype=np.float64).reshape(-1)
+        if new.size != wanted:
+            raise ValueError(f"asked for {wanted} draws, got {new.size}")
+        for value, is_extreme in zip(new.tolist(), _extreme(new, real, alternative).tolist(), strict=True):
+            values.append(value)
+            extreme += bool(is_extreme)
+            if extreme >= h:
+                return RankTest(real, tuple(values), extreme, h / len(values), alternative, h, n_max)
+    return RankTest(real, tuple(values), extreme, besag_clifford_p(extreme, n_max, h, n_max), alternative, h, n_max)
+
+
+@dataclass(frozen=True)
+class FamilyRankTest:
+    """A sequential max-statistic test over a family (the layers of a probe): for each member, where its real value
+    ranks among the draws' *largest* value over all members (Westfall & Young's single step), drawn sequentially.
+
+    Values are centred per member on the mean of the real value and the first batch of draws (fixed from then on),
+    so a member whose draws run high does not own every draw's maximum. Member j's p is Besag–Clifford's on "draw
+    maximum ≥ real_j": h/n_j when the h-th such draw came at draw n_j, else (1 + count)/(n + 1) after n = n_max
+    draws. Drawing stops when every member has its h (or at n_max). Under the complete null (the real row
+    exchangeable with the drawn rows) P(some member's p ≤ α) ≤ α: the smallest p is the sequential rank test of the
+    real row's maximum."""
+
+    real: tuple[float, ...]
+    draws: np.ndarray  # [n, members], the draws made (in order)
+    centre: tuple[float, ...]
+    at_least_as_extreme: tuple[int, ...]  # per member, among the draws its p uses: maxima ≥ its centred real value
+    used: tuple[int, ...]  # per member, the draws its p uses (n_j)
+    p_values: tuple[float, ...]
+    h: int
+    n_max: int
+
+    @property
+    def n(self) -> int:
+        return int(self.draws.shape[0])
+
+
+class SequentialMaxTest:
+    """``sequential_max_test`` fed batch by batch, for a caller that reports progress between batches: ask
+    ``wanted()`` for the size of the next batch (0: finished), ``add`` its rows, then read ``result()``."""
+
+    def __init__(self, real: Sequence[float], h: int = STOP_AFTER, n_max: int = MOST_DRAWS, batch: int = BATCH):
+        check_sequential(h, n_max, batch)
+        self.observed = np.asarray(real, dtype=np.float64).reshape(-1)
+        self.h, self.n_max, self.batch = h, n_max, batch
+        members = self.observed.size
+        self.rows: list[np.ndarray] = []
+        self.count = np.zeros(members, dtype=np.int64)
+        self.used = np.zeros(members, dtype=np.int64)
+        self.done = np.zeros(members, dtype=bool)
+        self.centre = np.zeros(members)
+        self.n = 0
+
+    def wanted(self) -> int:
+        return 0 if self.done.all() or self.n >= self.n_max else min(self.batch, self.n_max - self.n)
+
+    def add(self, rows: np.ndarray) -> int:
+        """Take a batch of ``wanted()`` rows [k, members]; returns how many were used (the rest come after the stop
+        and are discarded)."""
+        wanted = self.wanted()
+        new = np.asarray(rows, dtype=np.float64).reshape(-1, self.observed.size)
+        if new.shape[0] != wanted:
+            raise ValueError(f"asked for {wanted} draws, got {new.shape[0]}")
+        if self.n == 0:
+            self.centre = np.vstack([self.observed[None], new]).mean(axis=0)
+        target = self.observed - self.centre
+        maxima = (new - self.centre).max(axis=1)
+        tolerance = 1e-9 * max(1.0, float(np.abs(target).max()), float(np.abs(maxima).max()))
+        taken = 0
+        for maximum in maxima.tolist():
+            self.n += 1
+            taken += 1
+            hit = ~self.done & (maximum >= target - tolerance)
+            self.count[hit] += 1
+            reached = ~self.done & (self.count >= self.h)
+            self.used[reached] = self.n
+            self.done |= reached
+            if self.done.all():
+                break
+        self.rows.append(new[:taken])
+        return taken
+
+    def result(self) -> FamilyRankTest:
+        if self.wanted():
+            raise ValueError(f"not finished: {self.wanted()} more draws wanted")
+        used = np.where(self.done, self.used, self.n)
+        p = [besag_clifford_p(int(c), int(u), self.h, self.n_max) for c, u in zip(self.count, used, strict=True)]
+        return FamilyRankTest(
+            real=tuple(self.observed.tolist()),
+            draws=np.vstack(self.rows) if self.rows else np.zeros((0, self.observed.size)),
+            centre=tuple(self.centre.tolist()),
+            at_least_as_extreme=tuple(int(c) for c in self.count),
+            used=tuple(int(u) for u in used),
+            p_values=tuple(p),
+            h=self.h,
+            n_max=self.n_max,
+        )
+
+
+def sequential_max_test(
+    real: Sequence[float], draw: DrawRows, h: int = STOP_AFTER, n_max: int = MOST_DRAWS, batch: int = BATCH
+) -> FamilyRankTest:
+    """``real`` [members]; ``draw(k)`` → [k, members], k null rows (one relabelling each, every member at once).
+    "Extreme" is "greater": a draw counts against member j when its largest centred value is ≥ real_j's."""
+    test = SequentialMaxTest(real, h, n_max, batch)
+    while wanted := test.wanted():
+        test.add(draw(wanted))
+    return test.result()
+
+
+MAX_SEQUENTIAL_DRAWS = 1000
+
+
+def check_most_draws(n: int, what: str = "random_draws") -> None:
+    """Refuse a cap on sequential draws that cannot support a verdict at α = 0.05, or costs too much."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 19 <= n <= MAX_SEQUENTIAL_DRAWS:
+        raise InputError(
+            f"`{what}` (the most draws a sequential test may make) must be from 19 to {MAX_SEQUENTIAL_DRAWS}: the "
+            f"smallest possible p-value is 1/({what} + 1), so fewer than 19 can never reach p < 0.05 (got {n!r})."
+        )
 
 
 def check_draws(n: int, what: str = "random_draws") -> None:
@@ -136,7 +318,12 @@ def check_draws(n: int, what: str = "random_draws") -> None:
 def versus_random(test: RankTest, what: str = "random draws", alpha: float = ALPHA) -> str:
     """The verdict in words, from the p-value alone: "beats …" or "indistinguishable from …"."""
     word = "beats" if test.p_value <= alpha else "is indistinguishable from"
-    return f"{word} {test.n} {what} (p = {test.p_value:.3g}; {test.at_least_as_extreme} at least as extreme)"
+    how = (
+        f"; drawn sequentially, stopping at {test.h} at least as extreme or {test.n_max} draws"
+        if test.h is not None
+        else ""
+    )
+    return f"{word} {test.n} {what} (p = {test.p_value:.3g}; {test.at_least_as_extreme} at least as extreme{how})"
 
 
 # --- Arm relabelling within clusters: a permutation test valid under dependence ----------------------------------
