@@ -19,6 +19,7 @@ from mcp_interp.mcp.arguments import (
     Background,
     CleanPrompts,
     CorruptPrompts,
+    MostRandomDraws,
     OptionalCorrect,
     OptionalIncorrect,
     OptionalIntervention,
@@ -26,7 +27,6 @@ from mcp_interp.mcp.arguments import (
     PatchMethodArgument,
     PatchMetricArgument,
     Prompts,
-    RandomDraws,
     ReferencePrompts,
     ResampleSeed,
     Targets,
@@ -103,7 +103,7 @@ async def ablate(
     positions: AblationPositions = "all",
     seed: ResampleSeed = 0,
     reference_prompts: ReferencePrompts = None,
-    random_draws: RandomDraws = 20,
+    random_draws: MostRandomDraws = 200,
 ) -> Annotated[CallToolResult, AblateResult]:
     """Remove components together and measure every metric before and after (logit difference, KL, log-prob,
     rank); `notes` flag metrics that disagree. Directions and SAE features are ranked among energy-matched random

@@ -49,13 +49,19 @@ class RandomBaseline(BaseModel):
     replaced: str = Field(description="'directions', 'features' or both.")
     statistic: str = Field(description="What is ranked: the mean change (after − before) of this metric.")
     real: float
-    draws: list[float] = Field(description="The statistic for each random draw.")
-    p_value: float = Field(description="(1 + #{|draw| ≥ |real|}) / (n + 1): exact under H0 'the real one is random'.")
+    draws: list[float] = Field(description="The statistic for each random draw (as many as the test needed).")
+    p_value: float = Field(
+        description="Sequential two-sided rank test about `centre`: 10/n when the 10th draw at least as far from it "
+        "came at draw n, else (1 + #)/(n_max + 1); valid under H0 'the real one is random'."
+    )
     verdict: str
     seed: int = Field(description="The ablation's `seed`.")
     energy: float = Field(description="Mean squared norm of what the real targets remove at the matched positions.")
     draw_energy: list[float] = Field(description="The same per draw (matched to `energy`).")
-    matched_positions: int = Field(description="Token positions matched over: the ablated ones except token 0.")
+    matched_positions: int = Field(description="Token positions matched over: every ablated one.")
+    centre: float | None = Field(
+        default=None, description="The null's centre the test measures distances from (median of real + first draws)."
+    )
     notes: list[str] = Field(default_factory=list)
 
 

@@ -131,6 +131,56 @@ def test_sequential_rank_test_power_and_resolution() -> None:
     assert resolved >= 0.8 and draws > 190
 
 
+def two_sided_rejections(draws: np.ndarray, real: np.ndarray) -> tuple[float, float]:
+    """Rejection rate at 0.05 of ``sequential_two_sided_test`` over datasets (rows), and its mean number of draws."""
+    ps, used = [], []
+    for row, value in zip(draws, real, strict=True):
+        test = stats.sequential_two_sided_test(float(value), Recorder(row.tolist()))
+        ps.append(test.p_value)
+        used.append(test.n)
+    return float(np.mean(np.asarray(ps) <= ALPHA)), float(np.mean(used))
+
+
+def test_sequential_two_sided_test_by_hand() -> None:
+    """Centre = median of the real value and the first 20 draws; distances |v − c| ranked 'greater', sequentially.
+    Real 0.4 among draws −0.5 + small steps: c = −0.5 + 10·0.001 − …, every draw is nearer c than the real value, so
+    none is as extreme and after 200 draws p = 1/201 — where '|draw| ≥ |real|' (|−0.5| ≥ 0.4) would give p = 1."""
+    draws = [-0.5 + 0.001 * ((i % 21) - 10) for i in range(200)]
+    test = stats.sequential_two_sided_test(0.4, Recorder(draws))
+    first = sorted([0.4, *draws[:20]])
+    assert test.centre == pytest.approx(first[10])
+    assert test.n == 200 and test.at_least_as_extreme == 0 and test.p_value == pytest.approx(1 / 201)
+    assert stats.rank_test(0.4, draws).p_value == 1.0  # the magnitude test is blind here
+    # A real value at the centre: every draw is at least as far, so the 10th extreme draw is draw 10: p = 10/10.
+    middle = stats.sequential_two_sided_test(first[10], Recorder(draws))
+    assert middle.n == 10 and middle.p_value == 1.0 and list(middle.draws) == draws[:10]
+
+
+@pytest.mark.parametrize("distribution", ["shifted_normal", "cauchy", "skewed"])
+def test_sequential_two_sided_test_size(distribution: str) -> None:
+    """H0 (the real value one more draw), with the draws' shared shift, heavy tails and skew: P(p ≤ 0.05) ≤ 0.06
+    over 3000 datasets. The centre is a symmetric function of the real value and the first batch, fixed after it."""
+    rng = np.random.default_rng(41)
+    sample = {
+        "shifted_normal": lambda size: -0.5 + 0.2 * rng.normal(size=size),
+        "cauchy": lambda size: rng.standard_cauchy(size=size),
+        "skewed": lambda size: rng.exponential(size=size),
+    }[distribution]
+    values = sample((3000, 201))
+    size, mean_draws = two_sided_rejections(values[:, 1:], values[:, 0])
+    assert size <= 0.06
+    assert mean_draws < 60
+
+
+def test_sequential_two_sided_test_power_on_the_far_side_of_a_shift() -> None:
+    """Real +0.4 against draws N(−0.5, 0.2²) — the case '|draw| ≥ |real|' never rejects — rejected in ≥ 95 % of
+    1000 datasets; and a real value as far below the shift (−1.4) as well."""
+    rng = np.random.default_rng(42)
+    above, _ = two_sided_rejections(-0.5 + 0.2 * rng.normal(size=(1000, 200)), np.full(1000, 0.4))
+    below, _ = two_sided_rejections(-0.5 + 0.2 * rng.normal(size=(1000, 200)), np.full(1000, -1.4))
+    assert above >= 0.95 and below >= 0.95
+
+
 def correlated_rows(rng: np.random.Generator, rows: int, members: int) -> np.ndarray:
     """Rows of a family of correlated statistics with their own means and spreads (layers reading the same texts)."""
     shared = rng.normal(size=(rows, 1))

@@ -31,7 +31,7 @@ def ablate(
     ablation: Ablation | Intervention,
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
-    random_draws: int = stats.DEFAULT_DRAWS,
+    random_draws: int = stats.MOST_DRAWS,
 ) -> AblateMeasurement:
     """Every metric before and after ablating any targets (heads, MLPs, attention layers, neurons, directions, SAE
     features); with directions or features, ``random_draws`` energy-matched random stand-ins and the rank p-value."""

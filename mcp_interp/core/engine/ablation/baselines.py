@@ -3,19 +3,21 @@
 A residual direction's (or a set of SAE features') effect means something only next to the effect of stand-ins that
 are *not* special but otherwise comparable. ``random_baseline`` re-runs the ablation with every direction replaced by
 a random direction at its layer, and every SAE feature by a random feature of its dictionary, each matched on the
-energy it removes at the ablated positions, and ranks the real effect among theirs with the exact rank test
-(``stats.rank_test``): p = (1 + #{|random change| ≥ |real change|}) / (n + 1).
+energy it removes at the ablated positions, and ranks the real effect among theirs: drawn sequentially (Besag &
+Clifford: stop once 10 draws are at least as extreme, else at n_max, so a strong effect reaches p ≈ 0.005 instead of
+the fixed 20 draws' floor 1/21), two-sided about the null's centre (``stats.sequential_two_sided_test``: an effect on
+the far side of the draws' shared shift counts).
 
-What "energy" is: for a direction u, the mean over the ablated positions of (x·u)², the squared projection
-zero-ablation removes; for features, the mean of ‖Σ_f a_f W_dec[f]‖², their decoded contribution. Token 0 is left out
-of the match when other positions are ablated: in most models its residual is an attention sink with a norm far
-above every other token's, so it alone would decide which random directions "match" (its own energies are reported
-in a note). The draws run stacked, several copies of the batch in one forward.
+What "energy" is: what the method takes away, Δ (``removed_part``: the value itself for zero, minus its mean for mean,
+minus the resampled prompt's for resample); for a direction u the mean over the ablated positions of (Δx·u)², for
+features the mean of ‖Σ_f Δa_f W_dec[f]‖². Every ablated position is matched, token 0 included: what is ablated is
+matched (token 0's share of the energy is reported in a note, since in most models it is an attention sink). The
+draws run stacked, several copies of the batch in one forward.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +29,7 @@ from mcp_interp.core.engine.ablation.targets import (
     FeaturesTarget,
     PreparedAblation,
     Target,
+    mean_replacement,
     prepare_ablation,
     stacked_edits,
 )
@@ -83,13 +86,29 @@ def energy_matched_directions(rows: torch.Tensor, target: float, gaussians: torc
     return torch.stack(out)
 
 
-def matched_mask(mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """The ablated positions energies are matched over, and whether token 0 was left out (see the module)."""
-    without_first = mask.clone()
-    without_first[:, 0] = False
-    if bool(without_first.any()) and bool(mask[:, 0].any()):
-        return without_first, True
-    return mask, False
+def removed_part(
+    model: LoadedModel, batch: Batch, ablation: Ablation, permutation: list[int] | None
+) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+    """What the ablation's method takes away from any per-position quantity ``values`` [batch, seq, ...] (the residual
+    vectors, or a dictionary's activations): ``values`` itself for zero, ``values`` − its mean at that kind of position
+    for mean (over the reference prompts' ``reference`` when given), ``values`` − the resampled prompt's for resample.
+    Linear in ``values``: the part a direction u loses is (Δx)·u, so the energy a mean or resample ablation removes is
+    a quadratic form on Δx like zero-ablation's on x, and draws can be matched on it exactly."""
+
+    def removed(values: torch.Tensor, reference: torch.Tensor | None) -> torch.Tensor:
+        if ablation.method == "zero":
+            return values
+        if ablation.method == "mean":
+            mask = None if reference is None else reference_mask
+            replacement, _ = mean_replacement(values, batch.attention_mask, reference, mask)
+            return values - replacement
+        assert permutation is not None
+        return values - values[torch.tensor(permutation)]
+
+    reference_mask = None
+    if ablation.method == "mean" and ablation.reference_prompts:
+        reference_mask = encode(model.tokenizer, list(ablation.reference_prompts), model.device).attention_mask
+    return removed
 
 
 @dataclass(frozen=True)
@@ -133,53 +152,76 @@ def random_baseline(
     ablation: Ablation,
     correct: Any = None,
     incorrect: Any = None,
-    draws: int = stats.DEFAULT_DRAWS,
+    draws: int = stats.MOST_DRAWS,
 ) -> RandomBaseline | None:
-    """The ablation re-run ``draws`` times with its directions and SAE features replaced by energy-matched random
-    ones (the other targets unchanged), the real effect ranked among theirs; None when it has neither."""
+    """The ablation re-run with its directions and SAE features replaced by random ones removing the same energy (the
+    other targets unchanged), drawn sequentially — batches of ``stats.BATCH`` until 10 draws are at least as far from
+    the null's centre as the real effect, or ``draws`` (n_max) are made — and the real effect ranked two-sided about
+    that centre (``stats.sequential_two_sided_test``); None when it has neither directions nor features."""
     special = [i for i, t in enumerate(ablation.targets) if isinstance(t, DirectionTarget | FeaturesTarget)]
     if not special:
         return None
-    stats.check_draws(draws)
+    stats.check_most_draws(draws)
     batch = encode(model.tokenizer, prompts, model.device)
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
-    matched, first_left_out = matched_mask(mask)
     names = sorted({t.hook() for t in ablation.targets})
     capture = model.backend.capture(batch.input_ids, names)
+    reference = None
+    if ablation.method == "mean" and ablation.reference_prompts:
+        ref_batch = encode(model.tokenizer, list(ablation.reference_prompts), model.device)
+        reference = model.backend.capture(ref_batch.input_ids, names).acts
     clean = answer_logits(model, batch, capture)
     effect = effect_of(model, batch, clean, correct, incorrect)
     before = effect.value(model, batch, clean, None)
+    real_prepared = prepare_ablation(model, batch, ablation, clean=capture.acts)
+    removed = removed_part(model, batch, ablation, real_prepared.permutation)
+    parts = {i: removed_rows(ablation.targets[i], capture.acts, reference, removed, mask) for i in special}
 
     generator = torch.Generator(device="cpu").manual_seed(ablation.seed)
-    stand_ins: dict[int, list[Target]] = {}
-    for i in special:
-        target = ablation.targets[i]
-        values = capture.acts[target.hook()]
-        if isinstance(target, DirectionTarget):
-            stand_ins[i] = random_directions(target, values[matched], draws, generator)
-        else:
-            assert isinstance(target, FeaturesTarget)
-            stand_ins[i] = random_features(target, values[matched], draws, generator)
-    variants = [ablation] + [
-        replace(ablation, targets=[stand_ins[i][j] if i in stand_ins else t for i, t in enumerate(ablation.targets)])
-        for j in range(draws)
+    variants: list[Ablation] = []
+
+    def draw(k: int) -> list[float]:
+        stand_ins: dict[int, list[Target]] = {}
+        for i in special:
+            target = ablation.targets[i]
+            if isinstance(target, DirectionTarget):
+                stand_ins[i] = random_directions(target, parts[i], k, generator)
+            else:
+                assert isinstance(target, FeaturesTarget)
+                stand_ins[i] = random_features(target, parts[i], k, generator)
+        targets = ablation.targets
+        new = [
+            replace(ablation, targets=[stand_ins[i][j] if i in stand_ins else t for i, t in enumerate(targets)])
+            for j in range(k)
+        ]
+        variants.extend(new)
+        prepared = [prepare_ablation(model, batch, variant, clean=capture.acts) for variant in new]
+        return [value - before for value in effect_values(model, batch, effect, prepared)]
+
+    real_change = effect_values(model, batch, effect, [real_prepared])[0] - before
+    test = stats.sequential_two_sided_test(real_change, draw, n_max=draws)
+
+    def energy(variant: Ablation) -> float:
+        return sum(removed_energy(variant.targets[i], parts[i]) for i in special)
+
+    notes = [
+        f"Drawn sequentially: {test.n} draws (stop at 10 at least as far from the null's centre {test.centre:.3g} as "
+        f"the real change, or {draws}); two-sided, so an effect on either side of where the random ones sit counts."
     ]
-    prepared = [prepare_ablation(model, batch, variant, clean=capture.acts) for variant in variants]
-    changes = [value - before for value in effect_values(model, batch, effect, prepared)]
-    test = stats.rank_test(changes[0], changes[1:])
-
-    def energy(variant: Ablation, where: torch.Tensor) -> float:
-        return sum(removed_energy(variant.targets[i], capture.acts[variant.targets[i].hook()][where]) for i in special)
-
-    notes = []
-    if first_left_out:
-        first = torch.zeros_like(mask)
-        first[:, 0] = mask[:, 0]
-        at_first = sorted(energy(v, first) for v in variants[1:])
+    if ablation.method != "zero":
         notes.append(
-            f"Token 0 is ablated too but left out of the energy match (an attention sink in most models): there the "
-            f"real {kind_of(ablation, special)} carry {energy(ablation, first):.3g}, the random ones "
-            f"{at_first[0]:.3g}–{at_first[-1]:.3g} (median {at_first[len(at_first) // 2]:.3g})."
+            f"Energy is what {ablation.method}-ablation removes (the part minus its replacement), for the real targets "
+            "and the random ones alike; the random ones are matched on it."
+        )
+    first = mask.clone()
+    first[:, 1:] = False
+    if bool(first.any()) and bool(mask[:, 1:].any()):
+        share = sum(removed_energy_at(ablation.targets[i], parts[i], first[mask]) for i in special) / max(
+            energy(ablation) * int(mask.sum()), 1e-30
+        )
+        notes.append(
+            f"Token 0 is ablated and matched like every other ablated position; it carries {share:.0%} of the real "
+            f"targets' removed energy (an attention sink in most models: pass positions='last' to leave it out)."
         )
     return RandomBaseline(
         replaced=kind_of(ablation, special),
@@ -189,11 +231,33 @@ def random_baseline(
         p_value=test.p_value,
         verdict=stats.versus_random(test, f"energy-matched random {kind_of(ablation, special)}"),
         seed=ablation.seed,
-        energy=energy(ablation, matched),
-        draw_energy=[energy(v, matched) for v in variants[1:]],
-        matched_positions=int(matched.sum()),
+        energy=energy(ablation),
+        draw_energy=[energy(v) for v in variants[: test.n]],
+        matched_positions=int(mask.sum()),
+        centre=test.centre,
         notes=notes,
     )
+
+
+def removed_rows(
+    target: Target,
+    acts: Any,
+    reference: Any,
+    removed: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """At the ablated positions, what the method removes: the residual vectors Δx [tokens, d_model] for a direction,
+    every feature's activation change Δa [tokens, features] for a dictionary (its activations are not linear in x)."""
+    values = acts[target.hook()]
+    ref_values = None if reference is None else reference[target.hook()]
+    if isinstance(target, DirectionTarget):
+        return removed(values.to(torch.float64), None if ref_values is None else ref_values.to(torch.float64))[mask]
+    assert isinstance(target, FeaturesTarget)
+    sae = target.sae
+    with torch.inference_mode():
+        activations = sae.encode(sae.to_input(values)).to(torch.float64)
+        ref_activations = None if ref_values is None else sae.encode(sae.to_input(ref_values)).to(torch.float64)
+    return removed(activations, ref_activations)[mask]
 
 
 def kind_of(ablation: Ablation, special: Sequence[int]) -> str:
@@ -236,17 +300,17 @@ def random_directions(
 
 
 def random_features(
-    target: FeaturesTarget, values: torch.Tensor, draws: int, generator: torch.Generator
+    target: FeaturesTarget, activations: torch.Tensor, draws: int, generator: torch.Generator
 ) -> list[Target]:
     """``draws`` random feature sets of the target's dictionary, each real feature replaced by one whose energy
-    a²‖W_dec‖² at the matched positions (``values`` [tokens, ...] of the SAE's hook) is within a factor
-    ``FEATURE_ENERGY_RATIO`` of it — or, when fewer than ``draws`` features are that close, one of the ``draws``
-    nearest in log energy. Never one of the real features; distinct within a set."""
+    Δa²‖W_dec‖² at the ablated positions (``activations`` [tokens, features]: what the method removes of every
+    feature's activation, ``removed_rows``) is within a factor ``FEATURE_ENERGY_RATIO`` of it — or, when fewer than
+    ``draws`` features are that close, one of the ``draws`` nearest in log energy. Never one of the real features;
+    distinct within a set."""
     sae = target.sae
     with torch.inference_mode():
-        activations = sae.encode(sae.to_input(values)).to(torch.float64)
         norms = sae.W_dec.detach().to(torch.float64).norm(dim=1)
-    energies = (activations**2).mean(dim=0).cpu() * norms.cpu() ** 2
+    energies = (activations.to(torch.float64) ** 2).mean(dim=0).cpu() * norms.cpu() ** 2
     log_energy = torch.log(energies.clamp_min(1e-30))
     excluded = torch.zeros_like(energies, dtype=torch.bool)
     excluded[list(target.features)] = True
@@ -266,13 +330,19 @@ def random_features(
     return list(sets)
 
 
-def removed_energy(target: Target, values: torch.Tensor) -> float:
-    """The mean squared norm of what zero-ablating ``target`` removes at ``values`` [tokens, ...] (its hook's values
-    at the matched positions): (x·u)² for a direction, ‖Σ_f a_f W_dec[f]‖² for features."""
+def removed_energy(target: Target, rows: torch.Tensor) -> float:
+    """The mean squared norm of what ablating ``target`` removes, from ``removed_rows`` [tokens, ...]: (Δx·u)² for a
+    direction, ‖Σ_f Δa_f W_dec[f]‖² for features."""
+    return removed_energy_at(target, rows, torch.ones(rows.shape[0], dtype=torch.bool)) / max(rows.shape[0], 1)
+
+
+def removed_energy_at(target: Target, rows: torch.Tensor, where: torch.Tensor) -> float:
+    """The *sum* over the rows ``where`` selects of the squared norm ``removed_energy`` averages."""
+    rows = rows[where.to(rows.device)]
     with torch.inference_mode():
         if isinstance(target, DirectionTarget):
-            return float(((values.to(torch.float64) @ target.direction.to(values.device, torch.float64)) ** 2).mean())
+            return float(((rows.to(torch.float64) @ target.direction.to(rows.device, torch.float64)) ** 2).sum())
         assert isinstance(target, FeaturesTarget)
-        part = target.read(values.unsqueeze(0))[0].to(torch.float64)  # [tokens, features]
-        decoded = part @ target.sae.W_dec[list(target.features)].to(torch.float64)
-        return float((decoded**2).sum(dim=-1).mean())
+        decoder = target.sae.W_dec[list(target.features)].to(rows.device, torch.float64)
+        decoded = rows[:, list(target.features)].to(torch.float64) @ decoder
+        return float((decoded**2).sum())

@@ -101,6 +101,7 @@ class RankTest:
     alternative: str  # "magnitude": |draw| ≥ |real|; "greater": draw ≥ real; "less": draw ≤ real
     h: int | None = None  # sequential: the number of extreme draws that stops it (None: a fixed number of draws)
     n_max: int | None = None  # sequential: the most draws it may make
+    centre: float | None = None  # two-sided: the value distances are measured from (``sequential_two_sided_test``)
 
     @property
     def n(self) -> int:
@@ -193,6 +194,36 @@ def sequential_rank_test(
             if extreme >= h:
                 return RankTest(real, tuple(values), extreme, h / len(values), alternative, h, n_max)
     return RankTest(real, tuple(values), extreme, besag_clifford_p(extreme, n_max, h, n_max), alternative, h, n_max)
+
+
+def sequential_two_sided_test(
+    real: float, draw: DrawBatch, h: int = STOP_AFTER, n_max: int = MOST_DRAWS, batch: int = BATCH
+) -> RankTest:
+    """Two-sided, about the centre of the null: an effect on either side of where the draws sit counts.
+
+    "|draw| ≥ |real|" asks whether the real effect is further from 0 than the draws, which is one-sided in disguise
+    when the draws share a shift: real +0.4 against draws around −0.5 ± 0.2 is far from them but never rejected. Here
+    the centre c is the median of the real value and the first batch of draws (a symmetric function of values that
+    are exchangeable under H0, fixed from then on, as ``SequentialMaxTest`` centres), and the sequential rank test runs
+    on distances |v − c|, "greater". ``draws`` are the raw values; ``centre`` is c. ``tests/engine/test_stats.py``
+    simulates its size (shifted and heavy-tailed nulls) and its power on the far side of a shift."""
+    check_sequential(h, n_max, batch)
+    first = [float(v) for v in np.asarray(draw(min(batch, n_max)), dtype=np.float64).reshape(-1)]
+    centre = float(np.median([float(real), *first]))
+    pending, raw = list(first), []
+
+    def distances(k: int) -> list[float]:
+        nonlocal pending
+        if not pending:
+            pending = [float(v) for v in np.asarray(draw(k), dtype=np.float64).reshape(-1)]
+        taken, pending = pending[:k], pending[k:]
+        raw.extend(taken)
+        return [abs(v - centre) for v in taken]
+
+    test = sequential_rank_test(abs(float(real) - centre), distances, "greater", h, n_max, batch)
+    return RankTest(
+        float(real), tuple(raw[: test.n]), test.at_least_as_extreme, test.p_value, "two-sided", h, n_max, centre
+    )
 
 
 @dataclass(frozen=True)
