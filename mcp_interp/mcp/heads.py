@@ -17,6 +17,7 @@ from mcp_interp.mcp.arguments import (
     Background,
     CleanPrompts,
     CorruptPrompts,
+    MostRandomDraws,
     OptionalCorrect,
     OptionalIncorrect,
     PatchDirectionArgument,
@@ -48,14 +49,16 @@ async def ablate_head(
     positions: AblationPositions = "all",
     seed: ResampleSeed = 0,
     reference_prompts: ReferencePrompts = None,
+    random_draws: MostRandomDraws = 200,
 ) -> Annotated[CallToolResult, AblateHeadResult]:
-    """`ablate` for heads (hook_z): every metric before and after; `notes` flag metrics that disagree."""
+    """`ablate` for heads (hook_z): every metric before and after; `notes` flag metrics that disagree; the effect
+    ranked among random heads of the same layers (p-value)."""
     names: list[TargetSpec] = [heads] if isinstance(heads, str) else list(heads)
     spec = Intervention(
         ablate=names, method=method, positions=positions, seed=seed, reference_prompts=reference_prompts or []
     )
     return await Toolkit.of(ctx).run(
-        ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect, summary=ablation_summary
+        ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect, random_draws, summary=ablation_summary
     )
 
 

@@ -44,7 +44,8 @@ class AblationOutcome(Measurement):
 
 class RandomBaseline(BaseModel):
     """The same ablation with its directions (SAE features) replaced by seeded random ones removing the same energy at
-    the ablated positions; the real effect ranked among theirs."""
+    the ablated positions — or, for heads, neurons, MLPs and attention layers, by random ones of the same kind and
+    count — the real effect ranked among theirs."""
 
     replaced: str = Field(description="'directions', 'features' or both.")
     statistic: str = Field(description="What is ranked: the mean change (after − before) of this metric.")
@@ -56,8 +57,11 @@ class RandomBaseline(BaseModel):
     )
     verdict: str
     seed: int = Field(description="The ablation's `seed`.")
-    energy: float = Field(description="Mean squared norm of what the real targets remove at the matched positions.")
-    draw_energy: list[float] = Field(description="The same per draw (matched to `energy`).")
+    energy: float | None = Field(
+        description="Mean squared norm of what the real directions/features remove at the matched positions (null "
+        "for components: those draws are of the same kind and count, not energy-matched)."
+    )
+    draw_energy: list[float] | None = Field(description="The same per draw (matched to `energy`).")
     matched_positions: int = Field(description="Token positions matched over: every ablated one.")
     centre: float | None = Field(
         default=None, description="The null's centre the test measures distances from (median of real + first draws)."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.ablation import AblationOutcome
+from mcp_interp.schemas.ablation import AblationOutcome, RandomBaseline
 from mcp_interp.schemas.common import (
     PATCH_ANSWER_KIND,
     AnswerKind,
@@ -22,6 +22,9 @@ from mcp_interp.schemas.common import (
 
 class AblateHeadMeasurement(AblationOutcome):
     heads: list[str]
+    random_baseline: RandomBaseline | None = Field(
+        default=None, description="The heads' effect against random heads of the same layers, same count."
+    )
 
 
 class AblateHeadResult(Provenance, AblateHeadMeasurement):

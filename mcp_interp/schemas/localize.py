@@ -129,7 +129,9 @@ class LossResult(Provenance, LossMeasurement):
 class AblateMeasurement(AblationOutcome):
     targets: list[str] = Field(description="The ablated components, as parsed (e.g. 'L9H3', 'L28MLP').")
     random_baseline: RandomBaseline | None = Field(
-        default=None, description="With a direction or SAE features among the targets: the effect against random ones."
+        default=None,
+        description="The effect against random ones: energy-matched directions or SAE features when there are any, "
+        "else random heads, neurons, MLPs or attention layers of the same kind and count.",
     )
     projections: list[DirectionProjection] = Field(
         default_factory=list, description="Per ablated direction: the prompts' projection on it before ablating."

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mcp_interp.core.engine.ablation.baselines import component_baseline
 from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
 from mcp_interp.core.engine.ablation.targets import Ablation
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.numbers import stats
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.heads import AblateHeadMeasurement
@@ -18,9 +20,20 @@ def ablate_heads(
     ablation: Ablation | Intervention,
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
+    random_draws: int = stats.MOST_DRAWS,
 ) -> AblateHeadMeasurement:
-    """``ablate`` restricted to heads (the ``ablate_head`` tool)."""
+    """``ablate`` restricted to heads (the ``ablate_head`` tool), with the heads ranked among random heads of the same
+    layers (``random_baseline``)."""
     require(model.backend, "ablate_head")
     parsed = parsed_ablation(model, ablation)
     outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
-    return AblateHeadMeasurement(heads=[str(h) for h in parsed.heads], **dict(outcome))
+    measurement = AblateHeadMeasurement(heads=[str(h) for h in parsed.heads], **dict(outcome))
+    baseline = component_baseline(model, prompts, parsed, correct, incorrect, random_draws)
+    if baseline is not None:
+        measurement.random_baseline = baseline
+        ordered = sorted(baseline.draws)
+        measurement.notes.append(
+            f"Against random heads of the same layers ({len(ordered)} sets, {baseline.statistic} {ordered[0]:+.3f} to "
+            f"{ordered[-1]:+.3f}), the heads' {baseline.statistic} {baseline.real:+.3f} {baseline.verdict}."
+        )
+    return measurement

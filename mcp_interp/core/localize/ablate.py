@@ -79,10 +79,18 @@ def projection_notes(projections: Sequence[DirectionProjection], method: Ablatio
 def compare_with_random(ablation: Ablation, baseline: RandomBaseline) -> str:
     """One sentence: the real effect, the random ones' range, the p-value and the verdict it supports."""
     ordered = sorted(baseline.draws)
-    mismatched = [e for e in baseline.draw_energy if abs(e - baseline.energy) > 0.05 * max(baseline.energy, 1e-12)]
+    if baseline.energy is None or baseline.draw_energy is None:  # components: random ones of the same kind
+        return (
+            f"{ablation.method.capitalize()}-ablating the {baseline.replaced} changes the "
+            f"{baseline.statistic.removesuffix(' change')} by {baseline.real:+.3f}; {len(ordered)} random sets of "
+            f"{baseline.replaced} of the same kind and count change it by {ordered[0]:+.3f} to {ordered[-1]:+.3f}: "
+            f"the real effect {baseline.verdict}."
+        )
+    energy, draw_energy = baseline.energy, baseline.draw_energy
+    mismatched = [e for e in draw_energy if abs(e - energy) > 0.05 * max(energy, 1e-12)]
     caveat = (
         f" {len(mismatched)} of the {len(baseline.draws)} random draws could not be matched within 5 % of the real "
-        f"energy {baseline.energy:.3g} (theirs {min(baseline.draw_energy):.3g}–{max(baseline.draw_energy):.3g})."
+        f"energy {energy:.3g} (theirs {min(draw_energy):.3g}–{max(draw_energy):.3g})."
         if mismatched
         else ""
     )

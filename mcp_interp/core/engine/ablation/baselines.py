@@ -25,8 +25,11 @@ import torch
 
 from mcp_interp.core.engine.ablation.targets import (
     Ablation,
+    BlockOutputTarget,
     DirectionTarget,
     FeaturesTarget,
+    HeadTarget,
+    NeuronsTarget,
     PreparedAblation,
     Target,
     mean_replacement,
@@ -160,7 +163,7 @@ def random_baseline(
     that centre (``stats.sequential_two_sided_test``); None when it has neither directions nor features."""
     special = [i for i, t in enumerate(ablation.targets) if isinstance(t, DirectionTarget | FeaturesTarget)]
     if not special:
-        return None
+        return component_baseline(model, prompts, ablation, correct, incorrect, draws)
     stats.check_most_draws(draws)
     batch = encode(model.tokenizer, prompts, model.device)
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
@@ -237,6 +240,108 @@ def random_baseline(
         centre=test.centre,
         notes=notes,
     )
+
+
+COMPONENTS = (HeadTarget, NeuronsTarget, BlockOutputTarget)
+
+
+def component_baseline(
+    model: LoadedModel,
+    prompts: Sequence[str],
+    ablation: Ablation,
+    correct: Any = None,
+    incorrect: Any = None,
+    draws: int = stats.MOST_DRAWS,
+) -> RandomBaseline | None:
+    """Heads, neurons, MLPs and attention layers ranked among random sets of the same kind and count, ablated the same
+    way: each head replaced by a head of its layer, each neuron set by as many neurons of its layer, each MLP (attention
+    layer) by another layer's — drawn uniformly, distinct within a set, the real set among the possible draws (so under
+    H0 "the real set is one more random one" the test is exact). Drawn sequentially and ranked two-sided, as
+    ``random_baseline``. None when the ablation has none of these, or other targets (transcoder features)."""
+    if not ablation.targets or not all(isinstance(t, COMPONENTS) for t in ablation.targets):
+        return None
+    stats.check_most_draws(draws)
+    batch = encode(model.tokenizer, prompts, model.device)
+    mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
+    names = sorted({t.hook() for t in ablation.targets} | {t.hook() for t in possible_stand_ins(model, ablation)})
+    capture = model.backend.capture(batch.input_ids, names)
+    clean = answer_logits(model, batch, capture)
+    effect = effect_of(model, batch, clean, correct, incorrect)
+    before = effect.value(model, batch, clean, None)
+    generator = torch.Generator(device="cpu").manual_seed(ablation.seed)
+
+    def draw(k: int) -> list[float]:
+        new = [replace(ablation, targets=random_components(model, ablation.targets, generator)) for _ in range(k)]
+        prepared = [prepare_ablation(model, batch, variant, clean=capture.acts) for variant in new]
+        return [value - before for value in effect_values(model, batch, effect, prepared)]
+
+    real_prepared = prepare_ablation(model, batch, ablation, clean=capture.acts)
+    real_change = effect_values(model, batch, effect, [real_prepared])[0] - before
+    test = stats.sequential_two_sided_test(real_change, draw, n_max=draws)
+    kinds = component_kinds(ablation.targets)
+    return RandomBaseline(
+        replaced=kinds,
+        statistic=f"{effect.statistic} change",
+        real=test.real,
+        draws=list(test.draws),
+        p_value=test.p_value,
+        verdict=stats.versus_random(test, f"random {kinds} of the same kind and count"),
+        seed=ablation.seed,
+        energy=None,
+        draw_energy=None,
+        matched_positions=int(mask.sum()),
+        centre=test.centre,
+        notes=[
+            f"Random {kinds}: each head a uniformly drawn head of its layer, each neuron set as many neurons of its "
+            "layer, each MLP or attention layer another layer's (distinct within a set; the real set is among the "
+            f"possible draws). Drawn sequentially: {test.n} draws, two-sided about the null's centre "
+            f"{test.centre:.3g}."
+        ],
+    )
+
+
+def component_kinds(targets: Sequence[Target]) -> str:
+    words = {
+        "heads" if isinstance(t, HeadTarget) else "neurons" if isinstance(t, NeuronsTarget) else
+        ("MLPs" if isinstance(t, BlockOutputTarget) and t.part == "MLP" else "attention layers")
+        for t in targets
+    }  # fmt: skip
+    return " and ".join(sorted(words))
+
+
+def random_components(model: LoadedModel, targets: Sequence[Target], generator: torch.Generator) -> list[Target]:
+    """One random set of the same kind and count as ``targets`` (see ``component_baseline``)."""
+    n_heads, n_layers = int(model.cfg.n_heads), int(model.cfg.n_layers)
+    taken: set[tuple[Any, ...]] = set()
+    out: list[Target] = []
+
+    def pick(size: int, exclude: set[int]) -> int:
+        free = [i for i in range(size) if i not in exclude]
+        return free[int(torch.randint(len(free), (1,), generator=generator))]
+
+    for target in targets:
+        if isinstance(target, HeadTarget):
+            used = {key[2] for key in taken if key[:2] == ("head", target.layer)}
+            head = pick(n_heads, used)
+            taken.add(("head", target.layer, head))
+            out.append(HeadTarget(target.layer, head))
+        elif isinstance(target, NeuronsTarget):
+            d_mlp = int(model.cfg.d_mlp)
+            chosen = torch.randperm(d_mlp, generator=generator)[: len(target.neurons)]
+            out.append(NeuronsTarget(target.layer, tuple(sorted(int(n) for n in chosen))))
+        else:
+            assert isinstance(target, BlockOutputTarget)
+            used = {key[2] for key in taken if key[:2] == ("block", target.part)}
+            layer = pick(n_layers, used)
+            taken.add(("block", target.part, layer))
+            out.append(BlockOutputTarget(layer, target.part))
+    return out
+
+
+def possible_stand_ins(model: LoadedModel, ablation: Ablation) -> list[Target]:
+    """Every component a random set may hold (their clean activations are read once, for mean and resample)."""
+    parts = {t.part for t in ablation.targets if isinstance(t, BlockOutputTarget)}
+    return [BlockOutputTarget(layer, part) for part in sorted(parts) for layer in range(int(model.cfg.n_layers))]
 
 
 def removed_rows(
