@@ -35,7 +35,8 @@ def logit_diff(model: LoadedModel, hooks: list[Any]) -> float:
 
 def hand_sequential(real: float, draws: list[float], h: int = 10, n_max: int = 200) -> tuple[int, float]:
     """Besag–Clifford two-sided about c = median(real, first 20 draws), written out: walk the draws, count those with
-    |d − c| ≥ |real − c| (within 1e-6: a tie); stop at the h-th (p = h/n) or at n_max (p = (1 + count)/(n_max + 1)). (n, p)."""
+    |d − c| ≥ |real − c| (within 1e-6: a tie); stop at the h-th (p = h/n) or at n_max (p = (1 + count)/(n_max + 1)).
+    Returns (n, p)."""
     centre = sorted([real, *draws[:20]])[len(draws[:20]) // 2]  # 21 values: the 11th is the median
     count, tie = 0, 1e-6 * max(1.0, abs(real), abs(centre))  # float noise between batched forwards is a tie
     for n, d in enumerate(draws[:n_max], start=1):
