@@ -73,7 +73,6 @@ AblationMethodArgument = Annotated[AblationMethod, Field(description=METHOD_DESC
 AblationPositions = Annotated[PositionsSpec, Field(description="'all', 'last' (the answer) or token indices.")]
 ResampleSeed = Annotated[int, Field(description="Seeds resampling and random baselines.")]
 ReferencePrompts = Annotated[list[str] | None, Field(description="mean: prompts whose mean is used (default: these).")]
-RandomDraws = Annotated[int, Field(ge=19, le=100, description="Random directions/features ranked against.")]
 MostRandomDraws = Annotated[
     int,
     Field(ge=19, le=1000, description="Most random directions/features drawn (it stops early once p is clear)."),

@@ -12,13 +12,14 @@ from pydantic import Field
 from mcp_interp import figures
 from mcp_interp.core.engine.references import load_direction
 from mcp_interp.core.lens.attention import attention as measure_attention
+from mcp_interp.core.lens.concept import concept_from_direction, concept_from_words
 from mcp_interp.core.lens.dla import dla as measure_dla
 from mcp_interp.core.lens.figures import attention_plot, dla_plot, logit_lens_plot
 from mcp_interp.core.lens.induction import induction as measure_induction
 from mcp_interp.core.lens.logit_lens import layer_label
 from mcp_interp.core.lens.logit_lens import logit_lens as measure_logit_lens
 from mcp_interp.core.lens.steer import SteerJob
-from mcp_interp.mcp.arguments import RandomDraws
+from mcp_interp.mcp.arguments import MostRandomDraws
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit
 from mcp_interp.models import LoadedModel
@@ -130,7 +131,10 @@ async def steer(
     layer: Annotated[
         int | None, Field(description="ActAdd: the block whose input is steered (default ⌊L/3⌋); or the transcoder's.")
     ] = None,
-    direction: Annotated[str | None, Field(description="'direction://…' from `probe` (at its resid_post).")] = None,
+    direction: Annotated[
+        str | list[float] | None,
+        Field(description="'direction://…' from `probe` (at its resid_post), or d_model floats with `layer`."),
+    ] = None,
     sae: Annotated[str | None, Field(description="With `feature`: an SAELens-format folder.")] = None,
     feature: Annotated[int | None, Field(description="An SAE or transcoder feature: its decoder row is added.")] = None,
     transcoders: Annotated[
@@ -138,19 +142,33 @@ async def steer(
     ] = None,
     max_new_tokens: Annotated[int, Field(ge=1)] = 20,
     seed: Annotated[int, Field(description="Seed of the random directions (decoding is greedy).")] = 0,
-    random_draws: RandomDraws = 20,
+    concept: Annotated[
+        list[str] | str | None,
+        Field(
+            description="What the steered text should be about: words (' sea') or a 'direction://'; its score is "
+            "ranked among random directions' continuations."
+        ),
+    ] = None,
+    random_draws: MostRandomDraws = 200,
 ) -> Annotated[CallToolResult, SteerResult]:
     """Steer greedy generation with activation addition (resid(positive) − resid(negative) at `layer`'s input), a
-    probe's `direction`, or an SAE or transcoder `feature`; the next-token KL is compared with random directions of
-    the same norm."""
+    probe's `direction` (or a vector), or an SAE or transcoder `feature`; the next-token KL, and with `concept` the
+    continuation's concept score, are ranked among random directions of the same norm."""
     kit = Toolkit.of(ctx)
 
     def make(model: LoadedModel) -> SteerJob:
-        stored = load_direction(direction, kit.direction_lookup, model) if direction is not None else None
+        uri = direction if isinstance(direction, str) else None
+        stored = load_direction(uri, kit.direction_lookup, model) if uri is not None else None
+        judged = None
+        if isinstance(concept, str) and concept.startswith("direction://"):
+            judged = concept_from_direction(model, load_direction(concept, kit.direction_lookup, model), concept)
+        elif concept is not None:
+            judged = concept_from_words(model, [concept] if isinstance(concept, str) else list(concept))
         return SteerJob(
             model=model, prompt=prompt, positive=positive, negative=negative, layer=layer,
             coefficient=coefficient, max_new_tokens=max_new_tokens, seed=seed, direction=stored,
-            direction_uri=direction, sae=sae, transcoders=transcoders, feature=feature, random_draws=random_draws,
+            direction_uri=uri, sae=sae, transcoders=transcoders, feature=feature, random_draws=random_draws,
+            vector=None if isinstance(direction, str) else direction, concept=judged,
         )  # fmt: skip
 
     job, started = await kit.measured_job(ctx, make)
@@ -158,7 +176,13 @@ async def steer(
     r = kit.with_provenance(SteerResult, job.result, started)
     summary = (
         f"steer at L{r.layer} {r.site} × {r.coefficient:g} (added norm {r.added_norm:.3g}): next-token KL "
-        f"{r.next_token_kl:.4f} nats (random directions of norm {r.random_norm:.3g}: p = {r.random_p_value:.3g}). "
-        f"Steered: {r.steered_text[:300]!r}; unsteered: {r.baseline_text[:300]!r}."
+        f"{r.next_token_kl:.4f} nats (random directions of norm {r.random_norm:.3g}: p = {r.random_p_value:.3g})."
+        + (
+            f" Concept score {r.concept_baseline.real:.3f} (unsteered {r.concept_baseline.unsteered:.3f}) against "
+            f"random directions' texts: p = {r.concept_baseline.p_value:.3g}."
+            if r.concept_baseline is not None
+            else ""
+        )
+        + f" Steered: {r.steered_text[:300]!r}; unsteered: {r.baseline_text[:300]!r}."
     )
     return kit.finish(r, summary, [])

@@ -134,6 +134,21 @@ class InductionResult(Provenance, InductionMeasurement):
 # --- steer ----------------------------------------------------------------------------------
 
 
+class ConceptBaseline(BaseModel):
+    """The steered continuation's concept score ranked among the continuations of random directions of the same norm
+    at the same site (greedy, same prompt), drawn sequentially."""
+
+    concept: str = Field(description="What the score is (see `steer`'s `concept`).")
+    real: float = Field(description="The steered continuation's score.")
+    unsteered: float = Field(description="The unsteered continuation's score, for scale.")
+    draws: list[float] = Field(description="Each random direction's continuation's score.")
+    p_value: float = Field(
+        description="Sequential rank test, 'greater': 10/n when the 10th random score ≥ real came at draw n, else "
+        "(1 + #)/(n_max + 1); valid under H0 'the vector is a random one'."
+    )
+    verdict: str
+
+
 class SteerMeasurement(Measurement):
     prompt: str
     positive: str | None = Field(default=None, description="ActAdd: the text whose residual is added.")
@@ -156,6 +171,9 @@ class SteerMeasurement(Measurement):
     vector_norm: float = Field(description="L2 norm of the coefficient's unit (the added vector ÷ |coefficient|).")
     added_norm: float = Field(description="L2 norm of the vector actually added: |coefficient| × vector_norm.")
     residual_norm: float = Field(description="L2 norm of the prompt's residual at that site (last token), for scale.")
+    residual_norms: list[float] = Field(
+        default_factory=list, description="The same at every prompt position (a note says where added_norm exceeds it)."
+    )
     next_token_kl: float = Field(
         description="KL(baseline‖steered) of the next-token distribution after the prompt, nats, ≥ 0: how much the "
         "first prediction moves."
@@ -165,12 +183,21 @@ class SteerMeasurement(Measurement):
     )
     random_norm: float = Field(description="L2 norm each random direction was scaled to: added_norm.")
     random_p_value: float = Field(
-        description="(1 + #{random KL ≥ next_token_kl}) / (n + 1): exact under H0 'the vector is a random one'."
+        description="Sequential rank test of next_token_kl among the random KLs ('greater'; 10/n when the 10th random "
+        "KL ≥ it came at draw n, else (1 + #)/(n_max + 1)): the prediction moved more than random ones move it."
     )
     baseline_text: str = Field(description="Greedy continuation without steering.")
     steered_text: str = Field(description="Greedy continuation with the vector added at every position.")
     repetition_baseline: float = Field(description="Fraction of repeated 3-grams in the baseline continuation.")
     repetition_steered: float = Field(description="Fraction of repeated 3-grams in the steered continuation.")
+    concept_score: float | None = Field(default=None, description="With `concept`: the steered continuation's score.")
+    concept_score_unsteered: float | None = Field(default=None, description="The unsteered continuation's score.")
+    concept_baseline: ConceptBaseline | None = Field(
+        default=None, description="With `concept`: the steered text's score against random directions' texts."
+    )
+    random_continuations: list[str] = Field(
+        default_factory=list, description="With `concept`: the first 3 random directions' continuations."
+    )
 
 
 class SteerResult(Provenance, SteerMeasurement):

@@ -212,14 +212,85 @@ def test_steer_ranks_its_kl_among_random_directions_of_its_norm(tiny: LoadedMode
 
     base = next_token(None)
     real = float(entropy(base, next_token(added)))
-    generator = torch.Generator(device="cpu").manual_seed(2)
-    gaussians = torch.randn(20, 64, generator=generator, dtype=torch.float64)
-    units = (gaussians / gaussians.norm(dim=1, keepdim=True)).float()
+    n = len(result.random_next_token_kl)
+    units = hand_units(2, -(-n // 20) * 20)
     norm = float(added.norm())
     kls = [float(entropy(base, next_token(norm * unit))) for unit in units]
     assert result.next_token_kl == pytest.approx(real, rel=1e-4, abs=1e-7)
-    assert result.random_next_token_kl == pytest.approx(kls, rel=1e-4, abs=1e-7)
-    assert result.random_p_value == pytest.approx((1 + sum(k >= real for k in kls)) / 21)
+    assert result.random_next_token_kl == pytest.approx(kls[:n], rel=1e-4, abs=1e-7)
+    stop, p = hand_sequential_greater(real, kls)
+    assert stop == n and result.random_p_value == pytest.approx(p)
+
+
+def hand_units(seed: int, n: int) -> torch.Tensor:
+    """The documented draw of steer's random directions: a CPU generator seeded by ``seed``, 20 standard normals
+    per batch in float64, each normalised, cast to float32."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    gaussians = torch.cat([torch.randn(20, 64, generator=generator, dtype=torch.float64) for _ in range(n // 20)])
+    return (gaussians / gaussians.norm(dim=1, keepdim=True)).float()
+
+
+def hand_sequential_greater(real: float, draws: list[float], h: int = 10, n_max: int = 200) -> tuple[int, float]:
+    """Besag–Clifford, "greater", written out: stop at the h-th draw ≥ real (p = h/n), else p = (1 + #)/(n_max + 1)."""
+    count = 0
+    for n, d in enumerate(draws[:n_max], start=1):
+        count += d >= real
+        if count == h:
+            return n, h / n
+    assert len(draws) >= n_max, f"the {len(draws)} draws given end before the test could stop"
+    return n_max, (1 + count) / (n_max + 1)
+
+
+def test_steer_scores_its_continuation_for_a_concept_against_random_directions(tiny: LoadedModel) -> None:
+    """The concept test rebuilt by hand: the steered, unsteered and random continuations by greedy decoding through
+    hand hooks (each random direction of the same norm added at every position), each scored by the unsteered model's
+    log P(next ∈ concept tokens) averaged over the continuation (torch log-softmax, by hand), and the sequential p
+    'greater' by hand; the raw-vector direction and the per-position residual norms checked too."""
+    from mcp_interp.core.lens.concept import concept_from_words
+    from mcp_interp.core.lens.steer import steer
+
+    prompt, words, steps = "when mary and john went to the store", ["mary", "ball"], 3
+    concept = concept_from_words(tiny, words)
+    result = steer(tiny, prompt, " happy", " sad", 1, 4.0, steps, seed=2, random_draws=39, concept=concept)
+    ids = tiny.tokenizer(prompt)["input_ids"]
+    with torch.no_grad():
+        pos = tiny.bridge.run_with_cache(torch.tensor([tiny.tokenizer(" happy")["input_ids"]]))[1]
+        neg = tiny.bridge.run_with_cache(torch.tensor([tiny.tokenizer(" sad")["input_ids"]]))[1]
+        resid = tiny.bridge.run_with_cache(torch.tensor([ids]))[1]["blocks.1.hook_in"][0]
+    added = 4.0 * (pos["blocks.1.hook_in"][0, -1] - neg["blocks.1.hook_in"][0, -1])
+    targets = [tiny.tokenizer.convert_tokens_to_ids(w) for w in words]
+
+    def logits(tokens: list[int], vector: torch.Tensor | None) -> torch.Tensor:
+        hooks = [] if vector is None else [("blocks.1.hook_in", lambda r, hook: r + vector)]
+        with torch.no_grad(), tiny.bridge.hooks(fwd_hooks=hooks):
+            return tiny.bridge(torch.tensor([tokens]))[0].double()
+
+    def continue_(vector: torch.Tensor | None) -> list[int]:
+        out: list[int] = []
+        for _ in range(steps):
+            out.append(int(logits(ids + out, vector)[-1].argmax()))
+        return out
+
+    def score(continuation: list[int]) -> float:
+        lp = torch.log_softmax(logits(ids + continuation[:-1], None)[len(ids) - 1 :], dim=-1)[:, targets]
+        return float(torch.logsumexp(lp, dim=-1).mean())
+
+    assert result.residual_norms == pytest.approx(resid.double().norm(dim=1).tolist(), rel=1e-5)
+    baseline = result.concept_baseline
+    assert baseline is not None
+    assert baseline.real == pytest.approx(score(continue_(added)), abs=1e-5)
+    assert baseline.unsteered == pytest.approx(score(continue_(None)), abs=1e-5)
+    n = len(baseline.draws)
+    norm = float(added.norm())
+    randoms = [continue_(norm * unit) for unit in hand_units(2, -(-n // 20) * 20)]
+    scores = [score(c) for c in randoms]
+    assert baseline.draws == pytest.approx(scores[:n], abs=1e-5)
+    stop, p = hand_sequential_greater(baseline.real, scores, n_max=39)
+    assert stop == n and baseline.p_value == pytest.approx(p)
+    assert result.random_continuations == [tiny.tokenizer.decode(c) for c in randoms[:3]]
+    # a raw vector at layer 1's resid_post is added as coefficient × vector
+    raw = steer(tiny, prompt, None, None, 1, 2.0, steps, vector=added.tolist(), random_draws=19)
+    assert raw.site == "resid_post" and raw.added_norm == pytest.approx(2.0 * norm, rel=1e-5)
 
 
 def test_steer_without_a_layer_uses_the_default(tiny: LoadedModel) -> None:

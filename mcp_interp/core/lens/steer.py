@@ -27,7 +27,6 @@ from typing import Any
 import torch
 
 from mcp_interp import limits
-from mcp_interp.core.engine.ablation.baselines import random_unit_vectors
 from mcp_interp.core.engine.backend.edits import Add, Edit
 from mcp_interp.core.engine.backend.points import hook_in, hook_out
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_edits
@@ -37,10 +36,11 @@ from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.numbers.metrics import kl_divergence
 from mcp_interp.core.engine.references import steered_feature
 from mcp_interp.core.engine.text.tokens import encode
+from mcp_interp.core.lens.concept import Concept, greedy_rows
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import StoredDirection
-from mcp_interp.schemas.lens import SteerMeasurement
+from mcp_interp.schemas.lens import ConceptBaseline, SteerMeasurement
 
 DEGENERATE = 0.5  # fraction of repeated 3-grams above which a continuation is called degenerate
 
@@ -60,9 +60,14 @@ def repetition(ids: list[int]) -> float:
 
 def _resid_at(model: LoadedModel, text: str, name: str) -> torch.Tensor:
     """The residual at point ``name`` at ``text``'s last token."""
+    return _resid_all(model, text, name)[-1].clone()
+
+
+def _resid_all(model: LoadedModel, text: str, name: str) -> torch.Tensor:
+    """The values at point ``name`` at every position of ``text`` [seq, ...]."""
     batch = encode(model.tokenizer, [text], model.device)
     acts = model.backend.run(batch.input_ids, capture=[name], stop_at=name).acts
-    return acts[name][0, int(batch.answer_positions[0])].detach().clone()
+    return acts[name][0, : int(batch.answer_positions[0]) + 1].detach()
 
 
 def greedy_steps(
@@ -103,11 +108,14 @@ class SteerJob(Job[SteerMeasurement]):
     sae: str | None = None
     transcoders: str | None = None
     feature: int | None = None
-    random_draws: int = stats.DEFAULT_DRAWS
+    vector: list[float] | None = None
+    concept: Concept | None = None
+    random_draws: int = stats.MOST_DRAWS
     result: SteerMeasurement | None = field(default=None, init=False)
 
     def total_steps(self) -> int:
-        return 2 * self.max_new_tokens + 2
+        batches = -(-self.random_draws // stats.BATCH)
+        return 2 * self.max_new_tokens + 2 + batches * (2 if self.concept is not None else 1)
 
     def steps(self) -> Iterator[str]:
         chosen = steered_feature(self.model, self.sae, self.transcoders, self.layer, self.feature)
@@ -115,7 +123,8 @@ class SteerJob(Job[SteerMeasurement]):
         holder: list[SteerMeasurement] = []
         yield from steer_steps(
             self.model, self.prompt, self.positive, self.negative, layer, self.coefficient, self.max_new_tokens,
-            self.seed, self.direction, self.direction_uri, chosen, self.random_draws, holder,
+            self.seed, self.direction, self.direction_uri, chosen, self.random_draws, holder, self.vector,
+            self.concept,
         )  # fmt: skip
         self.result = holder[0]
 
@@ -140,8 +149,10 @@ def steer_steps(
     direction: StoredDirection | None = None,
     direction_uri: str | None = None,
     feature: tuple[SparseAutoencoder, int] | TranscoderFeature | None = None,
-    random_draws: int = stats.DEFAULT_DRAWS,
+    random_draws: int = stats.MOST_DRAWS,
     into: list[SteerMeasurement] | None = None,
+    vector: list[float] | None = None,
+    concept: Concept | None = None,
 ) -> Iterator[str]:
     """ActAdd (``positive``/``negative`` at resid_pre of ``layer``), a stored direction (at resid_post of its
     layer, ``coefficient`` in units of its probe texts' projection spread), an SAE feature (its decoder row
@@ -149,12 +160,20 @@ def steer_steps(
     the MLP write(s) it feeds); greedy continuations with and without. Yields a progress message per step; the
     measurement is appended to ``into``."""
     n_layers = model.cfg.n_layers
-    chosen = sum(x is not None for x in (direction, feature)) + (positive is not None or negative is not None)
+    chosen = sum(x is not None for x in (direction, feature, vector)) + (positive is not None or negative is not None)
     if chosen > 1:
         raise InputError(
-            "Give one of: `positive` and `negative`, a stored `direction`, or an SAE `feature` — not both."
+            "Give one of: `positive` and `negative`, a `direction` (stored or a vector), or an SAE `feature` — not "
+            "several."
         )
-    if direction is not None:
+    if vector is not None:
+        if layer is None:
+            raise InputError("A `direction` given as a vector needs `layer`: it is added to that layer's resid_post.")
+        if len(vector) != model.cfg.d_model or not all(v == v and abs(v) < 1e30 for v in vector):
+            raise InputError(
+                f"A `direction` vector needs {model.cfg.d_model} finite numbers (d_model), got {len(vector)}."
+            )
+    elif direction is not None:
         layer = direction.layer if layer is None else layer
     elif feature is not None:
         layer = feature.layer if isinstance(feature, TranscoderFeature) else feature[0].layer
@@ -162,12 +181,12 @@ def steer_steps(
         raise InputError(
             "Give `positive` and `negative` texts (activation addition), a stored `direction`, or an SAE `feature`."
         )
-    defaulted = layer is None and direction is None and feature is None
+    defaulted = layer is None and direction is None and feature is None and vector is None
     if defaulted:
         layer = default_actadd_layer(n_layers)
     if layer is None or not 0 <= layer < n_layers:
         raise InputError(f"layer {layer} does not exist; this model has layers 0..{n_layers - 1}.")
-    stats.check_draws(random_draws)
+    stats.check_most_draws(random_draws)
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
     limits.check("max_new_tokens", max_new_tokens, "max_new_tokens")
@@ -183,7 +202,7 @@ def steer_steps(
             f"No `layer` given: ActAdd steered at layer {layer}'s input (about a third of the way up, where Turner et "
             "al. found activation addition works best); try others with `layer`."
         )
-    steering = _steering(model, prompt, positive, negative, layer, direction, feature)
+    steering = _steering(model, prompt, positive, negative, layer, direction, feature, vector)
     if direction is not None and layer != direction.layer:
         notes.append(
             f"The direction was fitted on layer {direction.layer}'s output but is added at layer {layer}'s: "
@@ -199,10 +218,51 @@ def steer_steps(
     base_logits = _next_token_logits(model, prompt_ids, [])
     next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.edits(added))).value)
     norm = float(added.norm())
-    units = random_unit_vectors(random_draws, int(steering.vector.numel()), seed)
-    random_kl = random_next_token_kl(model, prompt_ids, steering, norm * units, base_logits)
-    test = stats.rank_test(next_kl, random_kl, "greater")
+    directions = RandomDirections(int(steering.vector.numel()), seed)
+    drawn_kl: list[float] = []
+
+    def draw_kl(k: int) -> list[float]:
+        units = directions.take(len(drawn_kl), k)
+        new = random_next_token_kl(model, prompt_ids, steering, norm * units, base_logits)
+        drawn_kl.extend(new)
+        return new
+
+    test = stats.sequential_rank_test(next_kl, draw_kl, "greater", n_max=random_draws)
+    random_kl = list(test.draws)
+    yield f"random directions' next-token KL: {test.n} draws"
+    concept_baseline: ConceptBaseline | None = None
+    random_texts: list[str] = []
+    concept_scores: tuple[float | None, float | None] = (None, None)
+    if concept is not None:
+        steered_score, baseline_score = concept.score(prompt_ids, steered_ids), concept.score(prompt_ids, baseline_ids)
+        concept_scores = (steered_score, baseline_score)
+        continuations: list[list[int]] = []
+
+        def draw_concept(k: int) -> list[float]:
+            units = directions.take(len(continuations), k)
+            rows = greedy_rows(model, prompt_ids, max_new_tokens, steering.edits((norm * units).unsqueeze(1)), k)
+            continuations.extend(rows)
+            return [concept.score(prompt_ids, row) for row in rows]
+
+        concept_test = stats.sequential_rank_test(steered_score, draw_concept, "greater", n_max=random_draws)
+        random_texts = [model.tokenizer.decode(row) for row in continuations[:RANDOM_TEXTS]]
+        concept_baseline = ConceptBaseline(
+            concept=concept.describe,
+            real=steered_score,
+            unsteered=baseline_score,
+            draws=list(concept_test.draws),
+            p_value=concept_test.p_value,
+            verdict=stats.versus_random(concept_test, "random directions' continuations (same norm)"),
+        )
+        notes.append(
+            f"Concept score ({concept.describe}): steered {steered_score:.3f}, unsteered {baseline_score:.3f}; "
+            f"{concept_test.n} random directions of the same norm give {min(concept_test.draws):.3f} to "
+            f"{max(concept_test.draws):.3f}: the steered text {concept_baseline.verdict}."
+        )
+        yield f"random directions' continuations: {concept_test.n} draws"
     residual_norm = steering.residual_norm
+    position_norms = steering.position_norms
+    exceeded = sum(norm > n for n in position_norms)
     rep_base, rep_steer = repetition(baseline_ids), repetition(steered_ids)
     if rep_steer >= DEGENERATE:
         notes.append(
@@ -212,6 +272,13 @@ def steer_steps(
         )
     if steered_ids == baseline_ids:
         notes.append("The steered continuation is identical to the baseline: no visible effect at this strength.")
+    if exceeded:
+        notes.append(
+            f"The added vector (norm {norm:.3g}) is larger than the residual itself at {exceeded} of the prompt's "
+            f"{len(position_norms)} positions (residual norms {min(position_norms):.3g}–{max(position_norms):.3g}, "
+            f"median {sorted(position_norms)[len(position_norms) // 2]:.3g}; `residual_norms`): it replaces more "
+            "than it nudges. A coefficient that keeps added_norm below the median is a gentler start."
+        )
     if residual_norm > 0 and norm > 4 * residual_norm:
         notes.append(
             f"The added vector (norm {norm:.1f}) is {norm / residual_norm:.1f}× the residual's norm "
@@ -220,7 +287,8 @@ def steer_steps(
     notes.append(
         f"The next-token distribution moves by KL {next_kl:.4f} nats; {len(random_kl)} random directions of the same "
         f"norm move it by {min(random_kl):.4f}–{max(random_kl):.4f}: the vector "
-        f"{stats.versus_random(test, 'random directions of its norm')}."
+        f"{stats.versus_random(test, 'random directions of its norm')}. This says the prediction moved, not where"
+        + ("; the concept score above says where." if concept is not None else ": pass `concept` to test where.")
     )
     measurement = SteerMeasurement(
         prompt=prompt,
@@ -234,6 +302,7 @@ def steer_steps(
         vector_norm=float(steering.vector.norm()),
         added_norm=norm,
         residual_norm=residual_norm,
+        residual_norms=position_norms,
         next_token_kl=next_kl,
         random_next_token_kl=random_kl,
         random_norm=norm,
@@ -242,11 +311,33 @@ def steer_steps(
         steered_text=model.tokenizer.decode(steered_ids),
         repetition_baseline=rep_base,
         repetition_steered=rep_steer,
+        concept_score=concept_scores[0],
+        concept_score_unsteered=concept_scores[1],
+        concept_baseline=concept_baseline,
+        random_continuations=random_texts,
         notes=notes,
     )
     if into is not None:
         into.append(measurement)
-    yield "random directions"
+    yield "done"
+
+
+RANDOM_TEXTS = 3  # random directions' continuations shown, so the reader sees what "random" wrote
+
+
+class RandomDirections:
+    """Random unit directions (normalised standard normals, float64 → float32) from one CPU generator seeded by
+    ``seed``, drawn as needed and kept, so the KL test and the concept test index the same directions."""
+
+    def __init__(self, width: int, seed: int) -> None:
+        self.width, self.generator = width, torch.Generator(device="cpu").manual_seed(seed)
+        self.units: list[torch.Tensor] = []
+
+    def take(self, start: int, k: int) -> torch.Tensor:
+        while len(self.units) < start + k:
+            draws = torch.randn(stats.BATCH, self.width, generator=self.generator, dtype=torch.float64)
+            self.units.extend((draws / draws.norm(dim=1, keepdim=True)).to(torch.float32))
+        return torch.stack(self.units[start : start + k])
 
 
 @dataclass
@@ -259,6 +350,7 @@ class Steering:
     vector: torch.Tensor
     edits: Callable[[torch.Tensor], list[Edit]]
     residual_norm: float
+    position_norms: list[float]  # the prompt's norm at that point, per position
 
 
 def _steering(
@@ -269,6 +361,7 @@ def _steering(
     layer: int,
     direction: StoredDirection | None,
     feature: tuple[SparseAutoencoder, int] | TranscoderFeature | None,
+    raw: list[float] | None = None,
 ) -> Steering:
     if isinstance(feature, TranscoderFeature):
         tc = feature.transcoders
@@ -276,8 +369,8 @@ def _steering(
             raise InputError(f"Transcoder feature {feature.feature} does not exist; ids are 0..{tc.d_transcoder - 1}.")
         layers = list(feature.out_layers)
         site = f"{tc.feature_output_hook} of layer {layers[0]}" + (f" to {layers[-1]}" if len(layers) > 1 else "")
-        norm = float(_resid_at(model, prompt, tc.output_hooks[feature.layer]).norm())
-        return Steering(site, feature.vector, feature.edits, norm)
+        norms = _norms(_resid_all(model, prompt, tc.output_hooks[feature.layer]))
+        return Steering(site, feature.vector, feature.edits, norms[-1], norms)
     if feature is not None:
         sae, index = feature
         if not 0 <= index < sae.d_sae:
@@ -290,9 +383,12 @@ def _steering(
 
             return splice_edits(sae, shift)
 
-        value = sae.to_input(_resid_at(model, prompt, sae.hook_name))
-        return Steering(sae.site, sae.W_dec[index].detach().float().cpu(), sae_edits, float(value.norm()))
-    if direction is not None:
+        norms = _norms(sae.to_input(_resid_all(model, prompt, sae.hook_name)))
+        return Steering(sae.site, sae.W_dec[index].detach().float().cpu(), sae_edits, norms[-1], norms)
+    if raw is not None:
+        site, hook = "resid_post", hook_out(layer)
+        vector = torch.tensor(raw, dtype=torch.float32)
+    elif direction is not None:
         site, hook = "resid_post", hook_out(layer)
         vector = direction.projection_std * torch.tensor(direction.vector, dtype=torch.float32)
     else:
@@ -303,7 +399,13 @@ def _steering(
     def add_at(added: torch.Tensor) -> list[Edit]:
         return [Add(hook, added)]
 
-    return Steering(site, vector, add_at, float(_resid_at(model, prompt, hook).norm()))
+    norms = _norms(_resid_all(model, prompt, hook))
+    return Steering(site, vector, add_at, norms[-1], norms)
+
+
+def _norms(values: torch.Tensor) -> list[float]:
+    """Per-position L2 norms of values [seq, ...]."""
+    return [float(v) for v in values.reshape(values.shape[0], -1).to(torch.float64).norm(dim=1)]
 
 
 def default_actadd_layer(n_layers: int) -> int:
