@@ -54,11 +54,17 @@ def parity_calls(n_pairs: int) -> list[tuple[str, dict[str, Any]]]:
     clean, corrupt, good, bad = ioi(n_pairs)
     return [
         ("logit_diff", {"prompts": clean, "correct": good, "incorrect": bad}),
-        ("ablate_head", {"prompts": clean, "heads": ["L0H0", "L1H1"], "correct": good, "incorrect": bad}),
+        (
+            "ablate_head",
+            {"prompts": clean, "heads": ["L0H0", "L1H1"], "correct": good, "incorrect": bad, "random_draws": 19},
+        ),
         ("patch_heads", {"clean_prompts": clean, "corrupt_prompts": corrupt, "correct": good, "incorrect": bad}),
         # what vLLM's driver serves of the same questions (it has no per-head point, so the two above are refused
         # there): whole attention layers and MLPs ablated, and every layer's attention output patched
-        ("ablate", {"prompts": clean, "targets": ["L0ATTN", "L1MLP"], "correct": good, "incorrect": bad}),
+        (
+            "ablate",
+            {"prompts": clean, "targets": ["L0ATTN", "L1MLP"], "correct": good, "incorrect": bad, "random_draws": 19},
+        ),
         (
             "patch",
             {

@@ -73,7 +73,10 @@ def calls(folders: dict[str, str], n_layers: int = 30, n_heads: int = 9, d_model
         ("kl", {"prompts": CLEAN, "compare_prompts": CORRUPT}),
         ("answer_rank", {"prompts": CLEAN, "correct": [" Mary Smith", " Tom"]}),
         ("loss", {"texts": CLEAN, "intervention": {"ablate": ["L1H1"], "method": "resample"}}),
-        ("ablate_head", {"prompts": CLEAN, "heads": [head_a, head_b], "correct": GOOD, "incorrect": BAD}),
+        (
+            "ablate_head",
+            {"prompts": CLEAN, "heads": [head_a, head_b], "correct": GOOD, "incorrect": BAD, "random_draws": 19},
+        ),
         (
             "ablate",
             {
@@ -82,13 +85,22 @@ def calls(folders: dict[str, str], n_layers: int = 30, n_heads: int = 9, d_model
                 "correct": GOOD[:1],
                 "incorrect": BAD[:1],
                 "positions": "last",
+                "random_draws": 19,
             },
         ),
         ("patch_heads", {**PAIRS, "heads": [f"L{third}H{h}" for h in range(n_heads)]}),
         ("patch", {**PAIRS, "component": "resid_pre", "layers": [0, half, last]}),
         (
             "steer",
-            {"prompt": CLEAN[0], "coefficient": 4.0, "positive": " happy", "negative": " sad", "max_new_tokens": 2},
+            {
+                "prompt": CLEAN[0],
+                "coefficient": 4.0,
+                "positive": " happy",
+                "negative": " sad",
+                "max_new_tokens": 2,
+                "random_draws": 19,
+                "concept": [" joy", " smile"],
+            },
         ),
         ("probe", {"texts": texts, "labels": labels, "layers": [half]}),
         ("sae", {"text": CLEAN[0], "sae": folders["sae"]}),
