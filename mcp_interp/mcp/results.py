@@ -3,11 +3,15 @@
 An assistant reads a tool's structured content into a finite context (Claude Code warns above 10k tokens and
 truncates above 25k), so every result is cut to fit while nothing is lost:
 
-1. ranked lists a result declares (``Measurement.RANKED``: heads, edges, cells — ordered best first) keep their
+1. the fields a result stores only (``Measurement.STORED``: the full grids of ``patch`` and ``patch_heads``, which
+   their figure shows and their ranked cells summarise) are null;
+2. ranked lists a result declares (``Measurement.RANKED``: heads, edges, cells — ordered best first) keep their
    top ``top`` items (20 unless the call says otherwise);
-2. if the structured content is still over ``BUDGET`` bytes, the bulky fields a result declares
+3. if the structured content is still over ``BUDGET`` bytes, the bulky fields a result declares
    (``Measurement.BULKY``: grids a figure already shows, per-token arrays) become null;
-3. if it is *still* over, the longest remaining list of rows anywhere in it is halved until it fits.
+4. if it is *still* over, the longest remaining list of rows anywhere in it is shortened until it fits: to the most
+   rows that fit, chosen by the result's own rule (``Measurement.rows_by_importance``: a probe keeps its best and
+   its significant layers) and kept in their order, or, without a rule, halved to its first rows.
 
 Whenever anything was cut, the complete result is stored as ``result://{id}`` (JSON, one ``resources/read``
 away), the returned one names it in ``result_uri``, and a note says what was cut and where the rest is. The text
@@ -34,6 +38,10 @@ def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], 
     """The result as JSON cut to fit (see the module docstring), and what was cut, in words."""
     data = result.model_dump(mode="json")
     cut: list[str] = []
+    for name in getattr(type(result), "STORED", ()):
+        if data.get(name) is not None:
+            data[name] = None
+            cut.append(f"`{name}` (null here: the full grid is in the complete result and the figure)")
     for name in getattr(type(result), "RANKED", ()):
         rows = data.get(name)
         if isinstance(rows, list) and len(rows) > top:
@@ -51,10 +59,31 @@ def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], 
         if found is None:
             break
         path, rows = found
-        keep = max(1, len(rows) // 2)
-        del rows[keep:]
-        cut.append(f"`{path}`: its first {keep}")
+        rule = getattr(type(result), "rows_by_importance", None)
+        chosen = rule(data, path) if rule is not None and data.get(path) is rows else None
+        if chosen is None:
+            keep = max(1, len(rows) // 2)
+            del rows[keep:]
+            cut.append(f"`{path}`: its first {keep}")
+            continue
+        order, words = chosen
+        kept = _fit_rows(data, path, order)
+        names = ", ".join(str(row.get("layer", i)) if isinstance(row, dict) else str(i) for i, row in kept)
+        cut.append(f"`{path}`: {len(kept)} of {len(order)} rows ({names}), {words}")
     return data, cut
+
+
+def _fit_rows(data: dict[str, Any], name: str, order: list[int]) -> list[tuple[int, Any]]:
+    """Shorten ``data[name]`` to the most rows that fit ``BUDGET`` (at least one), taken from ``order`` (most
+    important first) and kept in their original order; the rows kept, with their original indices."""
+    rows = list(data[name])
+    kept: list[tuple[int, Any]] = []
+    for keep in range(len(rows) - 1, 0, -1):
+        kept = [(i, rows[i]) for i in sorted(order[:keep])]
+        data[name] = [row for _, row in kept]
+        if size(data) <= BUDGET:
+            break
+    return kept
 
 
 def _longest_rows(node: Any, path: str) -> tuple[str, list[Any]] | None:
