@@ -649,7 +649,7 @@ def test_a_cut_30_layer_probe_keeps_its_best_and_significant_layers() -> None:
     layers 0–14 and lost the causal layers 26–29. Known answer: 27 is the most accurate, 29 the most selective,
     26–29 and 5 are selective, 20–29 and 5, 12 beat chance; the rest of the rows that fit are the most accurate of
     0–25, computed here from the accuracies."""
-    from mcp_interp.mcp.results import BUDGET, compact, size
+    from mcp_interp.mcp.results import BUDGET, compact, cut_note, size
     from mcp_interp.schemas.common import ModelRef
     from mcp_interp.schemas.features import ProbeLayer, ProbeResult
 
@@ -716,19 +716,19 @@ def test_a_cut_30_layer_probe_keeps_its_best_and_significant_layers() -> None:
 
     data, cut = compact(result)
     kept = [row["layer"] for row in data["layers"]]
-    # Independently: the must-keep layers, then the others by accuracy; the longest prefix of that order that fits.
+    # Independently: the must-keep layers, then the others by accuracy; the result keeps the longest prefix of that
+    # order that fits with the note and result_uri the server adds.
     must = sorted({27, 29, *selective, *beating})
-    others = sorted((layer for layer in range(30) if layer not in must), key=lambda layer: -accuracy[layer])
-    fits = [
-        n
-        for n in range(1, 31)
-        if size({**full, "layers": [full["layers"][i] for i in sorted([*must, *others][:n])]}) <= BUDGET
-    ]
-    n = max(fits)
-    assert n < 30 and len(must) < n
-    assert kept == sorted([*must, *others][:n])  # in layer order
+    order = [*must, *sorted((layer for layer in range(30) if layer not in must), key=lambda layer: -accuracy[layer])]
+    n = len(kept)
+    assert len(must) < n < 30 and kept == sorted(order[:n])  # in layer order
     assert {26, 27, 28, 29} <= set(kept) and kept != list(range(n))
     assert data["layers"] == [full["layers"][layer] for layer in kept]  # rows unchanged, only chosen
-    assert size(data) <= BUDGET and data["best_layer"] == 27 and data["layers_selective"] == selective
+    assert data["best_layer"] == 27 and data["layers_selective"] == selective
     assert len(cut) == 1 and f"{n} of 30 rows ({', '.join(map(str, kept))})" in cut[0]
+    uri = "result://" + "f" * 32
+    returned = {**data, "result_uri": uri, "notes": [*data["notes"], cut_note(cut, uri)]}
+    assert size(returned) <= BUDGET  # as returned, note and URI included
+    one_more = {**returned, "layers": [full["layers"][i] for i in sorted(order[: n + 1])]}
+    assert size(one_more) + len(", 99") > BUDGET  # the next layer would not fit, its name in the note included
     assert "the best layer by held-out accuracy, the best by selectivity" in cut[0]
