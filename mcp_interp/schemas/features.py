@@ -83,11 +83,8 @@ def layers_by_importance(
     """Indices of a probe's ``layers`` rows (as JSON), the ones a shortened result must keep first: the best layer by
     held-out accuracy, the best by selectivity, the family-wise selective layers, those beating chance, then the
     rest; within each, by accuracy (highest first), then layer."""
-    scored = [row["selectivity"] for row in layers if row.get("selectivity") is not None]
-    best_selective = next(
-        (row["layer"] for row in layers if scored and row.get("selectivity") == max(scored)),
-        None,
-    )
+    scored = [(row["selectivity"], row["layer"]) for row in layers if row.get("selectivity") is not None]
+    best_selective = max(scored, key=lambda pair: pair[0])[1] if scored else None
 
     def tier(row: dict[str, Any]) -> int:
         if row["layer"] == best_layer:

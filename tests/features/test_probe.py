@@ -732,3 +732,19 @@ def test_a_cut_30_layer_probe_keeps_its_best_and_significant_layers() -> None:
     one_more = {**returned, "layers": [full["layers"][i] for i in sorted(order[: n + 1])]}
     assert size(one_more) + len(", 99") > BUDGET  # the next layer would not fit, its name in the note included
     assert "the best layer by held-out accuracy, the best by selectivity" in cut[0]
+
+
+def test_the_probe_layer_order_puts_each_kind_of_important_layer_first() -> None:
+    """Known answer, every tier distinct: best accuracy 28; best selectivity 3 (low accuracy, in no verdict list);
+    selective 27, 26; beating chance 25, 10; then the rest by accuracy (ties by layer)."""
+    from mcp_interp.schemas.features import layers_by_importance
+
+    accuracy = [0.60, 0.61, 0.62, 0.55, 0.63, 0.64, 0.65, 0.66, 0.67, 0.68, 0.58, 0.69, 0.70, 0.71, 0.72]
+    accuracy += [0.73, 0.74, 0.75, 0.76, 0.77, 0.78, 0.79, 0.80, 0.81, 0.82, 0.83, 0.90, 0.88, 0.95, 0.84]
+    rows = [{"layer": i, "accuracy": a, "selectivity": 0.1} for i, a in enumerate(accuracy)]
+    rows[3]["selectivity"] = 0.3
+    rows[0]["selectivity"] = None
+    order = layers_by_importance(rows, best_layer=28, beating=[10, 25, 26, 27], selective=[26, 27])
+    rest = sorted(set(range(30)) - {28, 3, 26, 27, 25, 10}, key=lambda i: -accuracy[i])
+    assert order == [28, 3, 26, 27, 25, 10, *rest]
+    assert rest[:3] == [29, 24, 23] and rest[-1] == 0
