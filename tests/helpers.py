@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -87,6 +88,14 @@ def assert_valid_structured(tool: Tool, result: CallToolResult) -> dict[str, Any
     assert result.structured_content is not None
     jsonschema.validate(result.structured_content, tool.output_schema)
     return result.structured_content
+
+
+async def complete_result(client: Client, data: dict[str, Any]) -> dict[str, Any]:
+    """The complete result behind a returned one: its ``result_uri`` read (``patch``'s and ``patch_heads``' grids live
+    only there), or the returned result itself when nothing was cut."""
+    if data.get("result_uri") is None:
+        return data
+    return json.loads((await client.read_resource(data["result_uri"])).contents[0].text)
 
 
 def error_text(result: CallToolResult) -> str:

@@ -3,11 +3,16 @@
 An assistant reads a tool's structured content into a finite context (Claude Code warns above 10k tokens and
 truncates above 25k), so every result is cut to fit while nothing is lost:
 
-1. ranked lists a result declares (``Measurement.RANKED``: heads, edges, cells — ordered best first) keep their
+1. the fields a result stores only (``Measurement.STORED``: the full grids of ``patch`` and ``patch_heads``, which
+   their figure shows and their ranked cells summarise) are null;
+2. ranked lists a result declares (``Measurement.RANKED``: heads, edges, cells — ordered best first) keep their
    top ``top`` items (20 unless the call says otherwise);
-2. if the structured content is still over ``BUDGET`` bytes, the bulky fields a result declares
-   (``Measurement.BULKY``: grids a figure already shows, per-token arrays) become null;
-3. if it is *still* over, the longest remaining list of rows anywhere in it is halved until it fits.
+3. if the structured content (with the note and ``result_uri`` a cut adds) is still over ``BUDGET`` bytes, the
+   bulky fields a result declares (``Measurement.BULKY``: grids a figure already shows, per-token arrays) become
+   null;
+4. if it is *still* over, the longest remaining list of rows anywhere in it is shortened until it fits: to the most
+   rows that fit, chosen by the result's own rule (``Measurement.rows_by_importance``: a probe keeps its best and
+   its significant layers) and kept in their order, or, without a rule, halved to its first rows.
 
 Whenever anything was cut, the complete result is stored as ``result://{id}`` (JSON, one ``resources/read``
 away), the returned one names it in ``result_uri``, and a note says what was cut and where the rest is. The text
@@ -24,6 +29,7 @@ from pydantic import BaseModel
 BUDGET = 16_000  # bytes of structured content, as JSON
 SUMMARY_LIMIT = 2_000  # characters of the text block
 DEFAULT_TOP = 20
+SAMPLE_URI = "result://" + "0" * 32  # as long as a stored result's URI
 
 
 def size(data: Any) -> int:
@@ -34,27 +40,62 @@ def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], 
     """The result as JSON cut to fit (see the module docstring), and what was cut, in words."""
     data = result.model_dump(mode="json")
     cut: list[str] = []
+    for name in getattr(type(result), "STORED", ()):
+        if data.get(name) is not None:
+            data[name] = None
+            cut.append(f"`{name}` (null here: the full grid is in the complete result and the figure)")
     for name in getattr(type(result), "RANKED", ()):
         rows = data.get(name)
         if isinstance(rows, list) and len(rows) > top:
             data[name] = rows[:top]
             cut.append(f"`{name}`: the top {top} of {len(rows)}")
-    if size(data) > BUDGET:
+    if not _fits(data, cut):
         for name in getattr(type(result), "BULKY", ()):
             if data.get(name) is not None:
                 data[name] = None
                 cut.append(f"`{name}` (null here)")
-                if size(data) <= BUDGET:
+                if _fits(data, cut):
                     break
-    while size(data) > BUDGET:
+    while not _fits(data, cut):
         found = _longest_rows(data, "")
         if found is None:
             break
         path, rows = found
-        keep = max(1, len(rows) // 2)
-        del rows[keep:]
-        cut.append(f"`{path}`: its first {keep}")
+        rule = getattr(type(result), "rows_by_importance", None)
+        chosen = rule(data, path) if rule is not None and data.get(path) is rows else None
+        if chosen is None:
+            keep = max(1, len(rows) // 2)
+            del rows[keep:]
+            cut.append(f"`{path}`: its first {keep}")
+            continue
+        order, words = chosen
+        cut.append(_fit_rows(data, path, order, words, cut))
     return data, cut
+
+
+def _fits(data: dict[str, Any], cut: list[str]) -> bool:
+    """Whether ``data`` is within ``BUDGET`` with what ``Toolkit.finish`` adds when anything was cut: its
+    ``result_uri`` and the note saying what was cut."""
+    if not cut:
+        return size(data) <= BUDGET
+    return (
+        size({**data, "result_uri": SAMPLE_URI, "notes": [*data.get("notes", []), cut_note(cut, SAMPLE_URI)]}) <= BUDGET
+    )
+
+
+def _fit_rows(data: dict[str, Any], name: str, order: list[int], words: str, cut: list[str]) -> str:
+    """Shorten ``data[name]`` to the most rows that fit (at least one), taken from ``order`` (most important first)
+    and kept in their original order; what was cut, in words (naming the rows kept by their ``layer``)."""
+    rows = list(data[name])
+    said = ""
+    for keep in range(len(rows) - 1, 0, -1):
+        kept = sorted(order[:keep])
+        data[name] = [rows[i] for i in kept]
+        names = ", ".join(str(rows[i].get("layer", i)) if isinstance(rows[i], dict) else str(i) for i in kept)
+        said = f"`{name}`: {keep} of {len(rows)} rows ({names}), {words}"
+        if _fits(data, [*cut, said]):
+            break
+    return said
 
 
 def _longest_rows(node: Any, path: str) -> tuple[str, list[Any]] | None:

@@ -215,8 +215,8 @@ class Toolkit:
         data, cut = compact(result, top)
         if cut:
             full = result.model_copy(update={"notes": [*getattr(result, "notes", [])]})
-            uri, link = self.store("result", full.model_dump_json().encode(), "complete result",
-                                   [u for u in iter_uris(data) if u != data.get("result_uri")])  # fmt: skip
+            handles = iter_uris(full.model_dump(mode="json"))  # the handles of rows cut here too, so they stay alive
+            uri, link = self.store("result", full.model_dump_json().encode(), "complete result", handles)
             data["result_uri"] = uri
             data.setdefault("notes", []).append(cut_note(cut, uri))
             links = [*links, link]

@@ -10,7 +10,7 @@ nothing from the rest of the project, so ``core/`` and the adapters can both dep
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -43,11 +43,19 @@ class ModelRef(BaseModel):
 
 class Measurement(BaseModel):
     """The measured part of a result. ``RANKED`` names its list fields ordered best first (a returned result keeps
-    their top N); ``BULKY`` its optional fields a result over the size budget returns as null (the complete result
-    is then stored, ``result_uri``)."""
+    their top N); ``BULKY`` its optional fields a result over the size budget returns as null, ``STORED`` those every
+    returned result leaves null (the complete result is then stored, ``result_uri``); ``rows_by_importance`` which rows
+    of a list a result over the budget keeps."""
 
     RANKED: ClassVar[tuple[str, ...]] = ()
     BULKY: ClassVar[tuple[str, ...]] = ()
+    STORED: ClassVar[tuple[str, ...]] = ()  # optional fields always null in a returned result (grids: result://)
+
+    @classmethod
+    def rows_by_importance(cls, data: dict[str, Any], name: str) -> tuple[list[int], str] | None:
+        """For the list field ``name`` of ``data`` (this result as JSON) when it must be shortened to fit: the indices
+        of its rows, most important first, and that rule in words; None = no rule of its own (its first rows stay)."""
+        return None
 
     notes: list[str] = Field(default_factory=list, description="Read before citing a number.")
     result_uri: str | None = Field(default=None, description="result://…: the complete result, when this one is cut.")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -63,6 +63,39 @@ class ProbeMeasurement(Measurement):
     layers_beating_chance: list[int] = Field(description="Family-wise p ≤ 0.05 vs the shuffled-label control.")
     layers_selective: list[int] = Field(description="Family-wise p ≤ 0.05 vs the control.")
     figure_uri: str | None = None
+
+    @classmethod
+    def rows_by_importance(cls, data: dict[str, Any], name: str) -> tuple[list[int], str] | None:
+        if name != "layers":
+            return None
+        order = layers_by_importance(
+            data["layers"], data["best_layer"], data["layers_beating_chance"], data["layers_selective"]
+        )
+        return order, (
+            "kept in layer order: the best layer by held-out accuracy, the best by selectivity, every layer of "
+            "layers_selective and layers_beating_chance, then the most accurate"
+        )
+
+
+def layers_by_importance(
+    layers: list[dict[str, Any]], best_layer: int, beating: list[int], selective: list[int]
+) -> list[int]:
+    """Indices of a probe's ``layers`` rows (as JSON), the ones a shortened result must keep first: the best layer by
+    held-out accuracy, the best by selectivity, the family-wise selective layers, those beating chance, then the
+    rest; within each, by accuracy (highest first), then layer."""
+    scored = [(row["selectivity"], row["layer"]) for row in layers if row.get("selectivity") is not None]
+    best_selective = max(scored, key=lambda pair: pair[0])[1] if scored else None
+
+    def tier(row: dict[str, Any]) -> int:
+        if row["layer"] == best_layer:
+            return 0
+        if row["layer"] == best_selective:
+            return 1
+        if row["layer"] in selective:
+            return 2
+        return 3 if row["layer"] in beating else 4
+
+    return sorted(range(len(layers)), key=lambda i: (tier(layers[i]), -layers[i]["accuracy"], layers[i]["layer"]))
 
 
 class ProbeResult(Provenance, ProbeMeasurement):

@@ -59,7 +59,7 @@ class VerifiedHead(BaseModel):
 
 class PatchHeadsMeasurement(Measurement):
     RANKED = ("heads",)
-    BULKY = ("patched_logit_diff",)
+    STORED = ("scores", "patched_logit_diff")
 
     method: PatchMethod
     approximate: bool = Field(description="True for attribution patching (a first-order estimate).")
@@ -79,11 +79,13 @@ class PatchHeadsMeasurement(Measurement):
     differing_positions: list[list[int]] = Field(
         description="Per pair, token positions where clean and corrupt differ."
     )
-    scores: list[list[float | None]] = Field(
-        description="[n_layers][n_heads] score (see HeadScore.score); null for heads not evaluated."
+    scores: list[list[float | None]] | None = Field(
+        default=None,
+        description="[n_layers][n_heads] score (see HeadScore.score); null for heads not evaluated. Always null in a "
+        "returned result: the full grid is in result_uri (result://…) and the figure.",
     )
     patched_logit_diff: list[list[float | None]] | None = Field(
-        description="[n_layers][n_heads] mean patched logit difference."
+        default=None, description="[n_layers][n_heads] mean patched logit difference; null like `scores`."
     )
     heads: list[HeadScore] = Field(
         description="Evaluated heads by |score|, largest first. score: a ratio of means over pairs; the top 10 carry "

@@ -18,6 +18,8 @@ from mcp_interp.schemas.common import (
     Score,
 )
 
+GRID = " Always null in a returned result: the full grid is in result_uri (result://…) and the figure."
+
 Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
 
 
@@ -52,7 +54,7 @@ class VerifiedCell(BaseModel):
 
 class PatchMeasurement(Measurement):
     RANKED = ("cells",)
-    BULKY = ("head_patched", "head_scores", "patched")
+    STORED = ("scores", "patched", "head_scores", "head_patched")
 
     component: Component
     method: PatchMethod
@@ -75,16 +77,17 @@ class PatchMeasurement(Measurement):
     )
     scores: list[list[float | None]] | None = Field(
         default=None,
-        description="[layer][position] score for resid_*/attn_out/mlp_out (None = not requested).",
+        description="[layer][position] score for resid_*/attn_out/mlp_out (None = not requested)." + GRID,
     )
     patched: list[list[float | None]] | None = Field(
-        default=None, description="[layer][position] mean patched metric, same layout as `scores`."
+        default=None, description="[layer][position] mean patched metric, same layout as `scores`; null like it."
     )
     head_scores: list[list[list[float | None]]] | None = Field(
-        default=None, description="[layer][head][position] score for heads_by_pos (None = not requested)."
+        default=None, description="[layer][head][position] score for heads_by_pos (None = not requested)." + GRID
     )
     head_patched: list[list[list[float | None]]] | None = Field(
-        default=None, description="[layer][head][position] mean patched metric, same layout as `head_scores`."
+        default=None,
+        description="[layer][head][position] mean patched metric, same layout as `head_scores`; null like it.",
     )
     cells: list[PatchCell] = Field(description="Cells by |score|, per-example values for the top 10.")
     verified: list[VerifiedCell] | None = Field(

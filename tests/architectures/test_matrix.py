@@ -44,6 +44,7 @@ from tests.helpers import (
     IOI_CORRUPT,
     IOI_INCORRECT,
     assert_valid_structured,
+    complete_result,
     tiny_corpus,
     tools_by_name,
 )
@@ -124,6 +125,10 @@ class Caller:
     async def ok(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         self.called.add(name)
         return assert_valid_structured(self.tools[name], await self.client.call_tool(name, args))
+
+    async def complete(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """``ok``, then the complete result behind it (patch's and patch_heads' grids are only in result://)."""
+        return await complete_result(self.client, await self.ok(name, args))
 
     async def depends(self, name: str, option: str | None, args: dict[str, Any]) -> CallToolResult:
         """A call whose availability ``model_info`` states: refused naming the feature exactly when it says so."""
@@ -289,12 +294,12 @@ async def patching(call: Caller, model: LoadedModel) -> None:
         "mlp_out": tl_patching.get_act_patch_mlp_out,
     }
     for component, patcher in references.items():
-        result = await call.ok("patch", {**PAIRS, "component": component})
+        result = await call.complete("patch", {**PAIRS, "component": component})
         assert max_diff(result["patched"], patcher(bridge, corrupt_ids, clean_cache, metric)) < TOLERANCE, component
-    by_position = await call.ok("patch", {**PAIRS, "component": "heads_by_pos"})
+    by_position = await call.complete("patch", {**PAIRS, "component": "heads_by_pos"})
     reference = tl_patching.get_act_patch_attn_head_out_by_pos(bridge, corrupt_ids, clean_cache, metric)  # [l, p, h]
     assert max_diff(by_position["head_patched"], reference.permute(0, 2, 1)) < TOLERANCE
-    heads = await call.ok("patch_heads", PAIRS)
+    heads = await call.complete("patch_heads", PAIRS)
     reference = tl_patching.get_act_patch_attn_head_out_all_pos(bridge, corrupt_ids, clean_cache, metric)
     assert max_diff(heads["patched_logit_diff"], reference) < TOLERANCE
     assert float(reference.abs().max()) > 0.05, "the references must not all be ~0"

@@ -17,7 +17,7 @@ from mcp_interp.core.explain.findings import route_finding
 from mcp_interp.core.explain.job import ExplainJob
 from mcp_interp.figures import png_size
 from mcp_interp.models import LoadedModel
-from tests.helpers import assert_valid_structured, stdio_params, tools_by_name
+from tests.helpers import assert_valid_structured, complete_result, stdio_params, tools_by_name
 
 pytestmark = pytest.mark.anyio
 
@@ -55,9 +55,12 @@ async def test_explain_over_stdio_report_figures_and_agreement(tmp_path: Path) -
             ),
         }
         pair = {"clean_prompts": [PROMPT], "corrupt_prompts": [CORRUPT], "correct": "mary", "incorrect": "john"}
-        maps = {
-            component: assert_valid_structured(
-                tools["patch"], await client.call_tool("patch", {**pair, "component": component})
+        maps = {  # the grids are in the complete results (result://)
+            component: await complete_result(
+                client,
+                assert_valid_structured(
+                    tools["patch"], await client.call_tool("patch", {**pair, "component": component})
+                ),
             )
             for component in ("resid_pre", "attn_out", "mlp_out")
         }

@@ -642,3 +642,109 @@ def test_the_summary_words_selectivity_from_the_family_wise_verdict_only() -> No
 
     assert "(not shown selective)" in probe_summary(result([]))
     assert "(selective)" in probe_summary(result([0])) and "selective 1 of 2" in probe_summary(result([0]))
+
+
+def test_a_cut_30_layer_probe_keeps_its_best_and_significant_layers() -> None:
+    """A SmolLM2-sized probe (30 layers, every field filled) is over the 16 KB budget; before issue 32 the cut kept
+    layers 0–14 and lost the causal layers 26–29. Known answer: 27 is the most accurate, 29 the most selective,
+    26–29 and 5 are selective, 20–29 and 5, 12 beat chance; the rest of the rows that fit are the most accurate of
+    0–25, computed here from the accuracies."""
+    from mcp_interp.mcp.results import BUDGET, compact, cut_note, size
+    from mcp_interp.schemas.common import ModelRef
+    from mcp_interp.schemas.features import ProbeLayer, ProbeResult
+
+    rng = np.random.default_rng(3)
+    accuracy = {layer: float(rng.uniform(0.55, 0.8)) for layer in range(26)}
+    accuracy |= {26: 0.91, 27: 0.97, 28: 0.95, 29: 0.93}
+    selectivity = {layer: accuracy[layer] - 0.5 - (0.2 if layer < 26 else 0.0) for layer in range(30)}
+    selectivity[29] = 0.6  # the most selective, not the most accurate
+    selective = [5, 26, 27, 28, 29]
+    beating = [5, 12, *range(20, 30)]
+    rows = [
+        ProbeLayer(
+            layer=layer,
+            accuracy=accuracy[layer],
+            ci_low=accuracy[layer] - 0.11234567,
+            ci_high=accuracy[layer] + 0.07654321,
+            train_accuracy=1.0,
+            shuffled_accuracy=0.5123456789,
+            shuffled_p=0.0049751243781,
+            control_accuracy=accuracy[layer] - selectivity[layer],
+            selectivity=selectivity[layer],
+            selectivity_ci=[selectivity[layer] - 0.1, selectivity[layer] + 0.1],
+            selectivity_p=0.0049751243781,
+            direction_uri=f"direction://{layer:032x}",
+            direction_norm=12.345678901,
+            direction_accuracy=accuracy[layer] - 0.0123456,
+            projection_gap=1.23456789,
+        )
+        for layer in range(30)
+    ]
+    result = ProbeResult(
+        model=ModelRef(
+            name="smollm2-135m",
+            source="embedded",
+            fingerprint="0" * 16,
+            dtype="float32",
+            device="cpu",
+            versions={"torch": "2"},
+        ),
+        run_id="0" * 32,
+        elapsed_s=1.0,
+        method="logistic",
+        position="last",
+        labels=["0", "1"],
+        n_texts=400,
+        n_train=300,
+        n_test=100,
+        split="labels",
+        chance=0.5,
+        seed=0,
+        control_kind="type_keyed",
+        control_key="token 1 (40 types)",
+        control_draws=200,
+        layers=rows,
+        best_layer=27,
+        best_ci_adjusted=[0.9, 0.99],
+        layers_beating_chance=beating,
+        layers_selective=selective,
+        notes=["a note as long as the controls' notes of a real probe " * 8] * 14,  # 6.2 KB
+    )
+    full = result.model_dump(mode="json")
+    assert size(full) > BUDGET  # the whole list does not fit
+    assert size({**full, "layers": full["layers"][:15]}) <= BUDGET  # the old cut (first 15) would have fitted
+
+    data, cut = compact(result)
+    kept = [row["layer"] for row in data["layers"]]
+    # Independently: the must-keep layers, then the others by accuracy; the result keeps the longest prefix of that
+    # order that fits with the note and result_uri the server adds.
+    must = sorted({27, 29, *selective, *beating})
+    order = [*must, *sorted((layer for layer in range(30) if layer not in must), key=lambda layer: -accuracy[layer])]
+    n = len(kept)
+    assert len(must) < n < 30 and kept == sorted(order[:n])  # in layer order
+    assert {26, 27, 28, 29} <= set(kept) and kept != list(range(n))
+    assert data["layers"] == [full["layers"][layer] for layer in kept]  # rows unchanged, only chosen
+    assert data["best_layer"] == 27 and data["layers_selective"] == selective
+    assert len(cut) == 1 and f"{n} of 30 rows ({', '.join(map(str, kept))})" in cut[0]
+    uri = "result://" + "f" * 32
+    returned = {**data, "result_uri": uri, "notes": [*data["notes"], cut_note(cut, uri)]}
+    assert size(returned) <= BUDGET  # as returned, note and URI included
+    one_more = {**returned, "layers": [full["layers"][i] for i in sorted(order[: n + 1])]}
+    assert size(one_more) + len(", 99") > BUDGET  # the next layer would not fit, its name in the note included
+    assert "the best layer by held-out accuracy, the best by selectivity" in cut[0]
+
+
+def test_the_probe_layer_order_puts_each_kind_of_important_layer_first() -> None:
+    """Known answer, every tier distinct: best accuracy 28; best selectivity 3 (low accuracy, in no verdict list);
+    selective 27, 26; beating chance 25, 10; then the rest by accuracy (ties by layer)."""
+    from mcp_interp.schemas.features import layers_by_importance
+
+    accuracy = [0.60, 0.61, 0.62, 0.55, 0.63, 0.64, 0.65, 0.66, 0.67, 0.68, 0.58, 0.69, 0.70, 0.71, 0.72]
+    accuracy += [0.73, 0.74, 0.75, 0.76, 0.77, 0.78, 0.79, 0.80, 0.81, 0.82, 0.83, 0.90, 0.88, 0.95, 0.84]
+    rows = [{"layer": i, "accuracy": a, "selectivity": 0.1} for i, a in enumerate(accuracy)]
+    rows[3]["selectivity"] = 0.3
+    rows[0]["selectivity"] = None
+    order = layers_by_importance(rows, best_layer=28, beating=[10, 25, 26, 27], selective=[26, 27])
+    rest = sorted(set(range(30)) - {28, 3, 26, 27, 25, 10}, key=lambda i: -accuracy[i])
+    assert order == [28, 3, 26, 27, 25, 10, *rest]
+    assert rest[:3] == [29, 24, 23] and rest[-1] == 0

@@ -15,7 +15,7 @@ from mcp import Client
 
 from mcp_interp.mcp.server import build_server
 from mcp_interp.session import Session
-from tests.helpers import stdio_params
+from tests.helpers import complete_result, stdio_params
 
 pytestmark = pytest.mark.anyio
 
@@ -70,13 +70,13 @@ async def one_by_one_then_all_at_once(client: Client) -> tuple[list[Any], list[A
     for name, args in CALLS:
         result = await client.call_tool(name, args)
         assert not result.is_error, (name, result.content)
-        sequential.append(stable(result.structured_content))
+        sequential.append(stable(await complete_result(client, result.structured_content)))  # with the grids
     concurrent: list[Any] = [None] * len(CALLS)
 
     async def call(i: int) -> None:
         result = await client.call_tool(CALLS[i][0], CALLS[i][1])
         assert not result.is_error, (CALLS[i][0], result.content)
-        concurrent[i] = stable(result.structured_content)
+        concurrent[i] = stable(await complete_result(client, result.structured_content))
 
     started = time.perf_counter()
     async with anyio.create_task_group() as group:

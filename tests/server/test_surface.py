@@ -17,7 +17,15 @@ from mcp_interp.models import LoadedModel
 from mcp_interp.session import Session
 from tests.features.test_sae import random_weights, write_sae
 from tests.graphs.common import plt_weights, write_plt
-from tests.helpers import EXPECTED_TOOLS, TEMPLATE, assert_valid_structured, tiny_corpus, tools_by_name, top_word
+from tests.helpers import (
+    EXPECTED_TOOLS,
+    TEMPLATE,
+    assert_valid_structured,
+    complete_result,
+    tiny_corpus,
+    tools_by_name,
+    top_word,
+)
 from tests.server.test_numbers import non_numeric_values
 
 pytestmark = pytest.mark.anyio
@@ -146,16 +154,62 @@ async def test_every_tool_returns_a_small_result_and_a_short_summary(
 
 async def test_a_cut_result_is_complete_one_read_away(tiny_client: Client) -> None:
     """patch_heads with top=3: the returned list holds the 3 best heads, result:// holds all 12 (tiny: 3 layers × 4
-    heads) with the same numbers, and a note says what was cut and where the rest is."""
+    heads) and the grids with the same numbers, and a note says what was cut and where the rest is. The grids are
+    never in the returned result, so even with every head returned the complete result is stored."""
     cut = (await tiny_client.call_tool("patch_heads", {**PAIR, "top": 3})).structured_content
     assert cut is not None and len(cut["heads"]) == 3 and cut["result_uri"].startswith("result://")
-    assert any(cut["result_uri"] in note for note in cut["notes"])
+    assert any(cut["result_uri"] in note and "`scores` (null here" in note for note in cut["notes"])
     full = json.loads((await tiny_client.read_resource(cut["result_uri"])).contents[0].text)
     assert len(full["heads"]) == 12 and full["heads"][:3] == cut["heads"]
-    assert full["scores"] == cut["scores"]  # the grid is small enough to stay
+    assert cut["scores"] is None and cut["patched_logit_diff"] is None
+    assert len(full["scores"]) == 3 and all(len(row) == 4 for row in full["scores"])
+    assert {(h["layer"], h["head_index"]): h["score"] for h in full["heads"]} == {
+        (layer, head): score for layer, row in enumerate(full["scores"]) for head, score in enumerate(row)
+    }
     uncut = (await tiny_client.call_tool("patch_heads", {**PAIR, "top": 100})).structured_content
-    assert uncut is not None and len(uncut["heads"]) == 12 and uncut["result_uri"] is None
+    assert uncut is not None and len(uncut["heads"]) == 12 and uncut["scores"] is None
+    assert uncut["result_uri"].startswith("result://") and uncut["result_uri"] != cut["result_uri"]
     assert [h["score"] for h in uncut["heads"]] == [h["score"] for h in full["heads"]]
+
+
+PATCH_SIZE = 4_000  # bytes: tiny's patch (resid_pre, heads_by_pos) and patch_heads with top=5, grids in result://
+
+
+def top_cells(grid: Any, top: int) -> list[tuple[tuple[int, ...], float]]:
+    """The ``top`` cells of a nested grid by decreasing |score| (nulls never), each with its index path."""
+    cells: list[tuple[tuple[int, ...], float]] = []
+
+    def visit(node: Any, where: tuple[int, ...]) -> None:
+        if isinstance(node, list):
+            for index, sub in enumerate(node):
+                visit(sub, (*where, index))
+        elif node is not None:
+            cells.append((where, node))
+
+    visit(grid, ())
+    return sorted(cells, key=lambda cell: -abs(cell[1]))[:top]
+
+
+async def test_patch_results_return_their_top_cells_and_store_the_grids(tiny_client: Client) -> None:
+    """patch and patch_heads return the top cells only (the grids made SmolLM2's results 13–16 KB): each returned
+    result is under PATCH_SIZE, and its top cells are the top 5 of the complete grid read from result://, sorted here
+    by |score|."""
+    heads = (await tiny_client.call_tool("patch_heads", {**PAIR, "top": 5})).structured_content
+    assert heads is not None and heads["scores"] is None and compact(heads) <= PATCH_SIZE
+    grid = (await complete_result(tiny_client, heads))["scores"]
+    expected = top_cells(grid, 5)
+    assert len(grid) * len(grid[0]) == 12 and len(expected) == 5 and abs(expected[0][1]) > abs(expected[4][1])
+    assert [((h["layer"], h["head_index"]), h["score"]) for h in heads["heads"]] == expected
+    for component, index in (("resid_pre", ("layer", "position")), ("heads_by_pos", ("layer", "head", "position"))):
+        cut = (await tiny_client.call_tool("patch", {**PAIR, "component": component, "top": 5})).structured_content
+        assert cut is not None and compact(cut) <= PATCH_SIZE, (component, compact(cut))
+        assert cut["scores"] is None and cut["patched"] is None and cut["head_scores"] is None
+        full = await complete_result(tiny_client, cut)
+        grid = full["scores" if component == "resid_pre" else "head_scores"]
+        expected = top_cells(grid, 5)
+        assert len(expected) == 5 and abs(expected[0][1]) > 0.1, component
+        assert [(tuple(c[k] for k in index), c["score"]) for c in cut["cells"]] == expected, component
+        assert full["cells"][:5] == cut["cells"]
 
 
 async def poll(client: Client, job: str, states: set[str], timeout: float = 300) -> dict[str, Any]:
@@ -182,7 +236,9 @@ async def test_background_jobs_return_at_once_queue_finish_and_cancel(tiny_clien
     assert queued is not None and (queued["state"] == "running" or queued["queue_position"] == 0)
     done = await poll(tiny_client, first["job"]["job_uri"], {"done", "failed"})
     assert done["state"] == "done", done
-    assert done["result"]["scores"] == foreground["scores"]  # the same numbers as the foreground call
+    assert done["result"]["heads"] == foreground["heads"]  # the same numbers as the foreground call
+    background_grid = (await complete_result(tiny_client, done["result"]))["scores"]
+    assert background_grid == (await complete_result(tiny_client, foreground))["scores"]
     cancelled = (await tiny_client.call_tool("job_cancel", {"job": second["job"]["job_uri"]})).structured_content
     assert cancelled is not None and cancelled["state"] in ("cancelled", "done")
     final = await poll(tiny_client, second["job"]["job_uri"], {"cancelled", "done"})

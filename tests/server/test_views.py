@@ -73,13 +73,19 @@ def collect_in_thread(model: str, env: dict[str, str], calls: dict[str, tuple[st
 
 
 async def collect(model: str, env: dict[str, str], calls: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"results": {}, "resources": {}}
+    out: dict[str, Any] = {"results": {}, "resources": {}, "stored": {}}
     async with Client(stdio_params(model, env), read_timeout_seconds=300) as client:
         out["tools"] = {tool.name: tool.model_dump(by_alias=True) for tool in (await client.list_tools()).tools}
         for key, (tool, arguments) in calls.items():
             result = await client.call_tool(tool, arguments)
             assert not result.is_error, result.content
             out["results"][key] = (arguments, result.model_dump(by_alias=True, mode="json", exclude_none=True))
+            uri = (result.structured_content or {}).get("result_uri")
+            if uri is not None:  # the complete result, which a view reads through the host (patch's grids)
+                read = await client.read_resource(uri)
+                out["stored"][uri] = [
+                    c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in read.contents
+                ]
         for view in VIEWS:
             read = await client.read_resource(f"ui://mcp-interp/{view}")
             out["resources"][view] = read.contents[0].model_dump(by_alias=True)
@@ -152,6 +158,7 @@ def host(
     result: dict[str, Any],
     theme: str = "light",
     replies: dict[str, Any] | None = None,
+    stored: dict[str, Any] | None = None,
 ) -> Hosted:
     page = browser.new_page(viewport={"width": 900, "height": 700})
     errors: list[str] = []
@@ -168,10 +175,10 @@ def host(
         f"<script>{host_script}</script></body></html>"
     )
     page.evaluate(
-        "([html, args, result, theme, replies]) => { window.VIEW_HTML = html; window.TOOL_ARGS = args; "
+        "([html, args, result, theme, replies, stored]) => { window.VIEW_HTML = html; window.TOOL_ARGS = args; "
         "window.TOOL_RESULT = result; window.THEME = theme; window.TOOL_REPLIES = replies; "
-        "return window.startHost(); }",
-        [view_html(view), arguments, result, theme, replies or {}],
+        "window.RESOURCES = stored; return window.startHost(); }",
+        [view_html(view), arguments, result, theme, replies or {}, stored or {}],
     )
     page.wait_for_function("window.hostReady === true")
     hosted = Hosted(page, errors, requests)
@@ -223,12 +230,17 @@ def test_heads_heatmap_hover_and_click_to_attention(
 ) -> None:
     arguments, result = served["results"]["patch_heads"]
     _, attention = served["results"]["attention"]
-    hosted = host(browser, host_script, "heads-heatmap", arguments, result, theme, {"attention": attention})
-    scores = result["structuredContent"]["scores"]
+    stored = served["stored"]
+    hosted = host(browser, host_script, "heads-heatmap", arguments, result, theme, {"attention": attention}, stored)
+    uri = result["structuredContent"]["result_uri"]
+    assert result["structuredContent"].get("scores") is None  # the returned result holds the top heads only
+    complete = json.loads(stored[uri][0]["text"])  # the grid, which the view read through the host
+    scores = complete["scores"]
+    assert hosted.page.evaluate("window.resourceReads") == [uri]
     assert hosted.frame.locator("[data-cell]").count() == len(scores) * len(scores[0]) == 3 * 4
     tip = hosted.tip_after_hovering('[data-cell="L1H2"]')
     assert f"score {fmt(scores[1][2])}" in tip
-    assert f"patched logit diff {fmt(result['structuredContent']['patched_logit_diff'][1][2])}" in tip
+    assert f"patched logit diff {fmt(complete['patched_logit_diff'][1][2])}" in tip
     hosted.frame.locator('[data-cell="L1H2"]').click()
     hosted.frame.locator("#detail [data-cell]").first.wait_for()
     assert hosted.tool_calls()[-1]["name"] == "attention"
@@ -250,8 +262,10 @@ def test_heads_heatmap_for_induction_scores(browser: Any, host_script: str, serv
 
 def test_layer_position_map(browser: Any, host_script: str, served: dict[str, Any]) -> None:
     arguments, result = served["results"]["patch"]
-    hosted = host(browser, host_script, "layer-position", arguments, result)
-    content = result["structuredContent"]
+    hosted = host(browser, host_script, "layer-position", arguments, result, stored=served["stored"])
+    uri = result["structuredContent"]["result_uri"]
+    content = json.loads(served["stored"][uri][0]["text"])  # the grids, which the view read through the host
+    assert result["structuredContent"].get("scores") is None and hosted.page.evaluate("window.resourceReads") == [uri]
     n_positions = len(content["tokens"])
     assert hosted.frame.locator("[data-cell]").count() == len(content["scores"]) * n_positions == 3 * n_positions
     tip = hosted.tip_after_hovering('[data-cell="L2P9"]')  # the token where the pair differs
@@ -338,8 +352,8 @@ def test_heads_heatmap_on_the_embedded_model(browser: Any, host_script: str, tmp
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MCP_INTERP_OUTPUT": str(tmp_path / "out")}
     served = collect_in_thread("smollm2-135m", env, {"patch_heads": ("patch_heads", arguments)})
     _, result = served["results"]["patch_heads"]
-    hosted = host(browser, host_script, "heads-heatmap", arguments, result)
-    scores = result["structuredContent"]["scores"]
+    hosted = host(browser, host_script, "heads-heatmap", arguments, result, stored=served["stored"])
+    scores = json.loads(served["stored"][result["structuredContent"]["result_uri"]][0]["text"])["scores"]
     assert hosted.frame.locator("[data-cell]").count() == 30 * 9 == len(scores) * len(scores[0])
     assert f"score {fmt(scores[23][3])}" in hosted.tip_after_hovering('[data-cell="L23H3"]')
     hosted.screenshot("heads-heatmap-smollm2")

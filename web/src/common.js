@@ -4,7 +4,8 @@
 // class bundles zod and the MCP client (about 650 KB minified), more than twice the 300 KB budget of a view,
 // and a view needs four messages of it. The messages follow the specification (SEP-1865, protocol
 // 2026-01-26): the `ui/initialize` request, the `ui/notifications/initialized` notification, the host's
-// `ui/notifications/tool-input` / `tool-result` / `host-context-changed`, and `tools/call` for clicks. The
+// `ui/notifications/tool-input` / `tool-result` / `host-context-changed`, `tools/call` for clicks and `resources/read`
+// for the complete result a returned one names (`result_uri`: the grids of `patch` and `patch_heads`). The
 // browser tests drive every view through the official `AppBridge` of that package, which validates each
 // message against its schemas.
 
@@ -13,7 +14,8 @@ const PROTOCOL_VERSION = "2026-01-26";
 /**
  * Connect to the host. `handlers.result(structuredContent, callToolResult)` renders a tool result;
  * `handlers.input(arguments)` receives the tool's arguments (sent before the result).
- * Returns `{ callTool(name, args) }`, a promise of the CallToolResult.
+ * Returns `{ callTool(name, args), complete(result) }`: a promise of the CallToolResult, and of the complete result
+ * behind a returned one (`resources/read` of its `result_uri`).
  */
 export function connect(name, handlers) {
   const pending = new Map();
@@ -79,10 +81,24 @@ export function connect(name, handlers) {
     async callTool(toolName, args) {
       return request("tools/call", { name: toolName, arguments: args });
     },
+    /** The complete result behind a returned one: its `result_uri` (result://…) read through the host with
+     * `resources/read` (a returned `patch` or `patch_heads` result holds its top cells, the stored one the grids). */
+    async complete(result) {
+      if (!result.result_uri) return result;
+      let read;
+      try {
+        read = await request("resources/read", { uri: result.result_uri });
+      } catch (error) {
+        throw new Error(`the grid is in ${result.result_uri}, which this host could not read (${error.message})`);
+      }
+      const text = read?.contents?.[0]?.text;
+      if (typeof text !== "string") throw new Error(`${result.result_uri} holds no JSON text`);
+      return JSON.parse(text);
+    },
   };
 }
 
-function showResult(handlers, result) {
+async function showResult(handlers, result) {
   if (result.isError) {
     showError((result.content || []).map((block) => block.text || "").join("\n") || "The tool reported an error.");
     return;
@@ -92,7 +108,7 @@ function showResult(handlers, result) {
     return;
   }
   try {
-    handlers.result(result.structuredContent, result);
+    await handlers.result(result.structuredContent, result);
     document.body.dataset.ready = "true";
   } catch (error) {
     showError(`Cannot draw this result: ${error.message}`);

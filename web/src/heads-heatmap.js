@@ -5,12 +5,17 @@ import { attentionMatrix } from "./attention-matrix.js";
 import { connect, diverging, el, enableTooltip, fmt, legend, sequential, showError, spanOf } from "./common.js";
 
 let toolArguments = {};
-const session = connect("heads heatmap", { input: (args) => (toolArguments = args), result: render });
+const session = connect("heads heatmap", { input: (args) => (toolArguments = args), result: draw });
 enableTooltip();
 
 function firstPrompt() {
   const prompts = toolArguments.clean_prompts || toolArguments.prompts;
   return Array.isArray(prompts) && typeof prompts[0] === "string" ? prompts[0] : null;
+}
+
+// patch_heads returns its top heads; the [layer][head] grid is in the complete result (result://), read here.
+async function draw(result) {
+  render(Array.isArray(result.scores) ? result : await session.complete(result));
 }
 
 function render(result) {

@@ -2,8 +2,14 @@
 // diverging colours centred at 0; hover a cell for its score, patched value and tokens.
 import { connect, diverging, el, enableTooltip, fmt, legend, spanOf, tokenLabel } from "./common.js";
 
-connect("layer × position map", { result: render });
+const session = connect("layer × position map", { result: draw });
 enableTooltip();
+
+// patch returns its top cells; the grids are in the complete result (result://), read here.
+async function draw(result) {
+  const grid = Array.isArray(result.scores) || Array.isArray(result.head_scores);
+  render(grid || result.component === "mlp_neurons" ? result : await session.complete(result));
+}
 
 function render(result) {
   const app = document.getElementById("app");
