@@ -82,7 +82,8 @@ def main() -> None:
     print(
         f"\nfind_circuit (target 0.8): {time.perf_counter() - started:.2f} s, {found.result.n_edges} of "
         f"{found.result.total_edges} edges, faithfulness {found.result.faithfulness.value:+.3f}, random mean "
-        f"{found.result.random_mean:+.3f}; bisection: {[(s.k, s.faithfulness) for s in found.result.search]}"
+        f"{found.result.baseline.mean:+.3f} (p = {found.result.baseline.p_value:.3g} after "
+        f"{found.result.baseline.draws_made} draws); bisection: {[(s.k, s.faithfulness) for s in found.result.search]}"
     )
     for edge in found.result.edges[:10]:
         print(f"  {edge.writer:>7} → {edge.reader:<12} {edge.score:+.3f}")

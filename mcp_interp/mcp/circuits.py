@@ -12,7 +12,13 @@ from pydantic import Field
 from mcp_interp import figures
 from mcp_interp.core.circuits import figures as circuits_figures
 from mcp_interp.core.circuits.attribution import EdgeScores
-from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob, edge_names
+from mcp_interp.core.circuits.faithfulness_job import (
+    CIRCUIT_DRAWS,
+    CircuitFaithfulnessJob,
+    FindCircuitJob,
+    StoredChoice,
+    edge_names,
+)
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
 from mcp_interp.core.circuits.path import PathPatchJob
 from mcp_interp.errors import InputError
@@ -129,11 +135,22 @@ CircuitAblationArgument = Annotated[
 GranularityArgument = Annotated[Granularity, Field(description="node: k heads/MLPs, all their edges.")]
 RankByArgument = Annotated[RankBy, Field(description="By |score| or signed score.")]
 HeldOut = Annotated[float, Field(ge=0, lt=1, description="Fraction of pairs held out to score on (seeded).")]
-RandomCircuits = Annotated[int, Field(ge=19, le=100, description="Random circuits from the top 4k, for the p-value.")]
+RandomCircuits = Annotated[
+    int,
+    Field(
+        ge=19, le=1000, description="Most random circuits from the top 4k, drawn until 10 match it, for the p-value."
+    ),
+]
+OLD_CIRCUIT_NOTE = (
+    "This circuit:// was stored before circuits kept how they were chosen: it is judged as a set of edges, against "
+    "random edge circuits from the top 4k edges by attribution on these pairs, whatever granularity found it. Run "
+    "find_circuit again to store its granularity and pool."
+)
 
 
-def stored_circuit_edges(kit: Toolkit, uri: str) -> list[list[str]]:
-    """The edges of a ``circuit://`` (from find_circuit) by name; other handles are input errors."""
+def stored_circuit(kit: Toolkit, uri: str) -> tuple[list[list[str]], StoredChoice | None]:
+    """The edges of a ``circuit://`` (from find_circuit) by name, and how it was chosen (None for a payload stored
+    before that was kept); other handles are input errors."""
     kind, _, entry = uri.partition("://")
     if kind != "circuit" or not entry:
         raise InputError(f"`circuit` must be a circuit:// URI from find_circuit, got {uri[:80]!r}.")
@@ -142,7 +159,10 @@ def stored_circuit_edges(kit: Toolkit, uri: str) -> list[list[str]]:
         raise InputError(
             "This circuit was found on other weights (its model fingerprint differs): run find_circuit on this model."
         )
-    return [list(edge) for edge in data["edges"]]
+    edges = [list(edge) for edge in data["edges"]]
+    if "pool" not in data:
+        return edges, None
+    return edges, StoredChoice(granularity=data["granularity"], k=int(data["k"]), pool=data["pool"])
 
 
 @family.tool(background=True)
@@ -162,7 +182,7 @@ async def circuit_faithfulness(
     rank_by: RankByArgument = "abs",
     ablation: CircuitAblationArgument = "corrupt",
     held_out: HeldOut = 0.0,
-    random_circuits: RandomCircuits = 20,
+    random_circuits: RandomCircuits = CIRCUIT_DRAWS,
     seed: int = 0,
     background: Background = False,
 ) -> Annotated[CallToolResult, CircuitFaithfulnessResult]:
@@ -176,7 +196,9 @@ async def circuit_faithfulness(
         if circuit is not None:
             if edges is not None:
                 raise InputError("Pass `edges` or `circuit`, not both.")
-            arguments["edges"] = stored_circuit_edges(kit, circuit)
+            arguments["edges"], arguments["stored"] = stored_circuit(kit, circuit)
+            if arguments["stored"] is None:
+                arguments["caller_notes"] = [OLD_CIRCUIT_NOTE]
         return CircuitFaithfulnessJob(model=model, **arguments)
 
     job, started = await kit.measured_job(ctx, make_job)
@@ -214,7 +236,7 @@ async def find_circuit(
     rank_by: RankByArgument = "abs",
     ablation: CircuitAblationArgument = "corrupt",
     held_out: HeldOut = 0.0,
-    random_circuits: RandomCircuits = 20,
+    random_circuits: RandomCircuits = CIRCUIT_DRAWS,
     seed: int = 0,
     top: Top = 20,
     background: Background = False,
@@ -228,11 +250,15 @@ async def find_circuit(
         lambda model: FindCircuitJob(model=model, **arguments),
     )
     assert job.result is not None and job.scores is not None and job.circuit is not None and job.graph is not None
+    assert job.choice is not None
     stored = {
         "model": kit.session.model_ref().fingerprint,
         "granularity": granularity,
+        "k": job.choice.k,
         "nodes": [n.node for n in job.result.nodes],
         "edges": edge_names(job.graph, job.circuit),
+        "pool": job.choice.pool,  # ranked on the selection pairs: the baseline circuit_faithfulness re-draws from
+        "rank_by": rank_by,
         "ablation": ablation,
         "faithfulness": job.result.faithfulness.value,
         "selection_pairs": [i for i in range(len(clean_prompts)) if i not in set(job.result.held_out_pairs)],

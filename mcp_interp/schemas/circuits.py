@@ -106,10 +106,17 @@ class CircuitBaseline(BaseModel):
     """Random circuits of the same size drawn from the top 4k edges (nodes) by the same ranking: a baseline that can
     match the circuit (uniformly random edges are almost never connected, so they score ≈ 0 whatever)."""
 
-    draws: list[float] = Field(description="Each random circuit's faithfulness.")
+    draws: list[float] = Field(description="Each random circuit's faithfulness, in the order drawn.")
     mean: float
-    p_value: float = Field(description="(1 + #{draw ≥ circuit}) / (n + 1): exact under H0 'the ranking is noise'.")
+    draws_made: int = Field(description="Random circuits measured: drawn in batches until 10 score ≥ the circuit.")
+    most_draws: int = Field(description="The cap on draws (random_circuits); the smallest p is 1/(cap + 1).")
+    at_least_as_good: int = Field(description="Draws whose faithfulness is ≥ the circuit's.")
+    p_value: float = Field(
+        description="Sequential (Besag–Clifford): 10/draws_made if it stopped at 10 draws ≥ the circuit, else "
+        "(1 + at_least_as_good)/(most_draws + 1). Valid under H0 'the ranking inside the pool is noise'."
+    )
     pool: int = Field(description="The candidate pool's size (4k, at most everything).")
+    overlap: float = Field(description="k / pool: the share of the pool a draw takes; above 0.25 it says little.")
     verdict: str
 
 

@@ -65,3 +65,16 @@ def run_eap_on(model: LoadedModel, pairs: Any) -> EdgeScores:
     list(job.steps())
     assert job.result is not None
     return job.result
+
+
+def sequential_p(real: float, draws: list[float], most: int, h: int = 10) -> float:
+    """Besag–Clifford's p by hand from the draws in the order made: h/n when the h-th draw scoring ≥ the circuit came
+    at draw n (which must be the last one listed), else (1 + #draws ≥ the circuit)/(most + 1) after all ``most``."""
+    count = 0
+    for n, draw in enumerate(draws, start=1):
+        count += draw >= real
+        if count == h:
+            assert n == len(draws), "drawing went on after the h-th draw at least as good"
+            return h / n
+    assert len(draws) == most, "drawing stopped before h draws at least as good and before the cap"
+    return (1 + count) / (most + 1)

@@ -11,7 +11,7 @@ from mcp import Client
 
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.models import LoadedModel
-from tests.circuits.common import CLEAN, CORRUPT, run_eap
+from tests.circuits.common import CLEAN, CORRUPT, run_eap, sequential_p
 
 # --- circuit_faithfulness ------------------------------------------------------------------------
 
@@ -69,6 +69,23 @@ def test_the_curve_ends_at_the_full_graph_and_mean_ablation_reports_its_empty_ci
     assert any("not 0" in note for note in result.notes)
     full = faithfulness_job(tiny, top_k=10**6)
     assert [p.k for p in full.curve] == [10, 25, 50, 100, 190] and full.n_edges == full.total_edges == 190
+
+
+def test_a_baseline_whose_pool_is_the_circuit_says_so(tiny: LoadedModel) -> None:
+    """A known construction: the circuit of every edge (k = 190 = the whole graph) has a pool of 190, so every random
+    190-edge circuit *is* the circuit. Each draw then equals its faithfulness exactly, drawing stops at the 10th draw
+    (all ten ≥ it), p = 10/10 = 1, and a note says the draws overlap the circuit (k/pool = 1 > 1/4). The top 10 edges
+    (pool 40, k/pool = 1/4 exactly) get no such note."""
+    full = faithfulness_job(tiny, top_k=190, random_circuits=19)
+    assert full.baseline.pool == 190 and full.baseline.overlap == 1.0
+    assert full.baseline.draws == [full.faithfulness.value] * 10 and full.baseline.draws_made == 10
+    assert full.baseline.p_value == 1.0 == sequential_p(full.faithfulness.value, full.baseline.draws, 19)
+    assert "indistinguishable" in full.baseline.verdict
+    overlap = [note for note in full.notes if "overlap the circuit heavily" in note]
+    assert len(overlap) == 1 and "190 of a pool of only 190 edges" in overlap[0] and "190.0 of its 190" in overlap[0]
+    top = faithfulness_job(tiny, top_k=10, random_circuits=19)
+    assert top.baseline.pool == 40 and top.baseline.overlap == 0.25
+    assert not [note for note in top.notes if "overlap the circuit" in note]
 
 
 def test_faithfulness_equals_transformer_lens_on_a_multi_head_model(multi_head: LoadedModel) -> None:
@@ -131,7 +148,8 @@ def test_faithfulness_bad_input(tiny: LoadedModel) -> None:
         ({"edges": [{"writer": "L0H0", "reader": "L0H1.q"}]}, "no edge L0H0 → L0H1.q"),
         ({"edges": [{"writer": "embed", "reader": "L0KV7.k"}]}, "Unknown reader"),
         ({"edges": [], "top_k": 3}, "Pass one of"),
-        ({"top_k": 3, "random_circuits": 5}, "19 to 100"),
+        ({"top_k": 3, "random_circuits": 5}, "from 19 to 1000"),
+        ({"top_k": 3, "random_circuits": 1001}, "from 19 to 1000"),
         ({"edges": [{"writer": "embed", "reader": "logits"}], "held_out": 0.5}, "applies to `top_k`"),
         ({"top_k": 3, "granularity": "head"}, "'edge' or 'node'"),
     ]:
@@ -161,7 +179,10 @@ async def test_circuit_faithfulness_over_mcp_with_its_curve(tiny_client: Client)
     assert result["n_edges"] == 25 and [p["k"] for p in result["curve"]] == [10, 25, 50, 100, 190]
     description = png_text(base64.b64decode(figure.contents[0].blob))["Description"]  # type: ignore[union-attr]
     assert "k=190: 1.0" in description
-    assert explicit["n_edges"] == 1 and len(explicit["baseline"]["draws"]) == 19 and explicit["curve"] == []
+    assert explicit["n_edges"] == 1 and explicit["curve"] == []
+    baseline = explicit["baseline"]
+    assert len(baseline["draws"]) == baseline["draws_made"] <= 19 and baseline["most_draws"] == 19
+    assert baseline["p_value"] == pytest.approx(sequential_p(explicit["faithfulness"]["value"], baseline["draws"], 19))
 
 
 def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: LoadedModel) -> None:
@@ -179,6 +200,7 @@ def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: Loade
         correct=["mary", "tom"],
         incorrect=["john", "james"],
         target=0.8,
+        random_circuits=200,
     )
     drain(job)
     found = job.result
@@ -187,7 +209,37 @@ def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: Loade
     below = faithfulness_job(tiny, top_k=found.n_edges - 1)
     assert below.faithfulness.value < 0.8
     assert [s.k for s in found.search] and all(0 < s.k < found.total_edges for s in found.search)
-    assert len(found.baseline.draws) == 20
+    # A strong effect: no draw of 200 reaches the circuit, so p = 1/201, below the fixed 20 draws' floor of 1/21.
+    held = found.faithfulness.value
+    assert found.baseline.draws_made == len(found.baseline.draws) == 200 and found.baseline.most_draws == 200
+    assert found.baseline.at_least_as_good == sum(d >= held for d in found.baseline.draws) == 0
+    assert found.baseline.p_value == pytest.approx(sequential_p(held, found.baseline.draws, 200)) == 1 / 201
+    assert "beats" in found.baseline.verdict
+
+
+def test_the_baseline_draws_in_batches_and_stops_when_cancelled(tiny: LoadedModel, monkeypatch: Any) -> None:
+    """One progress step per batch of 20 random circuits; closing the job after the first batch runs no more
+    circuits (each random circuit is one ``Ablator.run``) and leaves no result."""
+    from mcp_interp.core.circuits import faithfulness_job as module
+    from mcp_interp.core.circuits.faithfulness import Ablator
+
+    runs = []
+    real_run = Ablator.run
+    monkeypatch.setattr(Ablator, "run", lambda self, circuit: runs.append(len(circuit)) or real_run(self, circuit))
+    job = module.CircuitFaithfulnessJob(
+        model=tiny, clean_prompts=CLEAN, corrupt_prompts=CORRUPT, correct="mary", incorrect="john", top_k=10
+    )
+    steps = job.steps()
+    messages = []
+    for message in steps:
+        messages.append(message)
+        if message.startswith("random circuits"):
+            break
+    before = len(runs)
+    steps.close()
+    assert messages[-1] == "random circuits: 20 drawn (at most 100)"
+    assert before == 2 + 20 and len(runs) == before and job.result is None  # the circuit, the empty one, 20 draws
+    assert job.total_steps() == 3 + 2 + 5 + 5  # attribution, circuit, done, ≤ 5 batches of 20, the curve's sizes
 
 
 @pytest.mark.anyio

@@ -43,6 +43,7 @@ def test_known_circuit_only_the_carrier_head_and_what_feeds_it_matter(one_head_m
             correct="mary",
             incorrect="john",
             edges=kept,
+            random_circuits=19,  # only the faithfulness is checked here: the fewest draws
         )
         drain(job)
         assert job.result is not None
@@ -198,6 +199,7 @@ def test_known_induction_circuit_is_found_confirmed_and_faithful(induction_model
             correct=INDUCTION_GOOD,
             incorrect=INDUCTION_BAD,
             edges=kept,
+            random_circuits=19,  # only the faithfulness is checked here: the fewest draws
         )
         drain(job)
         assert job.result is not None

@@ -17,7 +17,7 @@ from mcp_interp.core.circuits.selection import held_out_split, node_circuit, ran
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
-from tests.circuits.common import CLEAN, CORRUPT
+from tests.circuits.common import CLEAN, CORRUPT, sequential_p
 from tests.helpers import assert_valid_structured, error_text, tools_by_name
 
 PAIRS: dict[str, Any] = {
@@ -89,7 +89,7 @@ def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedM
     from mcp_interp.core.engine.patching.pairs import prepare_pairs
     from tests.circuits.common import run_eap_on
 
-    top = faithful(tiny, top_k=10, random_circuits=19, seed=2)
+    top = faithful(tiny, top_k=10, random_circuits=40, seed=2)
     pairs = prepare_pairs(tiny, **PAIRS)
     scores = run_eap_on(tiny, pairs)
     graph = graph_of(tiny.backend)
@@ -97,13 +97,15 @@ def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedM
     generator = random.Random(2)
     with edge_hooks(tiny.bridge):
         ablator = Ablator(tiny.backend, graph, pairs, "corrupt")  # faithfulness itself is checked against TL elsewhere
-        draws = [ablator.recovered(ablator.run(set(generator.sample(ranked[:40], 10)))).value for _ in range(19)]
+        made = top.baseline.draws_made
+        draws = [ablator.recovered(ablator.run(set(generator.sample(ranked[:40], 10)))).value for _ in range(made)]
     assert top.baseline.pool == 40
     assert top.baseline.draws == pytest.approx(draws, abs=1e-6)
-    assert top.baseline.p_value == pytest.approx((1 + sum(d >= top.faithfulness.value for d in draws)) / 20)
-    assert top.baseline.p_value <= 0.05, top.baseline
-    bottom = faithful(tiny, edges=edge_names(graph, set(ranked[-10:])), random_circuits=19, seed=2)
-    assert bottom.baseline.p_value > 0.25, bottom.baseline  # measured 0.45: far from significant
+    assert top.baseline.p_value == pytest.approx(sequential_p(top.faithfulness.value, draws, 40))
+    assert top.baseline.p_value < 1 / 21, top.baseline  # below the floor of the fixed 20 draws
+    bottom = faithful(tiny, edges=edge_names(graph, set(ranked[-10:])), random_circuits=40, seed=2)
+    assert bottom.baseline.p_value == pytest.approx(sequential_p(bottom.faithfulness.value, bottom.baseline.draws, 40))
+    assert bottom.baseline.p_value > 0.25, bottom.baseline  # far from significant
     assert "indistinguishable" in bottom.baseline.verdict and "beats" in top.baseline.verdict
 
 
@@ -168,6 +170,78 @@ def test_node_level_find_circuit_keeps_every_edge_out_of_its_nodes(tiny: LoadedM
         fewer = faithful(tiny, edges=edge_names(graph, node_circuit(graph, chosen[:-1])), random_circuits=19)
         assert fewer.faithfulness.value < 0.7
     assert result.baseline.pool == min(4 * result.k, len(graph.writers) - 1)
+    assert result.baseline.p_value == pytest.approx(
+        sequential_p(result.faithfulness.value, result.baseline.draws, result.baseline.most_draws)
+    )
+
+
+def ablated_by_hand(model: LoadedModel, pairs: dict[str, Any], circuits: list[set[tuple[int, int]]]) -> list[float]:
+    """Each circuit's faithfulness on ``pairs``, measured directly with an Ablator (no job, no ranking)."""
+    from mcp_interp.core.circuits.attribution import graph_of
+    from mcp_interp.core.circuits.faithfulness import Ablator
+    from mcp_interp.core.engine.backend.bridge import edge_hooks
+    from mcp_interp.core.engine.patching.pairs import prepare_pairs
+
+    with edge_hooks(model.bridge):
+        ablator = Ablator(model.backend, graph_of(model.backend), prepare_pairs(model, **pairs), "corrupt")
+        return [ablator.recovered(ablator.run(circuit)).value for circuit in circuits]
+
+
+@pytest.mark.anyio
+async def test_a_stored_node_circuit_is_judged_as_it_was_found(
+    tiny_client: Client, tiny_session: Any, tiny: LoadedModel
+) -> None:
+    """find_circuit(granularity="node") on 2 of 4 pairs, the other 2 held out; its circuit:// re-evaluated on the
+    held-out pairs keeps node granularity and find_circuit's pool of min(4k, heads + MLPs) nodes (not the 190-edge
+    graph), and its faithfulness is the node circuit measured directly, = find_circuit's held-out number. The random
+    draws, rebuilt by hand from the stored pool with the same seed, are find_circuit's own; p is computed from them.
+    A payload stored before the pool was kept is judged as edges, with a note saying so."""
+    from mcp_interp.core.circuits.attribution import graph_of
+    from mcp_interp.core.engine.patching.pairs import pick
+
+    tools = await tools_by_name(tiny_client)
+    settings = {"seed": 1, "random_circuits": 40}
+    found = assert_valid_structured(
+        tools["find_circuit"],
+        await tiny_client.call_tool(
+            "find_circuit", {**PAIRS, **settings, "target": 0.7, "granularity": "node", "held_out": 0.5}
+        ),
+    )
+    stored = json.loads((await tiny_client.read_resource(found["circuit_uri"])).contents[0].text)
+    graph = graph_of(tiny.backend)
+    writers = {str(w): i for i, w in enumerate(graph.writers)}
+    k, heads_and_mlps = found["k"], len(graph.writers) - 1
+    pool = min(4 * k, heads_and_mlps)
+    assert stored["granularity"] == "node" and stored["k"] == k and len(stored["pool"]) == pool
+    assert stored["pool"][:k] == stored["nodes"] == [n["node"] for n in found["nodes"]]
+    held = {key: pick(value, found["held_out_pairs"]) for key, value in PAIRS.items()}
+    again = assert_valid_structured(
+        tools["circuit_faithfulness"],
+        await tiny_client.call_tool("circuit_faithfulness", {**held, **settings, "circuit": found["circuit_uri"]}),
+    )
+    assert again["granularity"] == "node" and again["baseline"]["pool"] == found["baseline"]["pool"] == pool < 190
+    circuit = node_circuit(graph, [writers[n] for n in stored["nodes"]])
+    generator = random.Random(1)
+    made = again["baseline"]["draws_made"]
+    draws = [node_circuit(graph, generator.sample([writers[n] for n in stored["pool"]], k)) for _ in range(made)]
+    direct, *by_hand = ablated_by_hand(tiny, held, [circuit, *draws])
+    assert again["n_edges"] == len(circuit) == found["n_edges"]
+    assert again["faithfulness"]["value"] == pytest.approx(direct, abs=1e-6)
+    assert again["faithfulness"]["value"] == pytest.approx(found["held_out"]["value"], abs=1e-6)
+    assert again["baseline"]["draws"] == pytest.approx(by_hand, abs=1e-6)
+    assert again["baseline"]["draws"] == pytest.approx(found["baseline"]["draws"], abs=1e-6)
+    assert again["baseline"]["p_value"] == pytest.approx(sequential_p(direct, by_hand, 40))
+    assert any(f"k = {k} nodes" in note for note in again["notes"])
+
+    old = {key: value for key, value in stored.items() if key not in ("pool", "k", "rank_by")}
+    old_uri = tiny_session.store.put("circuit", json.dumps(old).encode()).uri
+    legacy = assert_valid_structured(
+        tools["circuit_faithfulness"],
+        await tiny_client.call_tool("circuit_faithfulness", {**held, "random_circuits": 19, "circuit": old_uri}),
+    )
+    assert legacy["granularity"] == "edge" and legacy["baseline"]["pool"] == min(4 * len(circuit), 190)
+    assert legacy["faithfulness"]["value"] == pytest.approx(direct, abs=1e-6)
+    assert any("stored before circuits kept how they were chosen" in note for note in legacy["notes"])
 
 
 def test_zero_gap_pairs_are_refused(tiny: LoadedModel) -> None:

@@ -81,7 +81,7 @@ def ablated_metric(
     for w, writer in enumerate(graph.writers):
         by_hook_writers.setdefault(writer_hook(writer), []).append(w)
     into: dict[int, list[int]] = {}
-    for w, r in circuit:
+    for w, r in sorted(circuit):  # one order of summation for a set however it was built: equal sets, equal values
         into.setdefault(r, []).append(w)
     in_degree = upstream_prefixes(graph)
     needed = set(in_degree.values())

@@ -10,8 +10,9 @@ not the corrupt run), so it is reported for every result.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores, graph_of
@@ -40,14 +41,23 @@ from mcp_interp.schemas.common import Granularity, RankBy
 CURVE = (10, 25, 50, 100, 200)
 ATTRIBUTION_STEPS = 3  # edge attribution's progress messages (clean run, corrupt run, one gradient)
 
+# The most random circuits a baseline draws by default: 100, not the 200 of cheaper baselines, because each draw is an
+# exact edge-ablated run over every pair (≈ 5 s on SmolLM2's 8 IOI pairs on a 2-core CPU): p can reach 1/101.
+CIRCUIT_DRAWS = 100
+
 
 def circuit_from_names(graph: Graph, edges: Sequence[Any]) -> set[tuple[int, int]]:
     """Edge indices from ``{writer, reader}`` names (or ``[writer, reader]``); unknown names and non-edges are errors
     that say why."""
+    return set(edges_from_names(graph, edges))
+
+
+def edges_from_names(graph: Graph, edges: Sequence[Any]) -> list[tuple[int, int]]:
+    """``circuit_from_names`` in the order given (a stored ranking's order)."""
     writers = {str(w): i for i, w in enumerate(graph.writers)}
     readers = {str(r): i for i, r in enumerate(graph.readers)}
     existing = set(graph.edges)
-    circuit = set()
+    circuit = []
     for edge in edges:
         if hasattr(edge, "writer"):
             writer, reader = edge.writer, edge.reader
@@ -65,8 +75,45 @@ def circuit_from_names(graph: Graph, edges: Sequence[Any]) -> set[tuple[int, int
         pair = (writers[writer], readers[reader])
         if pair not in existing:
             raise InputError(f"There is no edge {writer} → {reader}: a writer only feeds readers downstream of it.")
-        circuit.add(pair)
+        circuit.append(pair)
     return circuit
+
+
+@dataclass(frozen=True)
+class StoredChoice:
+    """How a stored circuit (a ``circuit://`` from find_circuit) was chosen, so that re-evaluating it judges it as it
+    was found: its granularity, its k (edges or nodes) and its candidate pool in ranked order, by name (node names
+    'L5H1' / 'L5MLP', or [writer, reader] edges). The circuit is the pool's first k items."""
+
+    granularity: Granularity
+    k: int
+    pool: list[Any]
+
+    def ranking(self, graph: Graph, circuit: set[tuple[int, int]]) -> EdgeRanking | NodeRanking:
+        """The stored pool as a ranking of this graph, checked to choose ``circuit`` as its top k."""
+        check_choice(self.granularity, "abs")
+        ranking: EdgeRanking | NodeRanking
+        if self.granularity == "node":
+            writers = {str(w): i for i, w in enumerate(graph.writers)}
+            unknown = [name for name in self.pool if name not in writers or writers[name] == 0]
+            if unknown:
+                raise InputError(f"The stored circuit's pool names {unknown[0]!r}, not a head or MLP of this model.")
+            ranking = NodeRanking([writers[name] for name in self.pool], graph)
+        else:
+            ranking = EdgeRanking(edges_from_names(graph, self.pool), graph)
+        if not 0 <= self.k <= len(ranking.items) or ranking.top(self.k) != circuit:
+            raise InputError(
+                "The stored circuit's edges are not the top k of its stored pool: the circuit:// is damaged."
+            )
+        return ranking
+
+
+def pool_names(graph: Graph, items: Sequence[Any]) -> list[Any]:
+    """A ranking's items by name, in order: node names, or [writer, reader] edges."""
+    return [
+        str(graph.writers[i]) if isinstance(i, int) else [str(graph.writers[i[0]]), str(graph.readers[i[1]])]
+        for i in items
+    ]
 
 
 def edge_names(graph: Graph, circuit: set[tuple[int, int]]) -> list[list[str]]:
@@ -84,22 +131,53 @@ def attribute(model: LoadedModel, pairs: Pairs) -> Iterator[str | EdgeScores]:
     yield attribution.result
 
 
+def baseline_batches(most: int) -> int:
+    """The most progress steps ``judged`` yields: one per batch of draws."""
+    return -(-most // stats.BATCH)
+
+
 def judged(
-    ablator: Ablator, ranking: EdgeRanking | NodeRanking, size: int, real: float, count: int, seed: int
-) -> CircuitBaseline:
-    """``count`` random circuits of ``size`` items from the ranking's candidate pool, and the real one's rank among
-    them (see ``selection``)."""
-    randoms = [ablator.recovered(ablator.run(c)).value for c in ranking.random_circuits(size, count, seed)]
-    test = stats.rank_test(real, randoms, "greater")
+    ablator: Ablator, ranking: EdgeRanking | NodeRanking, size: int, real: float, most: int, seed: int
+) -> Generator[str, None, CircuitBaseline]:
+    """Random circuits of ``size`` items from the ranking's candidate pool, drawn in batches (one progress step each,
+    so a job stops between batches) until ``stats.STOP_AFTER`` of them score at least the real one or ``most`` are
+    drawn; the real one's sequential rank test among them (Besag–Clifford, ``stats.sequential_rank_test``)."""
+    stream = ranking.draw_circuits(size, seed)
+    values: list[float] = []
+    while len(values) < most and sum(v >= real for v in values) < stats.STOP_AFTER:
+        wanted = min(stats.BATCH, most - len(values))
+        values.extend(ablator.recovered(ablator.run(next(stream))).value for _ in range(wanted))
+        yield f"random circuits: {len(values)} drawn (at most {most})"
+    supply = iter(values)  # the engine's test replays the same draws batch by batch and applies its stopping rule
+    test = stats.sequential_rank_test(real, lambda k: list(islice(supply, k)), "greater", n_max=most)
     pool = len(ranking.pool(size))
     unit = "edges" if ranking.granularity == "edge" else "nodes"
+    draws = list(test.draws)
     return CircuitBaseline(
-        draws=randoms,
-        mean=sum(randoms) / len(randoms),
+        draws=draws,
+        mean=sum(draws) / len(draws),
+        draws_made=test.n,
+        most_draws=most,
+        at_least_as_good=test.at_least_as_extreme,
         p_value=test.p_value,
         pool=pool,
+        overlap=size / pool if pool else 0.0,
         verdict=f"the circuit {stats.versus_random(test, f'random {size}-{unit[:-1]} circuits from the top {pool}')}",
     )
+
+
+def overlap_note(baseline: CircuitBaseline, size: int, granularity: Granularity) -> list[str]:
+    """When k is more than a quarter of the pool, the random circuits share most of the circuit's items (at k = pool
+    every draw is the circuit itself): say that their verdict says little."""
+    if not baseline.pool or size <= baseline.pool / 4:
+        return []
+    unit = "edges" if granularity == "edge" else "nodes"
+    return [
+        f"The random circuits take {size} of a pool of only {baseline.pool} {unit} (k/pool = {baseline.overlap:.2f} > "
+        f"0.25; the pool is the top 4k, capped by the graph): each shares on average {size * size / baseline.pool:.1f} "
+        f"of its {size} {unit} with the circuit (every one at k = pool), so the draws overlap the circuit heavily and "
+        "the baseline says little either way."
+    ]
 
 
 def empty_note(ablation: str, faithfulness: float, empty: float) -> list[str]:
@@ -128,13 +206,18 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
     rank_by: RankBy = "abs"
     ablation: CircuitAblation = "corrupt"
     held_out: float = 0.0
-    random_circuits: int = stats.DEFAULT_DRAWS
+    random_circuits: int = CIRCUIT_DRAWS  # the most random circuits drawn (sequentially)
     seed: int = 0
+    stored: StoredChoice | None = (
+        None  # with ``edges`` from a circuit://: how it was chosen (its pool is the baseline's)
+    )
+    caller_notes: list[str] = field(default_factory=list)
     result: CircuitFaithfulnessMeasurement | None = field(default=None, init=False)
 
     def total_steps(self) -> int:
         sizes = len(self._sizes(10**9)) if self.top_k is not None else 0
-        return ATTRIBUTION_STEPS + 2 + sizes
+        batches = baseline_batches(self.random_circuits) if isinstance(self.random_circuits, int) else 1
+        return ATTRIBUTION_STEPS + 2 + batches + sizes
 
     def _sizes(self, total: int) -> list[int]:
         assert self.top_k is not None
@@ -149,7 +232,9 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         if self.top_k is not None and self.top_k < 0:
             raise InputError("`top_k` must be ≥ 0 (0 is the empty circuit).")
         check_choice(self.granularity, self.rank_by)
-        stats.check_draws(self.random_circuits, "random_circuits")
+        stats.check_most_draws(self.random_circuits, "random_circuits")
+        if self.stored is not None and self.edges is None:
+            raise InputError("A stored choice (granularity, k, pool) comes with the stored circuit's `edges`.")
         if self.edges is not None and self.held_out:
             raise InputError(
                 "`held_out` splits the pairs into those a circuit is selected on and those it is evaluated on: it "
@@ -160,27 +245,36 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         pairs = self._pairs(selecting)
         evaluation = self._pairs(evaluating) if evaluating else pairs
         graph = graph_of(self.model.backend)
-        scores: EdgeScores | None = None
-        for step in attribute(self.model, pairs):
-            if isinstance(step, str):
-                yield step
-            else:
-                scores = step
-        assert scores is not None
-        ranking = rank(graph, scores.scores, self.granularity, self.rank_by)
-        if self.top_k is not None:
-            circuit, size = ranking.top(self.top_k), min(self.top_k, len(ranking.items))
-        else:
+        ranking: EdgeRanking | NodeRanking
+        granularity: Granularity
+        if self.stored is not None:  # judged as find_circuit judged it: its granularity, k and pool, no attribution
             assert self.edges is not None
             circuit = circuit_from_names(graph, self.edges)
-            ranking = rank(graph, scores.scores, "edge", self.rank_by)  # a given circuit is a set of edges
-            size = len(circuit)
+            ranking, size = self.stored.ranking(graph, circuit), self.stored.k
+            granularity = self.stored.granularity
+        else:
+            scores: EdgeScores | None = None
+            for step in attribute(self.model, pairs):
+                if isinstance(step, str):
+                    yield step
+                else:
+                    scores = step
+            assert scores is not None
+            ranking = rank(graph, scores.scores, self.granularity, self.rank_by)
+            if self.top_k is not None:
+                circuit, size = ranking.top(self.top_k), min(self.top_k, len(ranking.items))
+                granularity = self.granularity
+            else:
+                assert self.edges is not None
+                circuit = circuit_from_names(graph, self.edges)
+                ranking = rank(graph, scores.scores, "edge", self.rank_by)  # a given circuit is a set of edges
+                size, granularity = len(circuit), "edge"
         with self.model.backend.edge_points():
             ablator = Ablator(self.model.backend, graph, evaluation, self.ablation)
             fraction = ablator.recovered(ablator.run(circuit))
             empty = ablator.recovered(ablator.run(set())).value
-            baseline = judged(ablator, ranking, size, fraction.value, self.random_circuits, self.seed)
-            yield f"circuit of {len(circuit)} edges and {self.random_circuits} random ones"
+            yield f"circuit of {len(circuit)} edges and the empty one"
+            baseline = yield from judged(ablator, ranking, size, fraction.value, self.random_circuits, self.seed)
             curve = []
             if self.top_k is not None:
                 for k in self._sizes(len(ranking.items)):
@@ -193,8 +287,16 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         yield "done"
         notes = [
             f"Exact: {len(graph.edges) - len(circuit)} of {len(graph.edges)} edges ablated ({self.ablation}) in real "
-            f"forwards. {baseline.verdict}."
+            f"forwards. {baseline.verdict}.",
+            *self.caller_notes,
         ]
+        if self.stored is not None:
+            notes.append(
+                f"A stored circuit of k = {size} {granularity}s: judged as find_circuit judged it, against random "
+                f"{size}-{granularity} circuits from its stored pool of the top {baseline.pool} (ranked on the pairs "
+                "it was found on)."
+            )
+        notes.extend(overlap_note(baseline, size, granularity))
         if evaluating:
             notes.append(
                 f"Selected on {len(selecting)} pairs, evaluated on {len(evaluating)} held-out pairs (seed {self.seed})."
@@ -208,7 +310,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         notes.extend(small_gap_note(ablator))
         self.result = CircuitFaithfulnessMeasurement(
             ablation=self.ablation,
-            granularity=self.granularity if self.top_k is not None else "edge",
+            granularity=granularity,
             n_edges=len(circuit),
             total_edges=len(graph.edges),
             clean_logit_diff=metrics.score_of(ablator.clean_m),
@@ -248,25 +350,27 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
     rank_by: RankBy = "abs"
     ablation: CircuitAblation = "corrupt"
     held_out: float = 0.0
-    random_circuits: int = stats.DEFAULT_DRAWS
+    random_circuits: int = CIRCUIT_DRAWS  # the most random circuits drawn (sequentially)
     seed: int = 0
     result: FindCircuitMeasurement | None = field(default=None, init=False)
     scores: EdgeScores | None = field(default=None, init=False)
     circuit: set[tuple[int, int]] | None = field(default=None, init=False)
     graph: Graph | None = field(default=None, init=False)
+    choice: StoredChoice | None = field(default=None, init=False)  # what a circuit:// keeps to be judged again alike
 
     def total_steps(self) -> int:
         graph = graph_of(self.model.backend)
         items = len(graph.edges) if self.granularity == "edge" else len(graph.writers) - 1
         bisection = max(0, (items - 1).bit_length())  # steps while high − low > 1, from (0, items)
-        return ATTRIBUTION_STEPS + bisection + 2
+        batches = baseline_batches(self.random_circuits) if isinstance(self.random_circuits, int) else 1
+        return ATTRIBUTION_STEPS + bisection + batches + 1
 
     def steps(self) -> Iterator[str]:
         require(self.model.backend, "find_circuit")
         if not 0 < self.target <= 1:
             raise InputError(f"`target` is a recovered fraction in (0, 1], got {self.target!r}; 0.8 is usual.")
         check_choice(self.granularity, self.rank_by)
-        stats.check_draws(self.random_circuits, "random_circuits")
+        stats.check_most_draws(self.random_circuits, "random_circuits")
         selecting, evaluating = held_out_split(len(self.clean_prompts), self.held_out, self.seed)
         pairs = self._pairs(selecting)
         for step in attribute(self.model, pairs):
@@ -292,6 +396,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
                     low = middle
                 yield f"bisection: k = {middle}, faithfulness {fraction.value:+.3f}"
             circuit = self.circuit = ranking.top(high)
+            self.choice = StoredChoice(self.granularity, high, pool_names(graph, ranking.pool(high)))
             if best is None:
                 best = ablator.recovered(ablator.run(circuit))
             empty = ablator.recovered(ablator.run(set())).value
@@ -301,8 +406,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
                 evaluator = Ablator(self.model.backend, graph, self._pairs(evaluating), self.ablation)
                 held = evaluator.recovered(evaluator.run(circuit))
             judged_value = best.value if held is None else held.value
-            baseline = judged(evaluator, ranking, high, judged_value, self.random_circuits, self.seed)
-            yield f"{self.random_circuits} random circuits of {high} {self.granularity}s"
+            baseline = yield from judged(evaluator, ranking, high, judged_value, self.random_circuits, self.seed)
         yield "done"
         self.result = self._measurement(ranking, high, best, held, empty, baseline, search, ablator, evaluating)
 
@@ -335,6 +439,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
             notes.append(
                 "Selected and scored on the same pairs: pass held_out=0.5 to evaluate on pairs not used to find it."
             )
+        notes.extend(overlap_note(baseline, k, self.granularity))
         notes.extend(empty_note(self.ablation, best.value, empty))
         notes.extend(small_gap_note(ablator))
         edges = sorted(self.circuit, key=lambda e: -abs(float(scores.scores[e])))

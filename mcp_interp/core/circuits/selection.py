@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import ClassVar, Generic, TypeVar
 
 import torch
@@ -59,9 +60,15 @@ class Ranking(ABC, Generic[Item]):
 
     def random_circuits(self, k: int, count: int, seed: int) -> list[set[Edge]]:
         """``count`` random circuits of k items from the pool (seeded; each a uniform k-subset)."""
+        return list(islice(self.draw_circuits(k, seed), count))
+
+    def draw_circuits(self, k: int, seed: int) -> Iterator[set[Edge]]:
+        """Random circuits of k items from the pool, one after another for as long as they are wanted (the same
+        seeded sequence as ``random_circuits``: its first n are this iterator's first n)."""
         generator = random.Random(seed)
         pool = self.pool(k)
-        return [self.circuit(generator.sample(pool, k)) for _ in range(count)]
+        while True:
+            yield self.circuit(generator.sample(pool, k))
 
 
 class EdgeRanking(Ranking[Edge]):
