@@ -42,6 +42,7 @@ EXPECTED_TOOLS = {
     "causal_swap_trial",
     "causal_swap_benchmark",
     "verify_artifact",
+    "export_investigation",
     "fit_lens",
     "job_status",
     "job_cancel",
