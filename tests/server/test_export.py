@@ -1,5 +1,5 @@
 """export_investigation (issue 35 §3): an investigation on `tiny` — logit_diff, patch_heads, probe → direction:// →
-ablate with that direction — exported as a script and run in a fresh interpreter: it exits 0 and its recomputed key
+ablate with that direction, find_circuit → circuit:// → circuit_faithfulness — exported as a script and run in a fresh interpreter: it exits 0 and its recomputed key
 numbers (`--json`) equal the numbers the live calls returned; one recorded number altered in the script's text → exit
 1 naming that call; a bad format or call ids the ledger does not hold → a tool error saying what is valid."""
 
@@ -30,7 +30,7 @@ def run_script(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def investigate(client: Client) -> list[dict[str, Any]]:
-    """The four calls; the structured results the client got."""
+    """The six calls; the structured results the client got."""
     results = [
         (await client.call_tool("logit_diff", {"prompts": CLEAN, "correct": "mary", "incorrect": "john"})),
         (await client.call_tool("patch_heads", {**PAIR, "top": 3})),
@@ -40,6 +40,9 @@ async def investigate(client: Client) -> list[dict[str, Any]]:
     ablate = {"prompts": CLEAN, "targets": [{"layer": 1, "direction": direction}], "correct": "mary",
               "incorrect": "john", "random_draws": 20, "seed": 3}  # fmt: skip
     results.append(await client.call_tool("ablate", ablate))
+    results.append(await client.call_tool("find_circuit", {**PAIR, "top": 5}))
+    circuit = results[4].structured_content["circuit_uri"]
+    results.append(await client.call_tool("circuit_faithfulness", {**PAIR, "circuit": circuit}))
     assert not any(r.is_error for r in results)
     return [r.structured_content for r in results]
 
@@ -53,7 +56,7 @@ async def test_an_exported_investigation_reruns_in_a_fresh_process(tiny_client: 
     exported = await tiny_client.call_tool("export_investigation", {})
     assert not exported.is_error, exported.content
     data = exported.structured_content
-    assert data["calls"] == [1, 2, 3, 4] and data["notebook_uri"].startswith("notebook://")
+    assert data["calls"] == [1, 2, 3, 4, 5, 6] and data["notebook_uri"].startswith("notebook://")
     assert data["fingerprint"] == live[0]["model"]["fingerprint"] and data["model_name"] == "tiny"
     expected = [expected_key_numbers(result) for result in live]
     assert data["key_numbers"] == sum(len(numbers) for numbers in expected)
@@ -64,13 +67,14 @@ async def test_an_exported_investigation_reruns_in_a_fresh_process(tiny_client: 
     done = run_script(script, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     recomputed = json.loads(done.stdout)
-    assert sorted(recomputed) == ["1", "2", "3", "4"]
+    assert sorted(recomputed) == ["1", "2", "3", "4", "5", "6"]
     for call, numbers in enumerate(expected, start=1):
         assert set(recomputed[str(call)]) >= set(numbers)
         for key, value in numbers.items():
             assert close(recomputed[str(call)][key], value), (call, key, recomputed[str(call)][key], value)
     assert recomputed["1"]["logit_diff.value"] == pytest.approx(live[0]["logit_diff"]["value"], abs=1e-6)
     assert "random_baseline.p_value" in recomputed["4"]  # ablate's baseline, drawn again from seed 3
+    assert "baseline.p_value" in recomputed["6"]  # on the circuit the rerun's find_circuit made
 
     table = run_script(script)
     assert table.returncode == 0 and "every key number matches" in table.stdout
@@ -82,20 +86,24 @@ async def test_an_exported_investigation_reruns_in_a_fresh_process(tiny_client: 
     broken = run_script(altered)
     assert broken.returncode == 1
     assert "MISMATCH call 1 (logit_diff): logit_diff.value" in broken.stdout
-    assert "MISMATCH call 2" not in broken.stdout and "MISMATCH call 4" not in broken.stdout
+    assert [line for line in broken.stdout.splitlines() if line.startswith("MISMATCH")] == [
+        f"MISMATCH call 1 (logit_diff): logit_diff.value recorded {recorded + 0.25!r}, recomputed "
+        f"{recomputed['1']['logit_diff.value']!r}"
+    ]
 
 
 async def test_export_chooses_calls_with_the_calls_that_made_their_handles_and_refuses_bad_input(
     tiny_client: Client,
 ) -> None:
     await investigate(tiny_client)
-    await tiny_client.call_tool("logit_diff", {"prompts": [], "correct": "mary", "incorrect": "john"})  # call 5 fails
-    subset = (await tiny_client.call_tool("export_investigation", {"calls": [4]})).structured_content
-    assert subset["calls"] == [3, 4]
+    await tiny_client.call_tool("logit_diff", {"prompts": [], "correct": "mary", "incorrect": "john"})  # call 7 fails
+    subset = (await tiny_client.call_tool("export_investigation", {"calls": [4, 6]})).structured_content
+    assert subset["calls"] == [3, 4, 5, 6]
     assert any("Call 3 (probe) is included" in note for note in subset["notes"])
+    assert any("Call 5 (find_circuit) is included" in note for note in subset["notes"])
 
     bad_format = await tiny_client.call_tool("export_investigation", {"format": "ipynb"})
     assert bad_format.is_error and "'ipynb'" in bad_format.content[0].text and "py" in bad_format.content[0].text
-    unknown = await tiny_client.call_tool("export_investigation", {"calls": [2, 5, 99]})
+    unknown = await tiny_client.call_tool("export_investigation", {"calls": [2, 7, 99]})
     message = unknown.content[0].text
-    assert unknown.is_error and "[5, 99]" in message and "1, 2, 3, 4" in message and "5 failed" in message
+    assert unknown.is_error and "[7, 99]" in message and "1, 2, 3, 4, 5, 6" in message and "7 failed" in message
