@@ -1,7 +1,8 @@
 """export_investigation (issue 35 §3): an investigation on `tiny` — logit_diff, patch_heads, probe → direction:// →
-ablate with that direction, find_circuit → circuit:// → circuit_faithfulness — exported as a script and run in a fresh interpreter: it exits 0 and its recomputed key
-numbers (`--json`) equal the numbers the live calls returned; one recorded number altered in the script's text → exit
-1 naming that call; a bad format or call ids the ledger does not hold → a tool error saying what is valid."""
+ablate with that direction, find_circuit → circuit:// → circuit_faithfulness — exported as a script and run in a fresh
+interpreter: it exits 0 and its recomputed key numbers (`--json`) equal the numbers the live calls returned; one
+recorded number altered in the script's text → exit 1 naming that call; a bad format or call ids the ledger does not
+hold → a tool error saying what is valid."""
 
 from __future__ import annotations
 
