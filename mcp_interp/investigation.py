@@ -25,7 +25,9 @@ RTOL = 1e-5
 def select(ledger: Ledger, calls: list[int] | None) -> tuple[list[Entry], list[str]]:
     """The entries to rerun, in order, and notes (handles no recorded call made, calls added for their handles)."""
     kept = {entry.call: entry for entry in ledger.entries}
-    rerunnable = {c for c, e in kept.items() if e.status == "ok" and e.tool not in NOT_RERUN}
+    rerunnable = {
+        c for c, e in kept.items() if e.status == "ok" and e.tool not in NOT_RERUN and e.job_state in (None, "done")
+    }
     notes: list[str] = []
     if calls is None:
         wanted = set(rerunnable)
@@ -34,7 +36,7 @@ def select(ledger: Ledger, calls: list[int] | None) -> tuple[list[Entry], list[s
         if unknown:
             valid = ", ".join(str(c) for c in sorted(rerunnable)) or "none yet"
             failed = sorted(c for c in unknown if c in kept)
-            why = f" ({', '.join(map(str, failed))} failed or only read this session's jobs)" if failed else ""
+            why = f" ({', '.join(map(str, failed))} failed, are still running or only read jobs)" if failed else ""
             raise InputError(
                 f"`calls` names calls {unknown} that cannot be exported{why}: the calls recorded in this session that "
                 f"can be rerun are {valid} (read the ledger:// resource for them), or omit `calls` for all of them."

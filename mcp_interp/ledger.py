@@ -122,6 +122,8 @@ class Entry:
     key_numbers: dict[str, float] = field(default_factory=dict)
     result_uri: str | None = None
     made: dict[str, str] = field(default_factory=dict)  # URIs the result names, by JSON path
+    job_uri: str | None = None  # a background call: its job; its result's numbers are filled in when it is done
+    job_state: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,12 +167,28 @@ class Ledger:
             entry.status, entry.error = "error", error
             return
         data = structured or {}
+        job = data.get("job")
+        if isinstance(job, dict) and isinstance(job.get("job_uri"), str) and entry.job_uri is None:
+            entry.job_uri, entry.job_state = job["job_uri"], job.get("state")
+            return  # its numbers are the job's result's (``settle``)
         entry.key_numbers = key_numbers(data)
         entry.result_uri = data.get("result_uri") if isinstance(data.get("result_uri"), str) else None
         entry.made = uris_at(data)
         with self._lock:
             for uri in entry.made.values():
                 self.made_by.setdefault(uri, entry.call)
+
+    def pending_jobs(self) -> list[Entry]:
+        """Background calls whose job has not been seen finished."""
+        return [e for e in self.entries if e.job_uri is not None and e.job_state in ("queued", "running")]
+
+    def settle(self, entry: Entry, state: str, result: dict[str, Any] | None, error: str | None) -> None:
+        """A background call's job has moved on: done → its result's key numbers and URIs; failed → its error."""
+        entry.job_state = state
+        if state == "done":
+            self.close(entry, result, None)
+        elif state in ("failed", "cancelled", "lost"):
+            self.close(entry, None, error or f"the job was {state}")
 
     def get(self, call: int) -> Entry | None:
         return next((e for e in self.entries if e.call == call), None)

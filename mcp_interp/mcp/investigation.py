@@ -13,7 +13,7 @@ from pydantic import Field
 from mcp_interp import investigation
 from mcp_interp.errors import InputError
 from mcp_interp.mcp.family import Family
-from mcp_interp.mcp.recording import model_record
+from mcp_interp.mcp.recording import model_record, settle_jobs
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit, error_boundary
 from mcp_interp.schemas.investigation import ExportResult
 
@@ -31,6 +31,7 @@ async def export_investigation(
     """This session's calls (ledger://) as a script that reruns them through `mcp_interp.Session`, checks the
     weights' fingerprint and every recorded key number; exits 1 naming a call that does not match."""
     kit = Toolkit.of(ctx)
+    settle_jobs(kit)
     with error_boundary():
         investigation.check_format(format)
         entries, notes = investigation.select(kit.session.ledger, calls)
@@ -71,7 +72,9 @@ def ledger(page: str, ctx: ToolContext) -> str:
         number = int(page)
     except ValueError:
         raise ResourceNotFoundError(f"ledger pages are numbered from 0 (ledger://0); got {page!r}.") from None
-    content = Toolkit.of(ctx).session.ledger.page(number)
+    kit = Toolkit.of(ctx)
+    settle_jobs(kit)
+    content = kit.session.ledger.page(number)
     if number < 0 or number >= content["pages"]:
         raise ResourceNotFoundError(f"The ledger has pages 0–{content['pages'] - 1}; got {number}.")
     return json.dumps(content)

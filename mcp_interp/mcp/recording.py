@@ -4,7 +4,8 @@
 A call is recorded as it starts (tool, arguments as sent, each handle resolved to the call that made it with the
 sha256 of its stored bytes, seeds) and closed when it ends: the weights and library versions, the wall time, the
 result's key numbers and URIs — or its error, argument errors included. A ``background: true`` call is recorded as the
-call that queued the job (its result is the job's status; the export reruns it in the foreground).
+call that queued the job; ``settle_jobs`` fills in its result's numbers once the job is done (before the ledger is read
+or exported), and the export reruns it in the foreground.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 from mcp.types import CallToolResult, TextContent
 
 from mcp_interp.ledger import VERSIONED, Ledger, uris_at
+from mcp_interp.mcp.toolkit import Toolkit
 from mcp_interp.session import Session
 from mcp_interp.store import parse_uri
 
@@ -74,3 +76,14 @@ async def recorded(session: Session, tool: str, arguments: dict[str, Any], call:
         structured = result.structured_content if isinstance(result, CallToolResult) else None
         ledger.close(entry, structured, None)
     return result
+
+
+def settle_jobs(kit: Toolkit) -> None:
+    """Fill in the background calls whose jobs have finished since they were recorded."""
+    for entry in kit.session.ledger.pending_jobs():
+        try:
+            status = kit.jobs.status(entry.job_uri or "")
+        except LookupError:
+            kit.session.ledger.settle(entry, "lost", None, f"{entry.job_uri} is no longer stored")
+            continue
+        kit.session.ledger.settle(entry, status.state, status.result, status.error)

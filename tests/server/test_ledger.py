@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -159,8 +160,6 @@ def test_the_python_api_returns_the_tools_result_and_raises_its_errors(tiny: Loa
             bad = await client.call_tool("logit_diff", {"prompts": [], "correct": "mary", "incorrect": "john"})
             return good.structured_content, bad.content[0].text
 
-    import anyio
-
     live, error = anyio.run(over_mcp)
     mine = result.model_dump(mode="json")
     for volatile in ("run_id", "elapsed_s"):
@@ -169,3 +168,20 @@ def test_the_python_api_returns_the_tools_result_and_raises_its_errors(tiny: Loa
     assert str(raised.value) == error and "No prompts" in error and raised.value.tool == "logit_diff"
     assert [(e.tool, e.status) for e in holder.ledger.entries] == [("logit_diff", "ok"), ("logit_diff", "error")]
     assert holder.ledger.entries[0].key_numbers == {"logit_diff.value": result.logit_diff.value}
+
+
+async def test_a_background_call_gets_its_jobs_numbers_once_done(tiny_client: Client) -> None:
+    queued = (await tiny_client.call_tool("patch_heads", {**PAIR, "background": True})).structured_content
+    job = queued["job"]["job_uri"]
+    for _ in range(600):
+        status = (await tiny_client.call_tool("job_status", {"job": job})).structured_content
+        if status["state"] not in ("queued", "running"):
+            break
+        await anyio.sleep(0.1)
+    assert status["state"] == "done"
+    entries, _ = await ledger_entries(tiny_client)
+    first = entries[0]
+    assert first["tool"] == "patch_heads" and first["arguments"] == {**PAIR, "background": True}
+    assert first["job_uri"] == job and first["job_state"] == "done" and first["status"] == "ok"
+    assert first["key_numbers"] == expected_key_numbers(status["result"]) and first["key_numbers"]
+    assert {e["tool"] for e in entries[1:]} == {"job_status"}
