@@ -16,6 +16,10 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from mcp_interp.corpora import ioi_pairs
+from mcp_interp.mcp.server import build_server
+from mcp_interp.models import LoadedModel
+from mcp_interp.session import Session
 from tests.server.test_ledger import CLEAN, PAIR, PROBE, expected_key_numbers
 
 pytestmark = pytest.mark.anyio
@@ -108,3 +112,44 @@ async def test_export_chooses_calls_with_the_calls_that_made_their_handles_and_r
     unknown = await tiny_client.call_tool("export_investigation", {"calls": [2, 7, 99]})
     message = unknown.content[0].text
     assert unknown.is_error and "[7, 99]" in message and "1, 2, 3, 4, 5, 6" in message and "7 failed" in message
+
+
+@pytest.mark.embedded
+async def test_a_smollm2_investigation_reruns_in_a_fresh_process(
+    embedded: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SmolLM2: logit_diff, patch_heads, probe → direction:// → ablate on two IOI pairs, exported and rerun (the
+    issue's find_circuit → circuit_faithfulness pair is covered on `tiny` above: on SmolLM2 it takes minutes each)."""
+    pairs = ioi_pairs()[:2]
+    pair = {
+        "clean_prompts": [p.clean for p in pairs],
+        "corrupt_prompts": [p.corrupt for p in pairs],
+        "correct": [p.correct for p in pairs],
+        "incorrect": [p.incorrect for p in pairs],
+    }
+    session = Session("smollm2-135m", tmp_path / "out", loader=lambda *_: embedded)
+    async with Client(build_server(session)) as client:
+        calls = [
+            (
+                "logit_diff",
+                {"prompts": pair["clean_prompts"], "correct": pair["correct"], "incorrect": pair["incorrect"]},
+            ),
+            ("patch_heads", pair),
+            ("probe", {**PROBE, "texts": [f" {t.capitalize()}" for t in PROBE["texts"]], "layers": [3, 10]}),
+        ]
+        live = [(await client.call_tool(name, arguments)).structured_content for name, arguments in calls]
+        direction = live[2]["layers"][0]["direction_uri"]
+        ablate = {"prompts": pair["clean_prompts"], "targets": [{"layer": 3, "direction": direction}],
+                  "correct": pair["correct"], "incorrect": pair["incorrect"], "random_draws": 20}  # fmt: skip
+        live.append((await client.call_tool("ablate", ablate)).structured_content)
+        exported = (await client.call_tool("export_investigation", {})).structured_content
+        text = (await client.read_resource(exported["notebook_uri"])).contents[0].text
+    assert exported["calls"] == [1, 2, 3, 4] and exported["fingerprint"] == embedded.fingerprint
+    script = tmp_path / "rerun.py"
+    script.write_text(text)
+    done = run_script(script, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    recomputed = json.loads(done.stdout)
+    for call, result in enumerate(live, start=1):
+        for key, value in expected_key_numbers(result).items():
+            assert close(recomputed[str(call)][key], value), (call, key)
