@@ -115,11 +115,13 @@ async def test_export_chooses_calls_with_the_calls_that_made_their_handles_and_r
 
 
 @pytest.mark.embedded
+@pytest.mark.parametrize("with_circuit", [False, True], ids=["four-calls", "six-calls"])
 async def test_a_smollm2_investigation_reruns_in_a_fresh_process(
-    embedded: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    embedded: LoadedModel, tmp_path: Path, with_circuit: bool
 ) -> None:
-    """SmolLM2: logit_diff, patch_heads, probe → direction:// → ablate on two IOI pairs, exported and rerun (the
-    issue's find_circuit → circuit_faithfulness pair is covered on `tiny` above: on SmolLM2 it takes minutes each)."""
+    """SmolLM2: logit_diff, patch_heads, probe → direction:// → ablate on two IOI pairs — and with `with_circuit` the
+    issue's find_circuit → circuit:// → circuit_faithfulness (node granularity, 19 random circuits; minutes on a CPU)
+    — exported and rerun in a fresh interpreter: exit 0, every key number within 1e-5."""
     pairs = ioi_pairs()[:2]
     pair = {
         "clean_prompts": [p.clean for p in pairs],
@@ -142,9 +144,15 @@ async def test_a_smollm2_investigation_reruns_in_a_fresh_process(
         ablate = {"prompts": pair["clean_prompts"], "targets": [{"layer": 3, "direction": direction}],
                   "correct": pair["correct"], "incorrect": pair["incorrect"], "random_draws": 20}  # fmt: skip
         live.append((await client.call_tool("ablate", ablate)).structured_content)
+        if with_circuit:
+            settings = {"granularity": "node", "random_circuits": 19}
+            found = (await client.call_tool("find_circuit", {**pair, **settings, "top": 5})).structured_content
+            live.append(found)
+            faithful = {**pair, **settings, "circuit": found["circuit_uri"]}
+            live.append((await client.call_tool("circuit_faithfulness", faithful)).structured_content)
         exported = (await client.call_tool("export_investigation", {})).structured_content
         text = (await client.read_resource(exported["notebook_uri"])).contents[0].text
-    assert exported["calls"] == [1, 2, 3, 4] and exported["fingerprint"] == embedded.fingerprint
+    assert exported["calls"] == list(range(1, len(live) + 1)) and exported["fingerprint"] == embedded.fingerprint
     script = tmp_path / "rerun.py"
     script.write_text(text)
     done = run_script(script, "--json")
