@@ -26,6 +26,7 @@ import anyio.to_thread
 
 from mcp_interp.engines import LoadOptions
 from mcp_interp.errors import InterpError, ModelLoadError
+from mcp_interp.ledger import Ledger
 from mcp_interp.models import LoadedModel, load_model
 from mcp_interp.schemas.common import ModelRef
 from mcp_interp.store import Store
@@ -88,6 +89,7 @@ class Session:
         self.dtype = dtype
         self.options = options or LoadOptions()
         self.store = Store(output_dir)
+        self.ledger = Ledger()  # every tool call in this session (not in the store: eviction never drops it)
         self._loader = loader or partial(load_with_options, options=self.options)
         self._model: LoadedModel | None = None
         self._error: BaseException | None = None

@@ -45,9 +45,10 @@ KINDS: dict[str, str] = {
     "graph": ".json",
     "explanation": ".json",
     "quiz": ".json",
+    "notebook": ".py",
 }
 MIME_TYPES: dict[str, str] = {
-    kind: {".png": "image/png", ".md": "text/markdown"}.get(suffix, "application/json")
+    kind: {".png": "image/png", ".md": "text/markdown", ".py": "text/x-python"}.get(suffix, "application/json")
     for kind, suffix in KINDS.items()
 }
 DEFAULT_MAX: dict[str, int] = {
@@ -61,6 +62,7 @@ DEFAULT_MAX: dict[str, int] = {
     "graph": 200,  # a pruned attribution graph's Neuronpedia JSON is up to a few MB
     "explanation": 2000,  # a scored explanation of a feature (feature_examples lists them per feature)
     "quiz": 2000,  # a detection quiz and its hidden truth
+    "notebook": 500,  # a rerun script written by export_investigation
 }
 TOMBSTONES = ".evicted"  # per kind: one small JSON file per evicted id
 REFS_SUFFIX = ".refs"  # beside an entry: the URIs it references, one JSON list

@@ -43,6 +43,7 @@ EXPECTED_TOOLS = {
     "causal_swap_trial",
     "causal_swap_benchmark",
     "verify_artifact",
+    "export_investigation",
     "fit_lens",
     "job_status",
     "job_cancel",

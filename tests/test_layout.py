@@ -31,6 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
         "mcp_interp.corpora",
         "mcp_interp.store",
         "mcp_interp.figures",
+        "mcp_interp.ledger",
+        "mcp_interp.investigation",
     ),
     ("mcp_interp.models", "mcp_interp.engines", "mcp_interp.paths", "mcp_interp.core.engine.backend"),
     ("mcp_interp.core",),
@@ -43,6 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
         "mcp_interp.embedded_setup",
         "mcp_interp.cli",
         "mcp_interp.__main__",
+        "mcp_interp.api",
     ),
 ]
 

@@ -18,6 +18,7 @@ from mcp_interp.mcp import (
     features,
     graphs,
     heads,
+    investigation,
     jobs,
     lens,
     localize,
@@ -72,6 +73,7 @@ FAMILIES: tuple[Family, ...] = (
     explain.family,
     swap.family,
     stored.family,
+    investigation.family,
     jobs.family,
     views.family,
     prompts.family,
@@ -88,7 +90,8 @@ def build_server(session: Session) -> MCPServer[Toolkit]:
         session.start_loading()
         yield toolkit
 
-    server: MCPServer[Toolkit] = Server("mcp-interp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    server = Server("mcp-interp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    server.recorded_session = session
     for family in FAMILIES:
         family.register(server)
     protocol.install(server, toolkit)

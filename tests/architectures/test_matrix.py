@@ -224,6 +224,8 @@ async def test_every_tool_runs_or_refuses_naming_the_feature(
         await swap(call, model)
         await jobs(call)
         await graphs(call, model, tmp_path)
+        exported = await call.ok("export_investigation", {})  # every call above, as a rerun script
+        assert exported["fingerprint"] == model.fingerprint and exported["calls"]
     assert set(tools) - call.called == set(), "every tool the server lists is called on every architecture"
     assert call.called >= EXPECTED_TOOLS
 

@@ -103,6 +103,8 @@ async def test_unknown_figure_ids_are_not_found(tiny_client: Client) -> None:
         "figure://{figure_id}",
         "graph://{graph_id}",
         "job://{job_id}",
+        "ledger://{page}",
+        "notebook://{notebook_id}",
         "quiz://{quiz_id}",
         "report://{report_id}",
         "result://{result_id}",

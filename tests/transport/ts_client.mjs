@@ -44,6 +44,7 @@ for (let i = 0; i < 600; i++) {
   await new Promise((resolve) => setTimeout(resolve, 100));
 }
 await call("job_cancel", { job: seen.job });
+await call("export_investigation", {});  // the session's calls as a rerun script (notebook://)
 const { resources } = await client.listResources();
 const kinds = new Map();
 for (const r of resources) {

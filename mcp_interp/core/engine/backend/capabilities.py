@@ -188,7 +188,7 @@ NAMING = ("feature_examples", "score_explanation")  # the tools naming one featu
 SAE_TOOLS = ("sae", "sae_features", "steer", *INTERVENING, *NAMING)  # the tools taking an SAE
 EVERY_ENGINE = (
     "model_info", "tokenize", "logit_diff", "kl", "answer_rank", "loss", "ablate", "patch", "steer", "probe", "sae",
-    "sae_features", "get_figure", "job_status", "job_cancel", "verify_artifact", *NAMING,
+    "sae_features", "get_figure", "job_status", "job_cancel", "verify_artifact", "export_investigation", *NAMING,
 )  # fmt: skip
 
 USES: dict[str, Use] = {

@@ -1,0 +1,219 @@
+"""The session's ledger: every tool call, in order, with what is needed to rerun it and check it.
+
+An entry holds the tool, its arguments as sent, each handle in them (``direction://…``, ``circuit://…``, any stored URI)
+resolved to the call that made it and hashed, the seeds among the arguments, the weights' fingerprint and library
+versions, the wall time, the result's ``key_numbers`` and ``result_uri`` — or the error the call raised. The ledger is
+kept in memory beside the store, not in it: evicting ``result://`` entries never drops a ledger entry. It is bounded
+(``MAX_ENV``, default ``DEFAULT_MAX`` entries); past the bound the oldest entries go and ``page`` says how many.
+
+Nothing here knows MCP or the model: ``mcp/recording.py`` fills it, ``investigation.py`` turns it into a script.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mcp_interp.store import URI_PATTERN
+
+MAX_ENV = "MCP_INTERP_LEDGER_MAX"
+DEFAULT_MAX = 10_000
+PAGE_SIZE = 50
+MAX_KEY_NUMBERS = 200  # per entry: a result with more p-value-bearing objects keeps the first ones
+NOT_REPRODUCIBLE = frozenset({"elapsed_s"})  # wall time: recorded once per entry, never a key number
+SEED_WORDS = ("seed", "seeds")  # an argument named so, or ending in _seed / _seeds, anywhere in the arguments
+VERSIONED = ("torch", "transformer-lens", "mcp-interp")
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def key_numbers(data: Any) -> dict[str, float]:
+    """The numbers of a structured result that a rerun must reproduce, by JSON path — defined here only.
+
+    Every scalar number at the top level (but the wall time ``elapsed_s``); the ``value`` (mean) of every top-level
+    Score (``{value, per_example}``); and every scalar number of any nested object that carries a p-value (``p_value``,
+    ``…_p``: a baseline, a control, a probe's layer) or a ``verdict``, at most ``MAX_KEY_NUMBERS`` in all."""
+    found: dict[str, float] = {}
+    if not isinstance(data, dict):
+        return found
+    for key, value in data.items():
+        if key in NOT_REPRODUCIBLE:
+            continue
+        if is_number(value):
+            found[key] = value
+        elif isinstance(value, dict) and {"value", "per_example"} <= value.keys() and is_number(value["value"]):
+            found[f"{key}.value"] = value["value"]
+    for path, obj in _objects(data, ""):
+        if path and any(key in ("p_value", "verdict") or str(key).endswith(("_p", "_p_value")) for key in obj):
+            for key, value in obj.items():
+                if is_number(value) and key not in NOT_REPRODUCIBLE and len(found) < MAX_KEY_NUMBERS:
+                    found[f"{path}.{key}"] = value
+    return found
+
+
+def _objects(value: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every JSON object inside ``value`` with its path (``a.b[3].c``), outermost first."""
+    if isinstance(value, dict):
+        yield path, value
+        for key, sub in value.items():
+            yield from _objects(sub, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, sub in enumerate(value):
+            yield from _objects(sub, f"{path}[{index}]")
+
+
+def uris_at(value: Any, path: str = "") -> dict[str, str]:
+    """Every stored URI inside ``value``, by its JSON path."""
+    if isinstance(value, str):
+        return {path: value} if URI_PATTERN.fullmatch(value) else {}
+    found: dict[str, str] = {}
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            found.update(uris_at(sub, f"{path}.{key}" if path else str(key)))
+    elif isinstance(value, list):
+        for index, sub in enumerate(value):
+            found.update(uris_at(sub, f"{path}[{index}]"))
+    return found
+
+
+def seeds_in(arguments: Any, path: str = "") -> dict[str, Any]:
+    """The seeds among the arguments, by path (``seed``, ``control_seeds``, ``intervention.seed``, …)."""
+    found: dict[str, Any] = {}
+    if isinstance(arguments, dict):
+        for key, sub in arguments.items():
+            here = f"{path}.{key}" if path else str(key)
+            if str(key) in SEED_WORDS or str(key).endswith(tuple(f"_{w}" for w in SEED_WORDS)):
+                found[here] = sub
+            else:
+                found.update(seeds_in(sub, here))
+    elif isinstance(arguments, list):
+        for index, sub in enumerate(arguments):
+            found.update(seeds_in(sub, f"{path}[{index}]"))
+    return found
+
+
+@dataclass
+class Handle:
+    """A stored URI passed to a call: the earlier call that made it (None: not made by a recorded call) and the
+    sha256 of its stored bytes when the call was made (None: no longer stored)."""
+
+    made_by: int | None
+    sha256: str | None
+
+
+@dataclass
+class Entry:
+    call: int
+    tool: str
+    arguments: dict[str, Any]
+    handles: dict[str, Handle]
+    seeds: dict[str, Any]
+    started_at: str
+    model: dict[str, Any] | None = None  # name, fingerprint, versions (torch, transformer-lens, mcp-interp)
+    elapsed_s: float = 0.0
+    status: str = "ok"  # ok | error
+    error: str | None = None
+    key_numbers: dict[str, float] = field(default_factory=dict)
+    result_uri: str | None = None
+    made: dict[str, str] = field(default_factory=dict)  # URIs the result names, by JSON path
+    job_uri: str | None = None  # a background call: its job; its result's numbers are filled in when it is done
+    job_state: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ledger_bound() -> int:
+    value = os.environ.get(MAX_ENV)
+    return max(1, int(value)) if value else DEFAULT_MAX
+
+
+class Ledger:
+    def __init__(self, max_entries: int | None = None) -> None:
+        self.max_entries = max_entries or ledger_bound()
+        self.entries: deque[Entry] = deque()
+        self.dropped = 0  # the oldest entries let go past the bound
+        self.made_by: dict[str, int] = {}  # every URI a recorded call's result named → that call
+        self._next = 1
+        self._lock = threading.Lock()
+
+    def open(self, tool: str, arguments: dict[str, Any], hashes: dict[str, str | None], started_at: str) -> Entry:
+        """A new entry for a call that is starting (``hashes``: the sha256 of each handle in the arguments)."""
+        with self._lock:
+            entry = Entry(
+                call=self._next,
+                tool=tool,
+                arguments=arguments,
+                handles={uri: Handle(self.made_by.get(uri), digest) for uri, digest in hashes.items()},
+                seeds=seeds_in(arguments),
+                started_at=started_at,
+            )
+            self._next += 1
+            self.entries.append(entry)
+            while len(self.entries) > self.max_entries:
+                self.entries.popleft()
+                self.dropped += 1
+            return entry
+
+    def close(self, entry: Entry, structured: dict[str, Any] | None, error: str | None) -> None:
+        """The call's outcome: its result's key numbers and URIs, or its error."""
+        if error is not None:
+            entry.status, entry.error = "error", error
+            return
+        data = structured or {}
+        job = data.get("job")
+        if isinstance(job, dict) and isinstance(job.get("job_uri"), str) and entry.job_uri is None:
+            entry.job_uri, entry.job_state = job["job_uri"], job.get("state")
+            return  # its numbers are the job's result's (``settle``)
+        entry.key_numbers = key_numbers(data)
+        entry.result_uri = data.get("result_uri") if isinstance(data.get("result_uri"), str) else None
+        entry.made = uris_at(data)
+        with self._lock:
+            for uri in entry.made.values():
+                self.made_by.setdefault(uri, entry.call)
+
+    def pending_jobs(self) -> list[Entry]:
+        """Background calls whose job has not been seen finished."""
+        return [e for e in self.entries if e.job_uri is not None and e.job_state in ("queued", "running")]
+
+    def settle(self, entry: Entry, state: str, result: dict[str, Any] | None, error: str | None) -> None:
+        """A background call's job has moved on: done → its result's key numbers and URIs; failed → its error."""
+        entry.job_state = state
+        if state == "done":
+            self.close(entry, result, None)
+        elif state in ("failed", "cancelled", "lost"):
+            self.close(entry, None, error or f"the job was {state}")
+
+    def get(self, call: int) -> Entry | None:
+        return next((e for e in self.entries if e.call == call), None)
+
+    def calls(self) -> list[int]:
+        return [e.call for e in self.entries]
+
+    def page(self, number: int, size: int = PAGE_SIZE) -> dict[str, Any]:
+        """One page of entries (page 0 holds the oldest kept), what pages exist, and a note when entries were
+        dropped."""
+        entries = list(self.entries)
+        pages = max(1, -(-len(entries) // size))
+        notes = []
+        if self.dropped:
+            notes.append(
+                f"The ledger keeps the last {self.max_entries} calls: the {self.dropped} oldest "
+                f"(calls 1–{self.dropped}) were dropped (raise {MAX_ENV} to keep more)."
+            )
+        return {
+            "page": number,
+            "pages": pages,
+            "page_size": size,
+            "total_calls": len(entries) + self.dropped,
+            "kept_calls": len(entries),
+            "dropped_calls": self.dropped,
+            "notes": notes,
+            "entries": [e.to_json() for e in entries[number * size : (number + 1) * size]],
+        }

@@ -1,0 +1,89 @@
+"""Every tool call into the session's ledger (``mcp_interp.ledger``), from the one place every call passes:
+``argument_errors.Server.call_tool`` (over any transport, and for the public Python API, which calls it too).
+
+A call is recorded as it starts (tool, arguments as sent, each handle resolved to the call that made it with the
+sha256 of its stored bytes, seeds) and closed when it ends: the weights and library versions, the wall time, the
+result's key numbers and URIs — or its error, argument errors included. A ``background: true`` call is recorded as the
+call that queued the job; ``settle_jobs`` fills in its result's numbers once the job is done (before the ledger is read
+or exported), and the export reruns it in the foreground.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from mcp.types import CallToolResult, TextContent
+
+from mcp_interp.ledger import VERSIONED, Ledger, uris_at
+from mcp_interp.mcp.toolkit import Toolkit
+from mcp_interp.session import Session
+from mcp_interp.store import parse_uri
+
+T = TypeVar("T")
+
+
+def handle_hashes(session: Session, arguments: dict[str, Any]) -> dict[str, str | None]:
+    """The sha256 of each stored URI in ``arguments`` (None for one no longer stored)."""
+    hashes: dict[str, str | None] = {}
+    for uri in uris_at(arguments).values():
+        try:
+            stored = parse_uri(uri)
+            hashes[uri] = hashlib.sha256(session.store.path(stored.kind, stored.id).read_bytes()).hexdigest()
+        except (LookupError, OSError):
+            hashes[uri] = None
+    return hashes
+
+
+def model_record(session: Session) -> dict[str, Any] | None:
+    """Which weights and libraries answered (None while the model is not loaded, or failed to load)."""
+    if session.state != "ready":
+        return None
+    try:
+        ref = session.model_ref()
+    except Exception:
+        return None
+    return {
+        "name": ref.name,
+        "fingerprint": ref.fingerprint,
+        "versions": {name: ref.versions.get(name, "unknown") for name in VERSIONED},
+    }
+
+
+async def recorded(session: Session, tool: str, arguments: dict[str, Any], call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, recorded in ``session.ledger``; its result or exception passes through unchanged."""
+    ledger: Ledger = session.ledger
+    entry = ledger.open(
+        tool, dict(arguments), handle_hashes(session, arguments), datetime.now(UTC).isoformat(timespec="seconds")
+    )
+    started = time.perf_counter()
+    try:
+        result = await call()
+    except BaseException as exc:
+        entry.elapsed_s = round(time.perf_counter() - started, 6)
+        entry.model = model_record(session)
+        ledger.close(entry, None, str(exc) or type(exc).__name__)
+        raise
+    entry.elapsed_s = round(time.perf_counter() - started, 6)
+    entry.model = model_record(session)
+    if isinstance(result, CallToolResult) and result.is_error:
+        text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+        ledger.close(entry, None, text or "error")
+    else:
+        structured = result.structured_content if isinstance(result, CallToolResult) else None
+        ledger.close(entry, structured, None)
+    return result
+
+
+def settle_jobs(kit: Toolkit) -> None:
+    """Fill in the background calls whose jobs have finished since they were recorded."""
+    for entry in kit.session.ledger.pending_jobs():
+        try:
+            status = kit.jobs.status(entry.job_uri or "")
+        except LookupError:
+            kit.session.ledger.settle(entry, "lost", None, f"{entry.job_uri} is no longer stored")
+            continue
+        kit.session.ledger.settle(entry, status.state, status.result, status.error)

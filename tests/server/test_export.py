@@ -1,0 +1,163 @@
+"""export_investigation (issue 35 §3): an investigation on `tiny` — logit_diff, patch_heads, probe → direction:// →
+ablate with that direction, find_circuit → circuit:// → circuit_faithfulness — exported as a script and run in a fresh
+interpreter: it exits 0 and its recomputed key numbers (`--json`) equal the numbers the live calls returned; one
+recorded number altered in the script's text → exit 1 naming that call; a bad format or call ids the ledger does not
+hold → a tool error saying what is valid."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from mcp_interp.corpora import ioi_pairs
+from mcp_interp.mcp.server import build_server
+from mcp_interp.models import LoadedModel
+from mcp_interp.session import Session
+from tests.server.test_ledger import CLEAN, PAIR, PROBE, expected_key_numbers
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_script(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run(
+        [sys.executable, str(path), *args], capture_output=True, text=True, env=env, timeout=600, cwd=path.parent
+    )
+
+
+async def investigate(client: Client) -> list[dict[str, Any]]:
+    """The six calls; the structured results the client got."""
+    results = [
+        (await client.call_tool("logit_diff", {"prompts": CLEAN, "correct": "mary", "incorrect": "john"})),
+        (await client.call_tool("patch_heads", {**PAIR, "top": 3})),
+        (await client.call_tool("probe", PROBE)),
+    ]
+    direction = results[2].structured_content["layers"][1]["direction_uri"]
+    ablate = {"prompts": CLEAN, "targets": [{"layer": 1, "direction": direction}], "correct": "mary",
+              "incorrect": "john", "random_draws": 20, "seed": 3}  # fmt: skip
+    results.append(await client.call_tool("ablate", ablate))
+    results.append(await client.call_tool("find_circuit", {**PAIR, "top": 5}))
+    circuit = results[4].structured_content["circuit_uri"]
+    results.append(await client.call_tool("circuit_faithfulness", {**PAIR, "circuit": circuit}))
+    assert not any(r.is_error for r in results)
+    return [r.structured_content for r in results]
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-5 + 1e-5 * abs(b)
+
+
+async def test_an_exported_investigation_reruns_in_a_fresh_process(tiny_client: Client, tmp_path: Path) -> None:
+    live = await investigate(tiny_client)
+    exported = await tiny_client.call_tool("export_investigation", {})
+    assert not exported.is_error, exported.content
+    data = exported.structured_content
+    assert data["calls"] == [1, 2, 3, 4, 5, 6] and data["notebook_uri"].startswith("notebook://")
+    assert data["fingerprint"] == live[0]["model"]["fingerprint"] and data["model_name"] == "tiny"
+    expected = [expected_key_numbers(result) for result in live]
+    assert data["key_numbers"] == sum(len(numbers) for numbers in expected)
+    text = (await tiny_client.read_resource(data["notebook_uri"])).contents[0].text
+    script = tmp_path / "rerun.py"
+    script.write_text(text)
+
+    done = run_script(script, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    recomputed = json.loads(done.stdout)
+    assert sorted(recomputed) == ["1", "2", "3", "4", "5", "6"]
+    for call, numbers in enumerate(expected, start=1):
+        assert set(recomputed[str(call)]) >= set(numbers)
+        for key, value in numbers.items():
+            assert close(recomputed[str(call)][key], value), (call, key, recomputed[str(call)][key], value)
+    assert recomputed["1"]["logit_diff.value"] == pytest.approx(live[0]["logit_diff"]["value"], abs=1e-6)
+    assert "random_baseline.p_value" in recomputed["4"]  # ablate's baseline, drawn again from seed 3
+    assert "baseline.p_value" in recomputed["6"]  # on the circuit the rerun's find_circuit made
+
+    table = run_script(script)
+    assert table.returncode == 0 and "every key number matches" in table.stdout
+
+    recorded = live[0]["logit_diff"]["value"]
+    assert text.count(repr(recorded)) == 1
+    altered = tmp_path / "altered.py"
+    altered.write_text(text.replace(repr(recorded), repr(recorded + 0.25)))
+    broken = run_script(altered)
+    assert broken.returncode == 1
+    assert "MISMATCH call 1 (logit_diff): logit_diff.value" in broken.stdout
+    assert [line for line in broken.stdout.splitlines() if line.startswith("MISMATCH")] == [
+        f"MISMATCH call 1 (logit_diff): logit_diff.value recorded {recorded + 0.25!r}, recomputed "
+        f"{recomputed['1']['logit_diff.value']!r}"
+    ]
+
+
+async def test_export_chooses_calls_with_the_calls_that_made_their_handles_and_refuses_bad_input(
+    tiny_client: Client,
+) -> None:
+    await investigate(tiny_client)
+    await tiny_client.call_tool("logit_diff", {"prompts": [], "correct": "mary", "incorrect": "john"})  # call 7 fails
+    subset = (await tiny_client.call_tool("export_investigation", {"calls": [4, 6]})).structured_content
+    assert subset["calls"] == [3, 4, 5, 6]
+    assert any("Call 3 (probe) is included" in note for note in subset["notes"])
+    assert any("Call 5 (find_circuit) is included" in note for note in subset["notes"])
+
+    bad_format = await tiny_client.call_tool("export_investigation", {"format": "ipynb"})
+    assert bad_format.is_error and "'ipynb'" in bad_format.content[0].text and "py" in bad_format.content[0].text
+    unknown = await tiny_client.call_tool("export_investigation", {"calls": [2, 7, 99]})
+    message = unknown.content[0].text
+    assert unknown.is_error and "[7, 99]" in message and "1, 2, 3, 4, 5, 6" in message and "7 failed" in message
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("with_circuit", [False, True], ids=["four-calls", "six-calls"])
+async def test_a_smollm2_investigation_reruns_in_a_fresh_process(
+    embedded: LoadedModel, tmp_path: Path, with_circuit: bool
+) -> None:
+    """SmolLM2: logit_diff, patch_heads, probe → direction:// → ablate on two IOI pairs — and with `with_circuit` the
+    issue's find_circuit → circuit:// → circuit_faithfulness (node granularity, 19 random circuits; minutes on a CPU)
+    — exported and rerun in a fresh interpreter: exit 0, every key number within 1e-5."""
+    pairs = ioi_pairs()[:2]
+    pair = {
+        "clean_prompts": [p.clean for p in pairs],
+        "corrupt_prompts": [p.corrupt for p in pairs],
+        "correct": [p.correct for p in pairs],
+        "incorrect": [p.incorrect for p in pairs],
+    }
+    session = Session("smollm2-135m", tmp_path / "out", loader=lambda *_: embedded)
+    async with Client(build_server(session)) as client:
+        calls = [
+            (
+                "logit_diff",
+                {"prompts": pair["clean_prompts"], "correct": pair["correct"], "incorrect": pair["incorrect"]},
+            ),
+            ("patch_heads", pair),
+            ("probe", {**PROBE, "texts": [f" {t.capitalize()}" for t in PROBE["texts"]], "layers": [3, 10]}),
+        ]
+        live = [(await client.call_tool(name, arguments)).structured_content for name, arguments in calls]
+        direction = live[2]["layers"][0]["direction_uri"]
+        ablate = {"prompts": pair["clean_prompts"], "targets": [{"layer": 3, "direction": direction}],
+                  "correct": pair["correct"], "incorrect": pair["incorrect"], "random_draws": 20}  # fmt: skip
+        live.append((await client.call_tool("ablate", ablate)).structured_content)
+        if with_circuit:
+            settings = {"granularity": "node", "random_circuits": 19}
+            found = (await client.call_tool("find_circuit", {**pair, **settings, "top": 5})).structured_content
+            live.append(found)
+            faithful = {**pair, **settings, "circuit": found["circuit_uri"]}
+            live.append((await client.call_tool("circuit_faithfulness", faithful)).structured_content)
+        exported = (await client.call_tool("export_investigation", {})).structured_content
+        text = (await client.read_resource(exported["notebook_uri"])).contents[0].text
+    assert exported["calls"] == list(range(1, len(live) + 1)) and exported["fingerprint"] == embedded.fingerprint
+    script = tmp_path / "rerun.py"
+    script.write_text(text)
+    done = run_script(script, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    recomputed = json.loads(done.stdout)
+    for call, result in enumerate(live, start=1):
+        for key, value in expected_key_numbers(result).items():
+            assert close(recomputed[str(call)][key], value), (call, key)
