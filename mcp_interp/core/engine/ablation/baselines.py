@@ -242,7 +242,7 @@ def random_baseline(
     )
 
 
-COMPONENTS = (HeadTarget, NeuronsTarget, BlockOutputTarget)
+COMPONENT_TARGETS = (HeadTarget, NeuronsTarget, BlockOutputTarget)
 
 
 def component_baseline(
@@ -258,7 +258,7 @@ def component_baseline(
     layer) by another layer's — drawn uniformly, distinct within a set, the real set among the possible draws (so under
     H0 "the real set is one more random one" the test is exact). Drawn sequentially and ranked two-sided, as
     ``random_baseline``. None when the ablation has none of these, or other targets (transcoder features)."""
-    if not ablation.targets or not all(isinstance(t, COMPONENTS) for t in ablation.targets):
+    if not ablation.targets or not all(isinstance(t, COMPONENT_TARGETS) for t in ablation.targets):
         return None
     stats.check_most_draws(draws)
     batch = encode(model.tokenizer, prompts, model.device)
