@@ -156,20 +156,21 @@ async def demo(model: str) -> None:
             print(f"  note: {note}")
 
         corpus = subject_number()
-        probe_args = {"texts": corpus.texts, "labels": corpus.labels}
+        # six layers, not all 30: each layer's sequential controls refit the probe up to 200 times
+        probe_args = {"texts": corpus.texts, "labels": corpus.labels, "layers": [0, 3, 6, 12, 18, 24]}
         probed = structured(await client.call_tool("probe", probe_args))
         print(
             f"\nprobe ({probed['method']}, {probed['n_texts']} texts of the subject_number corpus, "
             f"{' vs '.join(probed['labels'])}, read at the last token; {probed['elapsed_s']:.1f} s):"
         )
-        for row in probed["layers"][::6]:
+        for row in probed["layers"]:
             print(
                 f"  layer {row['layer']:>2}: held-out accuracy {row['accuracy']:.3f} [{row['ci_low']:.3f}, "
                 f"{row['ci_high']:.3f}], {probed['control_kind']} control {row['control_accuracy']:.3f}, "
                 f"selectivity {row['selectivity']:+.3f}"
             )
         layer = 3
-        direction_uri = probed["layers"][layer]["direction_uri"]
+        direction_uri = next(row["direction_uri"] for row in probed["layers"] if row["layer"] == layer)
         agreement = ["The keys to the cabinet", "The dogs near the river", "The teachers of the school"]
         ablate_args = {
             "prompts": agreement,
