@@ -65,6 +65,7 @@ VLLM_REFUSES = {
     ("patch", "component='resid_mid'"): "resid_mid",
     ("patch", "component='mlp_neurons'"): "mlp.hook_post",
     ("ablate", "neuron targets 'L1N0,3'"): "mlp.hook_post",
+    ("feature_examples", "neuron features 'L1N0'"): "mlp.hook_post",
     ("sae", "an SAE on blocks.L.hook_resid_mid"): "resid_mid",
     ("sae", "an SAE on blocks.L.mlp.hook_post"): "mlp.hook_post",
     ("ablate", "transcoder features {transcoders, layer, features}"): "edits that only a local model runs",

@@ -334,6 +334,6 @@ def test_neuron_features_are_refused_without_neurons(store_neuron_model: LoadedM
     from mcp_interp.core.engine.backend.capabilities import USES
 
     use = USES["neuron_features"]
-    assert use.tools == ("feature_examples", "score_explanation") and use.needs == ("mlp_neurons",)
+    assert use.tools == ("feature_examples", "score_explanation") and use.needs == ("mlp_neurons", "neuron_points")
     with pytest.raises(InputError, match="out of range"):
         drain(FeatureExamplesJob(model=store_neuron_model, feature="L0N128", texts=TEXTS))
