@@ -32,6 +32,7 @@ from mcp_interp.core.engine.ablation.targets import (
     NeuronsTarget,
     PreparedAblation,
     Target,
+    derangement,
     mean_replacement,
     prepare_ablation,
     stacked_edits,
@@ -90,7 +91,7 @@ def energy_matched_directions(rows: torch.Tensor, target: float, gaussians: torc
 
 
 def removed_part(
-    model: LoadedModel, batch: Batch, ablation: Ablation, permutation: list[int] | None
+    ablation: Ablation, attention_mask: torch.Tensor, reference_mask: torch.Tensor | None, permutation: list[int] | None
 ) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
     """What the ablation's method takes away from any per-position quantity ``values`` [batch, seq, ...] (the residual
     vectors, or a dictionary's activations): ``values`` itself for zero, ``values`` − its mean at that kind of position
@@ -103,14 +104,11 @@ def removed_part(
             return values
         if ablation.method == "mean":
             mask = None if reference is None else reference_mask
-            replacement, _ = mean_replacement(values, batch.attention_mask, reference, mask)
+            replacement, _ = mean_replacement(values, attention_mask, reference, mask)
             return values - replacement
         assert permutation is not None
         return values - values[torch.tensor(permutation)]
 
-    reference_mask = None
-    if ablation.method == "mean" and ablation.reference_prompts:
-        reference_mask = encode(model.tokenizer, list(ablation.reference_prompts), model.device).attention_mask
     return removed
 
 
@@ -149,6 +147,35 @@ def effect_of(model: LoadedModel, batch: Batch, clean: torch.Tensor, correct: An
     return Effect("logit_diff" if with_bad is not None else "log_prob", good, with_bad, sequences)
 
 
+@dataclass(frozen=True)
+class CleanRun:
+    """The unablated run both baselines rank against: the prompts, the ablated positions, the values at the points
+    the ablations touch, and the statistic before ablating."""
+
+    model: LoadedModel
+    batch: Batch
+    mask: torch.Tensor
+    capture: Capture
+    effect: Effect
+    before: float
+
+    def changes(self, ablations: Sequence[Ablation]) -> list[float]:
+        """Each ablation's change of the statistic (after − before), the draws stacked in few forwards."""
+        prepared = [prepare_ablation(self.model, self.batch, a, clean=self.capture.acts) for a in ablations]
+        return [value - self.before for value in effect_values(self.model, self.batch, self.effect, prepared)]
+
+
+def clean_run(
+    model: LoadedModel, prompts: Sequence[str], ablation: Ablation, names: Sequence[str], correct: Any, incorrect: Any
+) -> CleanRun:
+    batch = encode(model.tokenizer, prompts, model.device)
+    mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
+    capture = model.backend.capture(batch.input_ids, sorted(names))
+    clean = answer_logits(model, batch, capture)
+    effect = effect_of(model, batch, clean, correct, incorrect)
+    return CleanRun(model, batch, mask, capture, effect, effect.value(model, batch, clean, None))
+
+
 def random_baseline(
     model: LoadedModel,
     prompts: Sequence[str],
@@ -165,19 +192,15 @@ def random_baseline(
     if not special:
         return component_baseline(model, prompts, ablation, correct, incorrect, draws)
     stats.check_most_draws(draws)
-    batch = encode(model.tokenizer, prompts, model.device)
-    mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
     names = sorted({t.hook() for t in ablation.targets})
-    capture = model.backend.capture(batch.input_ids, names)
-    reference = None
+    run = clean_run(model, prompts, ablation, names, correct, incorrect)
+    batch, mask, capture, effect = run.batch, run.mask, run.capture, run.effect
+    reference, reference_mask = None, None
     if ablation.method == "mean" and ablation.reference_prompts:
         ref_batch = encode(model.tokenizer, list(ablation.reference_prompts), model.device)
-        reference = model.backend.capture(ref_batch.input_ids, names).acts
-    clean = answer_logits(model, batch, capture)
-    effect = effect_of(model, batch, clean, correct, incorrect)
-    before = effect.value(model, batch, clean, None)
-    real_prepared = prepare_ablation(model, batch, ablation, clean=capture.acts)
-    removed = removed_part(model, batch, ablation, real_prepared.permutation)
+        reference, reference_mask = model.backend.capture(ref_batch.input_ids, names).acts, ref_batch.attention_mask
+    permutation = derangement(len(prompts), ablation.seed) if ablation.method == "resample" else None  # as prepared
+    removed = removed_part(ablation, batch.attention_mask, reference_mask, permutation)
     parts = {i: removed_rows(ablation.targets[i], capture.acts, reference, removed, mask) for i in special}
 
     generator = torch.Generator(device="cpu").manual_seed(ablation.seed)
@@ -198,11 +221,9 @@ def random_baseline(
             for j in range(k)
         ]
         variants.extend(new)
-        prepared = [prepare_ablation(model, batch, variant, clean=capture.acts) for variant in new]
-        return [value - before for value in effect_values(model, batch, effect, prepared)]
+        return run.changes(new)
 
-    real_change = effect_values(model, batch, effect, [real_prepared])[0] - before
-    test = stats.sequential_two_sided_test(real_change, draw, n_max=draws)
+    test = stats.sequential_two_sided_test(run.changes([ablation])[0], draw, n_max=draws)
 
     def energy(variant: Ablation) -> float:
         return sum(removed_energy(variant.targets[i], parts[i]) for i in special)
@@ -261,23 +282,17 @@ def component_baseline(
     if not ablation.targets or not all(isinstance(t, COMPONENT_TARGETS) for t in ablation.targets):
         return None
     stats.check_most_draws(draws)
-    batch = encode(model.tokenizer, prompts, model.device)
-    mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
-    names = sorted({t.hook() for t in ablation.targets} | {t.hook() for t in possible_stand_ins(model, ablation)})
-    capture = model.backend.capture(batch.input_ids, names)
-    clean = answer_logits(model, batch, capture)
-    effect = effect_of(model, batch, clean, correct, incorrect)
-    before = effect.value(model, batch, clean, None)
+    names = {t.hook() for t in ablation.targets} | {t.hook() for t in possible_stand_ins(model, ablation)}
+    run = clean_run(model, prompts, ablation, sorted(names), correct, incorrect)
     generator = torch.Generator(device="cpu").manual_seed(ablation.seed)
 
     def draw(k: int) -> list[float]:
-        new = [replace(ablation, targets=random_components(model, ablation.targets, generator)) for _ in range(k)]
-        prepared = [prepare_ablation(model, batch, variant, clean=capture.acts) for variant in new]
-        return [value - before for value in effect_values(model, batch, effect, prepared)]
+        return run.changes(
+            [replace(ablation, targets=random_components(model, ablation.targets, generator)) for _ in range(k)]
+        )
 
-    real_prepared = prepare_ablation(model, batch, ablation, clean=capture.acts)
-    real_change = effect_values(model, batch, effect, [real_prepared])[0] - before
-    test = stats.sequential_two_sided_test(real_change, draw, n_max=draws)
+    test = stats.sequential_two_sided_test(run.changes([ablation])[0], draw, n_max=draws)
+    effect, mask = run.effect, run.mask
     kinds = component_kinds(ablation.targets)
     return RandomBaseline(
         replaced=kinds,
