@@ -190,8 +190,6 @@ class SteerMeasurement(Measurement):
     steered_text: str = Field(description="Greedy continuation with the vector added at every position.")
     repetition_baseline: float = Field(description="Fraction of repeated 3-grams in the baseline continuation.")
     repetition_steered: float = Field(description="Fraction of repeated 3-grams in the steered continuation.")
-    concept_score: float | None = Field(default=None, description="With `concept`: the steered continuation's score.")
-    concept_score_unsteered: float | None = Field(default=None, description="The unsteered continuation's score.")
     concept_baseline: ConceptBaseline | None = Field(
         default=None, description="With `concept`: the steered text's score against random directions' texts."
     )

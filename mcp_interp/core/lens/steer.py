@@ -232,10 +232,8 @@ def steer_steps(
     yield f"random directions' next-token KL: {test.n} draws"
     concept_baseline: ConceptBaseline | None = None
     random_texts: list[str] = []
-    concept_scores: tuple[float | None, float | None] = (None, None)
     if concept is not None:
         steered_score, baseline_score = concept.score(prompt_ids, steered_ids), concept.score(prompt_ids, baseline_ids)
-        concept_scores = (steered_score, baseline_score)
         continuations: list[list[int]] = []
 
         def draw_concept(k: int) -> list[float]:
@@ -311,8 +309,6 @@ def steer_steps(
         steered_text=model.tokenizer.decode(steered_ids),
         repetition_baseline=rep_base,
         repetition_steered=rep_steer,
-        concept_score=concept_scores[0],
-        concept_score_unsteered=concept_scores[1],
         concept_baseline=concept_baseline,
         random_continuations=random_texts,
         notes=notes,
