@@ -148,7 +148,7 @@ def effect_of(model: LoadedModel, batch: Batch, clean: torch.Tensor, correct: An
 
 
 @dataclass(frozen=True)
-class CleanRun:
+class UnablatedRun:
     """The unablated run both baselines rank against: the prompts, the ablated positions, the values at the points
     the ablations touch, and the statistic before ablating."""
 
@@ -165,15 +165,15 @@ class CleanRun:
         return [value - self.before for value in effect_values(self.model, self.batch, self.effect, prepared)]
 
 
-def clean_run(
+def unablated_run(
     model: LoadedModel, prompts: Sequence[str], ablation: Ablation, names: Sequence[str], correct: Any, incorrect: Any
-) -> CleanRun:
+) -> UnablatedRun:
     batch = encode(model.tokenizer, prompts, model.device)
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
     capture = model.backend.capture(batch.input_ids, sorted(names))
     clean = answer_logits(model, batch, capture)
     effect = effect_of(model, batch, clean, correct, incorrect)
-    return CleanRun(model, batch, mask, capture, effect, effect.value(model, batch, clean, None))
+    return UnablatedRun(model, batch, mask, capture, effect, effect.value(model, batch, clean, None))
 
 
 def random_baseline(
@@ -193,7 +193,7 @@ def random_baseline(
         return component_baseline(model, prompts, ablation, correct, incorrect, draws)
     stats.check_most_draws(draws)
     names = sorted({t.hook() for t in ablation.targets})
-    run = clean_run(model, prompts, ablation, names, correct, incorrect)
+    run = unablated_run(model, prompts, ablation, names, correct, incorrect)
     batch, mask, capture, effect = run.batch, run.mask, run.capture, run.effect
     reference, reference_mask = None, None
     if ablation.method == "mean" and ablation.reference_prompts:
@@ -283,7 +283,7 @@ def component_baseline(
         return None
     stats.check_most_draws(draws)
     names = {t.hook() for t in ablation.targets} | {t.hook() for t in possible_stand_ins(model, ablation)}
-    run = clean_run(model, prompts, ablation, sorted(names), correct, incorrect)
+    run = unablated_run(model, prompts, ablation, sorted(names), correct, incorrect)
     generator = torch.Generator(device="cpu").manual_seed(ablation.seed)
 
     def draw(k: int) -> list[float]:
