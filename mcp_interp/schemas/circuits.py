@@ -28,6 +28,11 @@ class EdgeScore(BaseModel):
         "clean write instead of its corrupt one, summed over positions, mean over pairs; > 0 = toward clean."
     )
     per_example: list[float] | None = Field(default=None, description="The score of each pair (the top 10 edges).")
+    exact: float | None = Field(
+        default=None,
+        description="The top 5 edges: the measured effect the score estimates (corrupt run, this reader alone gets "
+        "the writer's clean write), mean over pairs.",
+    )
 
 
 class NodeScore(BaseModel):

@@ -30,16 +30,19 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.circuits.edge_graph import Graph, Reader, Writer, build_graph
-from mcp_interp.core.engine.backend.edits import Edit, Rewrite, Set
-from mcp_interp.core.engine.backend.points import (
-    HOOK_EMBED,
-    hook_mlp_in,
-    hook_mlp_out,
-    hook_out,
-    hook_qkv_input,
-    hook_result,
+from mcp_interp.core.circuits.edge_graph import Graph, Reader, build_graph
+from mcp_interp.core.circuits.edge_writes import (
+    one_edge_delta,
+    patch_readers,
+    reader_hook,
+    reader_patch,
+    wide,
+    write_maps,
+    write_of,
+    writer_points,
 )
+from mcp_interp.core.engine.backend.edits import Edit, Rewrite, Set
+from mcp_interp.core.engine.backend.points import HOOK_EMBED
 from mcp_interp.core.engine.numbers.row_readouts import (
     RowMetric,  # here: (answer logits [rows, vocab], prompts) → [rows]
 )
@@ -52,21 +55,10 @@ def graph_of(backend: Any) -> Graph:
     return build_graph(cfg.n_layers, cfg.n_heads, n_kv, bool(getattr(cfg, "parallel_attn_mlp", False)))
 
 
-def writer_hook(writer: Writer) -> str:
-    if writer.kind == "embed":
-        return HOOK_EMBED
-    return hook_result(writer.layer) if writer.kind == "head" else hook_mlp_out(writer.layer)
-
-
-def reader_hook(reader: Reader, n_layers: int) -> str:
-    if reader.kind == "logits":
-        return hook_out(n_layers - 1)
-    return hook_mlp_in(reader.layer) if reader.kind == "mlp" else hook_qkv_input(reader.layer, reader.kind)
-
-
-def _select(values: dict[str, torch.Tensor], hook: str, index: int, per_head: bool) -> torch.Tensor:
-    value = values[hook]
-    return value[:, :, index] if per_head else value
+def reader_input(values: dict[str, torch.Tensor], reader: Reader, n_layers: int) -> torch.Tensor:
+    """A reader's own input (or its gradient) ``[batch, seq, d_model]`` out of the values at the reader points."""
+    value = values[reader_hook(reader, n_layers)]
+    return value[:, :, reader.index] if reader.kind in ("q", "k", "v") else value
 
 
 @dataclass
@@ -98,64 +90,101 @@ class EdgeAttribution:
         self.ig_steps, self.integrated = ig_steps, integrated
         self.graph = graph_of(backend)
         self.result: EdgeScores | None = None
+        self.normed_layers: list[int] = []  # post-norm layers, whose norm the scores linearise
+        self.values: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] = ({}, {})  # clean, corrupt writes
 
     def total_steps(self) -> int:
         return 2 + (self.ig_steps if self.integrated else 1)
 
     def steps(self) -> Iterator[str]:
-        graph, n_layers = self.graph, self.backend.n_layers
-        writer_hooks = sorted({writer_hook(w) for w in graph.writers})
+        graph, backend = self.graph, self.backend
+        n_layers = backend.n_layers
+        maps = write_maps(backend)
+        self.normed_layers = sorted(maps)
+        norms: dict[int, str] = {layer: backend.attention_write_norm(layer) for layer in maps}
+        scale_points = {layer: backend.norm_scale_point(layer, norm) for layer, norm in norms.items()}
+        frozen = {layer: backend.norm(layer, norm) for layer, norm in norms.items()}
         reader_hooks = sorted({reader_hook(r, n_layers) for r in graph.readers})
-        with self.backend.edge_points():
-            clean_values, clean_metric = self._forward(self.clean, writer_hooks)
+        with backend.edge_points():
+            clean_values, clean_metric = self._forward(self.clean, writer_points(graph.writers, maps))
             yield "clean run"
-            corrupt_values, corrupt_metric = self._forward(self.corrupt, writer_hooks)
+            corrupt_values, corrupt_metric = self._forward(self.corrupt, writer_points(graph.writers, maps))
             yield "corrupt run"
+            self.values = (clean_values, corrupt_values)
+            deltas = torch.stack(
+                [wide(write_of(clean_values, w)) - wide(write_of(corrupt_values, w)) for w in graph.writers], dim=1
+            ).to(torch.float64)  # [batch, writers, seq, d_model]
+            normed = [(i, w.layer) for i, w in enumerate(graph.writers) if w.kind == "head" and w.layer in maps]
             alphas = [k / self.ig_steps for k in range(1, self.ig_steps + 1)] if self.integrated else [0.0]
-            grads: dict[str, torch.Tensor] = {}
+            per_pair = torch.zeros(deltas.shape[0], len(graph.writers), len(graph.readers), dtype=torch.float64)
             for alpha in alphas:
-                step = self._gradients(reader_hooks, clean_values[HOOK_EMBED], corrupt_values[HOOK_EMBED], alpha)
-                for hook, grad in step.items():
-                    grads[hook] = grads[hook] + grad if hook in grads else grad
+                grads, scales = self._gradients(
+                    reader_hooks, list(scale_points.values()), clean_values[HOOK_EMBED], corrupt_values[HOOK_EMBED],
+                    alpha,
+                )  # fmt: skip
+                step_deltas = deltas.clone() if normed else deltas
+                for i, layer in normed:  # the post-norm's scale frozen at this gradient run
+                    step_deltas[:, i] = frozen_norm(frozen[layer], scales[scale_points[layer]], deltas[:, i])
+                gradients = torch.stack(
+                    [reader_input(grads, r, n_layers) for r in graph.readers],
+                    dim=1,
+                )  # [batch, readers, seq, d_model]
+                per_pair += step_deltas.flatten(2) @ gradients.flatten(2).transpose(1, 2)
                 yield f"gradient at α = {alpha:.3f}"
-        deltas = torch.stack(
-            [
-                (
-                    _select(clean_values, writer_hook(w), w.index, w.kind == "head")
-                    - _select(corrupt_values, writer_hook(w), w.index, w.kind == "head")
-                ).flatten(1)
-                for w in graph.writers
-            ],
-            dim=1,
-        )  # [batch, writers, seq · d_model]
-        gradients = torch.stack(
-            [
-                _select(grads, reader_hook(r, n_layers), r.index, r.kind in ("q", "k", "v")).flatten(1)
-                for r in graph.readers
-            ],
-            dim=1,
-        ) / len(alphas)  # [batch, readers, seq · d_model]
-        per_pair = deltas @ gradients.transpose(1, 2)  # [batch, writers, readers]
+        per_pair = per_pair / len(alphas)  # [batch, writers, readers]
         mask = torch.zeros(per_pair.shape[1:], dtype=torch.bool)
         writers_of, readers_of = zip(*graph.edges, strict=True)
         mask[list(writers_of), list(readers_of)] = True
         per_pair = torch.where(mask, per_pair, 0.0)
         self.result = EdgeScores(graph, per_pair.mean(dim=0), per_pair, clean_metric, corrupt_metric)
 
+    def exact_effects(self, edges: list[tuple[int, int]]) -> torch.Tensor:
+        """Each edge's exact effect, ``[edges, pairs]``: the metric of the corrupt run whose reader alone gets the
+        writer's clean write (on a post-norm layer, its norm recomputed: ``edge_writes``), minus the corrupt
+        metric — what the edge's score estimates to first order. Runs after ``steps``."""
+        assert self.result is not None
+        clean_values, corrupt_values = self.values
+        maps = write_maps(self.backend)
+        graph, n_layers = self.graph, self.backend.n_layers
+        patches = [
+            reader_patch(
+                graph.readers[r], n_layers, one_edge_delta(graph.writers[w], clean_values, corrupt_values, maps)
+            )
+            for w, r in edges
+        ]
+        corrupt = self.corrupt
+        with self.backend.edge_points():
+            patched = patch_readers(self.backend, corrupt.input_ids, corrupt.answer_positions, self.metric, patches)
+        return patched.to(torch.float64) - self.result.corrupt_metric.to(torch.float64)
+
     def _forward(self, batch: Batch, points: list[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         run = self.backend.run(batch.input_ids, capture=points, mode="no_grad")
         assert run.logits is not None
-        values = {name: value.to(torch.float64) for name, value in run.acts.items()}
+        values = dict(run.acts)
         rows = torch.arange(batch.input_ids.shape[0])
         with torch.no_grad():
             return values, self.metric(run.logits[rows, batch.answer_positions], rows).detach()
 
     def _gradients(
-        self, reader_hooks: list[str], clean_embed: torch.Tensor, corrupt_embed: torch.Tensor, alpha: float
-    ) -> dict[str, torch.Tensor]:
+        self,
+        reader_hooks: list[str],
+        scale_points: list[str],
+        clean_embed: torch.Tensor,
+        corrupt_embed: torch.Tensor,
+        alpha: float,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """∂(Σ over pairs of m)/∂(each reader hook's value) on the corrupt tokens, the embeddings moved a
-        fraction ``alpha`` of the way to the clean ones (0: the corrupt run itself)."""
+        fraction ``alpha`` of the way to the clean ones (0: the corrupt run itself), and the values at
+        ``scale_points`` (post-attention norms' scales) in that run."""
         captured: dict[str, torch.Tensor] = {}
+        scales: dict[str, torch.Tensor] = {}
+
+        def note(name: str) -> Edit:
+            def hold(value: torch.Tensor) -> torch.Tensor:
+                scales[name] = value.detach().to(torch.float64)
+                return value
+
+            return Rewrite(name, hold, is_pure=False)
 
         def keep(name: str) -> Edit:
             def hold(value: torch.Tensor) -> torch.Tensor:
@@ -166,9 +195,9 @@ class EdgeAttribution:
 
             return Rewrite(name, hold, is_pure=False)
 
-        edits: list[Edit] = [keep(name) for name in reader_hooks]
+        edits: list[Edit] = [keep(name) for name in reader_hooks] + [note(name) for name in scale_points]
         if alpha:
-            moved = corrupt_embed + alpha * (clean_embed - corrupt_embed)
+            moved = (corrupt_embed + alpha * (clean_embed - corrupt_embed)).to(corrupt_embed.dtype)
             edits.insert(0, Set(HOOK_EMBED, moved))
         rows = torch.arange(self.corrupt.input_ids.shape[0])
         logits = self.backend.logits(self.corrupt.input_ids, edits, mode="grad")
@@ -179,4 +208,16 @@ class EdgeAttribution:
         return {
             name: (torch.zeros_like(captured[name]) if grad is None else grad).detach().to(torch.float64)
             for name, grad in zip(names, grads, strict=True)
-        }
+        }, scales
+
+
+def frozen_norm(
+    norm: tuple[str, torch.Tensor, torch.Tensor | None], scale: torch.Tensor, delta: torch.Tensor
+) -> torch.Tensor:
+    """A change ``delta`` ``[batch, seq, d_model]`` of a norm's input carried through the norm with its scale frozen
+    at ``scale`` ``[batch, seq, 1]`` (the linearisation DLA and circuit-tracer use): γ ⊙ Δ / scale, Δ centred first
+    for a LayerNorm (``norm`` = (kind, γ, β) as ``backend.norm`` gives it; β cancels in a change)."""
+    kind, gain, _ = norm
+    if kind == "layer":
+        delta = delta - delta.mean(dim=-1, keepdim=True)
+    return delta * gain.to(delta) / scale.to(delta)

@@ -11,7 +11,8 @@ so the reader sees the live write of exactly its circuit writers and the replace
 one (``corrupt``: the corrupt run's write; ``mean``: the clean writes' mean over the pairs at the same
 position). Everything downstream is recomputed by the model itself. The result, as a fraction of the
 clean−corrupt gap of the metric: the full graph recovers 1 and (with ``corrupt``) the empty circuit 0
-by construction — the sanity pins a test holds.
+by construction — the sanity pins a test holds. On post-norm blocks (Gemma-2/3, OLMo-2) a layer's heads reach a
+reader through the layer's norm, recomputed from the heads the reader takes (``edge_writes``): exact, not additive.
 """
 
 from __future__ import annotations
@@ -24,9 +25,18 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.circuits.attribution import reader_hook, writer_hook
 from mcp_interp.core.circuits.edge_graph import Graph
+from mcp_interp.core.circuits.edge_writes import (
+    mixed_write,
+    reader_hook,
+    wide,
+    write_maps,
+    write_of,
+    writer_hook,
+    writer_points,
+)
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite
+from mcp_interp.core.engine.backend.points import hook_attn_out, hook_heads_sum, hook_result
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.row_readouts import RowMetric
 from mcp_interp.core.engine.patching.pairs import Pairs
@@ -36,23 +46,16 @@ from mcp_interp.schemas.common import Score
 
 
 def writer_values(backend: Any, graph: Graph, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every writer point's value in a plain forward of ``ids`` (within ``backend.edge_points``)."""
-    names = sorted({writer_hook(w) for w in graph.writers})
+    """Every writer point's value in a plain forward of ``ids`` (within ``backend.edge_points``), with each post-norm
+    layer's heads' sum."""
+    names = writer_points(graph.writers, write_maps(backend))
     return backend.run(ids, capture=names, output="none", mode="no_grad").acts
 
 
-def _write(values: dict[str, torch.Tensor], graph: Graph, w: int) -> torch.Tensor:
-    writer = graph.writers[w]
-    value = values[writer_hook(writer)]
-    return value[:, :, writer.index] if writer.kind == "head" else value
-
-
 def _delta(live: dict[str, torch.Tensor], replacement: dict[str, torch.Tensor], graph: Graph, w: int) -> torch.Tensor:
-    """Writer ``w``'s live write minus its replacement, in float32 at least: the running sums over dozens of
-    writers are kept in that precision and rounded to the model's dtype once, where a reader's input is rebuilt."""
-    live_w = _write(live, graph, w)
-    wide = torch.promote_types(live_w.dtype, torch.float32)
-    return live_w.to(wide) - _write(replacement, graph, w).to(wide)
+    """Writer ``w``'s live output minus its replacement, in float32 at least."""
+    writer = graph.writers[w]
+    return wide(write_of(live, writer)) - wide(write_of(replacement, writer))
 
 
 def ablated_metric(
@@ -72,32 +75,64 @@ def ablated_metric(
     reader needs, and each reader subtracts the snapshot of its own in-degree. Why not the sum so far: in
     a parallel block the layer's heads write (``hook_result`` fires) before its MLP reads (``hook_mlp_in``
     fires after attention), so "every writer recorded so far" includes writers that do not feed that MLP.
+
+    On a post-norm layer (``edge_writes``) the heads enter the running sum together, as the layer's real write
+    minus its write with every head replaced, recorded where the norm's output is added (``hook_attn_out``); a
+    reader adds back the norm recomputed from the heads it takes (cached per set of heads within the forward).
     """
     n_layers = backend.n_layers
+    maps = write_maps(backend)
+    replaced_writes = {layer: wide(fn(replacement[hook_heads_sum(layer)])) for layer, fn in maps.items()}
     live: dict[str, torch.Tensor] = {}
     running: list[torch.Tensor] = []  # [Σ (live − replacement) over the writers seen so far]
     seen: list[int] = []  # writer indices in the order their writes were recorded
     by_hook_writers: dict[str, list[int]] = {}
     for w, writer in enumerate(graph.writers):
-        by_hook_writers.setdefault(writer_hook(writer), []).append(w)
+        normed = writer.kind == "head" and writer.layer in maps
+        by_hook_writers.setdefault(hook_attn_out(writer.layer) if normed else writer_hook(writer), []).append(w)
     into: dict[int, list[int]] = {}
     for w, r in sorted(circuit):  # one order of summation for a set however it was built: equal sets, equal values
         into.setdefault(r, []).append(w)
     in_degree = upstream_prefixes(graph)
     needed = set(in_degree.values())
     snapshots: dict[int, torch.Tensor] = {}
+    mixes: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}  # (layer, heads taken) → the recomputed write's change
+
+    def add(delta: torch.Tensor, writers: list[int]) -> None:
+        running[:] = [delta if not running else running[0] + delta]
+        seen.extend(writers)
+        if len(seen) in needed:
+            snapshots[len(seen)] = running[0]
 
     def record(name: str) -> Callable[[torch.Tensor], None]:
+        writers = by_hook_writers[name]
+        layer = graph.writers[writers[0]].layer
+        if graph.writers[writers[0]].kind == "head" and layer in maps:  # the layer's normed write, its heads at once
+
+            def hook_normed(value: torch.Tensor) -> None:
+                add(wide(value) - replaced_writes[layer], writers)
+
+            return hook_normed
+
         def hook(value: torch.Tensor) -> None:
             live[name] = value
-            for w in by_hook_writers[name]:
-                delta = _delta(live, replacement, graph, w)
-                running[:] = [delta if not running else running[0] + delta]
-                seen.append(w)
-                if len(seen) in needed:
-                    snapshots[len(seen)] = running[0]
+            for w in writers:
+                add(_delta(live, replacement, graph, w), [w])
 
         return hook
+
+    def keep(name: str) -> Callable[[torch.Tensor], None]:
+        def hook(value: torch.Tensor) -> None:
+            live[name] = value
+
+        return hook
+
+    def taken_from(layer: int, heads: list[int]) -> torch.Tensor:
+        key = (layer, tuple(heads))
+        if key not in mixes:
+            taken = sum((_delta(live, replacement, graph, w) for w in heads), torch.zeros(()))
+            mixes[key] = mixed_write(maps[layer], replacement[hook_heads_sum(layer)], taken)
+        return mixes[key]
 
     def rebuild(name: str, readers: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
         def hook(value: torch.Tensor) -> torch.Tensor:
@@ -107,8 +142,15 @@ def ablated_metric(
                 if seen[:k] != list(range(k)):
                     raise RuntimeError(f"writers recorded before {reader} are not its upstream writers")
                 correction = -snapshots[k]
+                normed_heads: dict[int, list[int]] = {}
                 for w in into.get(r, []):
-                    correction = correction + _delta(live, replacement, graph, w)
+                    writer = graph.writers[w]
+                    if writer.kind == "head" and writer.layer in maps:
+                        normed_heads.setdefault(writer.layer, []).append(w)
+                    else:
+                        correction = correction + _delta(live, replacement, graph, w)
+                for layer, heads in normed_heads.items():
+                    correction = correction + taken_from(layer, heads)
                 if reader.kind in ("q", "k", "v"):
                     value[:, :, reader.index] = (value[:, :, reader.index] + correction).to(value.dtype)
                 else:
@@ -122,6 +164,7 @@ def ablated_metric(
         readers_by_hook.setdefault(reader_hook(reader, n_layers), []).append(r)
     # A reader's input is rebuilt from writes recorded at other points: local only.
     edits: list[Edit] = [Rewrite(name, record(name), is_pure=False) for name in by_hook_writers]
+    edits += [Rewrite(hook_result(layer), keep(hook_result(layer)), is_pure=False) for layer in maps]
     edits += [Rewrite(name, rebuild(name, readers), is_pure=False) for name, readers in readers_by_hook.items()]
     rows = torch.arange(clean.input_ids.shape[0])
     logits = backend.logits(clean.input_ids, edits, mode="no_grad")

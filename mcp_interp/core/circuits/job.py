@@ -31,6 +31,7 @@ def edge_score(result: EdgeScores, w: int, r: int, with_examples: bool = False) 
 
 
 MAX_EDGES = 2000  # edges one edge_attribution call lists
+EXACT_CHECKED = 5  # top edges whose exact effect is measured next to their score
 
 
 @dataclass(kw_only=True)
@@ -59,7 +60,7 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
             raise InputError(f"`top_k` must be an integer from 1 to {MAX_EDGES}, got {self.top_k!r}.")
 
     def total_steps(self) -> int:
-        return 2 + (self.ig_steps if self.method == "eap-ig" else 1)
+        return 3 + (self.ig_steps if self.method == "eap-ig" else 1)
 
     def steps(self) -> Iterator[str]:
         require(self.model.backend, "edge_attribution")
@@ -77,16 +78,28 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
         )
         yield from run.steps()
         assert run.result is not None
-        self.scores = run.result
-        self.result = self._measurement(run.result, integrated)
+        scores = self.scores = run.result
+        ranked = sorted(scores.graph.edges, key=lambda e: -abs(float(scores.scores[e])))
+        checked = ranked[: min(EXACT_CHECKED, self.top_k)] if self.granularity == "edge" else []
+        exact = [float(v) for v in run.exact_effects(checked).mean(dim=1)] if checked else []
+        yield f"{len(checked)} top edges measured exactly"
+        self.result = self._measurement(run.result, integrated, ranked, exact, run.normed_layers)
 
-    def _measurement(self, result: EdgeScores, integrated: bool) -> EdgeAttributionMeasurement:
+    def _measurement(
+        self,
+        result: EdgeScores,
+        integrated: bool,
+        ranked: list[tuple[int, int]],
+        exact: list[float],
+        normed_layers: list[int],
+    ) -> EdgeAttributionMeasurement:
         graph, scores = result.graph, result.scores
-        ranked = sorted(graph.edges, key=lambda e: -abs(float(scores[e])))
         edges = [
             edge_score(result, w, r, with_examples=rank < TOP_WITH_EXAMPLES)
             for rank, (w, r) in enumerate(ranked[: self.top_k])
         ] if self.granularity == "edge" else []  # fmt: skip
+        for edge, value in zip(edges, exact, strict=False):
+            edge.exact = value
         totals = scores.sum(dim=1)
         nodes = sorted(
             (NodeScore(node=str(w), score=float(totals[i])) for i, w in enumerate(graph.writers)),
@@ -97,6 +110,20 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
             "Edge attribution is a first-order (gradient) estimate, not a measurement: verify the edges you cite "
             "with exact path patching or a faithfulness test.",
         ]
+        if exact:
+            errors = [abs(edge.score - value) for edge, value in zip(edges, exact, strict=False)]
+            worst = max(range(len(errors)), key=errors.__getitem__)
+            notes.append(
+                f"Checked: the top {len(exact)} edges' exact effects (field `exact`) against their scores: largest "
+                f"error {errors[worst]:.3g} ({edges[worst].writer} → {edges[worst].reader}: score "
+                f"{edges[worst].score:+.3g}, exact {exact[worst]:+.3g})."
+            )
+        if normed_layers:
+            notes.append(
+                f"Post-norm blocks (layers {normed_layers[0]}–{normed_layers[-1]}): a head reaches the residual stream "
+                "through its layer's post-attention norm, linearised here with the norm's scale frozen at the run "
+                "the gradient is taken on (as DLA and circuit-tracer do); `exact` recomputes the norm."
+            )
         if gap == 0:
             notes.append(
                 "Clean and corrupt give the same logit difference (a gap of 0; identical pairs do): every edge's "

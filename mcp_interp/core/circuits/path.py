@@ -15,15 +15,22 @@ delta added at receiver i only, in chunks of rows. Equal to TransformerLens'
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from mcp_interp.core.circuits.edge_graph import Reader, Writer
+from mcp_interp.core.circuits.edge_writes import (
+    POST_NORM_NOTE,
+    one_edge_delta,
+    patch_readers,
+    reader_patch,
+    write_maps,
+    writer_points,
+)
 from mcp_interp.core.engine.backend.capabilities import require
-from mcp_interp.core.engine.backend.edits import Rewrite
-from mcp_interp.core.engine.backend.points import hook_mlp_out, hook_out, hook_qkv_input, hook_result
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.row_readouts import LogitDiffReadout
@@ -32,7 +39,6 @@ from mcp_interp.errors import InputError, require_choice
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverInput, ReceiverScore
 
-ROWS_PER_CALL = 256
 _SENDER = re.compile(r"^\s*L(\d+)\s*(?:H(\d+)|(MLP))\s*$", re.IGNORECASE)
 _RECEIVER = re.compile(r"^\s*L(\d+)\s*(H|KV)(\d+)\s*$", re.IGNORECASE)
 
@@ -117,80 +123,44 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         receivers = self._receivers(sender_layer)
         pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
         clean, corrupt, readout = pairs.clean, pairs.corrupt, pairs.readout
-        write = hook_result(sender_layer) if sender_head is not None else hook_mlp_out(sender_layer)
-        with self.model.backend.edge_points():
-            clean_write, clean_m = self._run(clean.input_ids, clean.answer_positions, readout, write, sender_head)
-            corrupt_write, corrupt_m = self._run(
-                corrupt.input_ids, corrupt.answer_positions, readout, write, sender_head
-            )
+        backend = self.model.backend
+        writer = Writer("head", sender_layer, sender_head) if sender_head is not None else Writer("mlp", sender_layer)
+        maps = write_maps(backend)
+        points = writer_points([writer], maps)
+        with backend.edge_points():
+            clean_values, clean_m = self._run(clean.input_ids, clean.answer_positions, readout, points)
+            corrupt_values, corrupt_m = self._run(corrupt.input_ids, corrupt.answer_positions, readout, points)
             yield "clean and corrupt runs"
-            wide = torch.promote_types(clean_write.dtype, torch.float32)
-            delta = clean_write.to(wide) - corrupt_write.to(wide)
-            patched = self._sweep(corrupt.input_ids, corrupt.answer_positions, readout, delta, receivers)
+            delta = one_edge_delta(writer, clean_values, corrupt_values, maps)
+            n_layers = backend.n_layers
+            patches = [reader_patch(self._reader(receiver, n_layers), n_layers, delta) for receiver in receivers]
+            patched = patch_readers(backend, corrupt.input_ids, corrupt.answer_positions, readout.from_logits, patches)
             yield f"{len(receivers)} receivers patched"
-        self.result = self._measurement(receivers, patched, clean_m, corrupt_m)
+        self.result = self._measurement(
+            receivers, patched, clean_m, corrupt_m, writer.kind == "head" and writer.layer in maps
+        )
+
+    def _reader(self, receiver: Receiver, n_layers: int) -> Reader:
+        if receiver.layer < 0:
+            return Reader("logits", n_layers - 1)
+        return Reader(self.component, receiver.layer, receiver.index)
 
     def _run(
-        self, ids: torch.Tensor, answers: torch.Tensor, readout: LogitDiffReadout, write: str, head: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        run = self.model.backend.run(ids, capture=[write], mode="no_grad")
+        self, ids: torch.Tensor, answers: torch.Tensor, readout: LogitDiffReadout, points: list[str]
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        run = self.model.backend.run(ids, capture=points, mode="no_grad")
         assert run.logits is not None
-        value = run.acts[write]
         rows = torch.arange(ids.shape[0])
         with torch.no_grad():
-            return value[:, :, head] if head is not None else value, readout.from_logits(
-                run.logits[rows, answers], rows
-            )
-
-    def _sweep(
-        self,
-        ids: torch.Tensor,
-        answers: torch.Tensor,
-        readout: LogitDiffReadout,
-        delta: torch.Tensor,
-        receivers: list[Receiver],
-    ) -> torch.Tensor:
-        """Patched metric per receiver and pair, ``[receivers, pairs]``."""
-        n = ids.shape[0]
-        per_call = max(1, ROWS_PER_CALL // n)
-        out = []
-        for lo in range(0, len(receivers), per_call):
-            chunk = receivers[lo : lo + per_call]
-            hooks: dict[str, list[tuple[int, int]]] = {}  # hook → (receiver position in chunk, index)
-            for i, receiver in enumerate(chunk):
-                name = hook_out(self.model.cfg.n_layers - 1) if receiver.layer < 0 else hook_qkv_input(
-                    receiver.layer, self.component
-                )  # fmt: skip
-                hooks.setdefault(name, []).append((i, receiver.index))
-            edits = [
-                Rewrite(name, self._adder(members, delta, n, name.endswith("_input")))
-                for name, members in hooks.items()
-            ]
-            rows = torch.arange(n * len(chunk))
-            logits = self.model.backend.logits(ids.repeat(len(chunk), 1), edits, mode="no_grad")
-            with torch.no_grad():
-                values = readout.from_logits(logits[rows, answers.repeat(len(chunk))], rows % n)
-            out.append(values.view(len(chunk), n))
-        return torch.cat(out)
-
-    @staticmethod
-    def _adder(
-        members: list[tuple[int, int]], delta: torch.Tensor, n: int, per_reader: bool
-    ) -> Callable[[torch.Tensor], torch.Tensor]:
-        def hook(value: torch.Tensor) -> torch.Tensor:
-            value = value.clone()
-            for i, index in members:  # the sum taken in the delta's precision (float32 at least), rounded once
-                rows = slice(i * n, (i + 1) * n)
-                if per_reader:
-                    value[rows, :, index] = (value[rows, :, index] + delta).to(value.dtype)
-                else:
-                    value[rows] = (value[rows] + delta).to(value.dtype)
-            return value
-
-        return hook
+            return run.acts, readout.from_logits(run.logits[rows, answers], rows)
 
     def _measurement(
-        self, receivers: list[Receiver], patched: torch.Tensor, clean_m: torch.Tensor, corrupt_m: torch.Tensor
+        self,
+        receivers: list[Receiver],
+        patched: torch.Tensor,
+        clean_m: torch.Tensor,
+        corrupt_m: torch.Tensor,
+        sender_normed: bool,
     ) -> PathPatchMeasurement:
         cfg = self.model.cfg
         width = cfg.n_heads if self.component == "q" else (getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
@@ -213,6 +183,8 @@ class PathPatchJob(Job[PathPatchMeasurement]):
             )
         rows.sort(key=lambda row: -abs(row.recovered or 0.0))
         notes = ["Exact: each receiver's run is a real forward with the sender's clean write added to that input only."]
+        if sender_normed:
+            notes.append(POST_NORM_NOTE)
         if float(clean_m.mean()) == float(corrupt_m.mean()):
             notes.append(
                 "Clean and corrupt give the same logit difference (a gap of 0; identical pairs do): every recovered "

@@ -9,7 +9,7 @@ first, so a refusal comes before any model work and agrees with what ``model_inf
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
@@ -155,6 +155,9 @@ class Backend:
         return str((getattr(config, "architectures", None) or [getattr(config, "model_type", "unknown")])[0])
 
     def attention_write_norm(self, layer: int) -> str | None:
+        raise NotImplementedError
+
+    def attention_write_map(self, layer: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         raise NotImplementedError
 
     def final_logit_softcap(self) -> float | None:

@@ -12,7 +12,7 @@ beyond it: the Hugging Face modules the bridge wraps, and calling its components
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -194,6 +194,31 @@ def attention_write_norm(bridge: Any, layer: int) -> str | None:
         if owner in block_submodules(bridge, layer):
             return None if owner == "attn" else owner
     return None
+
+
+def attention_write_function(bridge: Any, layer: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The post-attention norm of block ``layer`` as a function of the heads' sum (``attn.hook_out``) to the
+    block's attention write (``hook_attn_out``), or None where the heads' sum is added as it is.
+
+    Why the bare HF module: it is the very function the block applies (measured equal to ``hook_attn_out`` to 0.0 on
+    tiny Gemma-2, Gemma-3 and OLMo-2), and calling it runs none of the bridge's hooks, so it can be called from inside
+    a hook during a forward. Weights accelerate offloaded to disk are brought in for each call
+    (``align_module_device``).
+    """
+    name = attention_write_norm(bridge, layer)
+    if name is None:
+        return None
+    module = block_norm_module(bridge, layer, name)
+    if module is None:
+        raise RuntimeError(f"blocks.{layer}.{name} wraps no Hugging Face module to recompute the attention's write")
+
+    def apply(heads_sum: torch.Tensor) -> torch.Tensor:
+        from accelerate.utils import align_module_device
+
+        with align_module_device(module):
+            return module(heads_sum)
+
+    return apply
 
 
 def mixture_of_experts(bridge: Any, layer: int) -> bool:

@@ -12,10 +12,11 @@ The features:
 * **per-head attention hooks** — each head's own write to the residual stream (``hook_result``) and each
   head's own query/key/value input. TransformerLens 4.3 runs GPT-J's attention as one opaque module
   (``AttentionBridge``) that offers neither.
-* **additive head writes** — the heads' outputs add to the residual stream as they are. On post-norm
-  blocks (Gemma-2, Gemma-3, OLMo-2) a norm sits between the heads' sum and the residual add, so a head's
-  ``hook_result`` is not a term of the stream: edge scores, path patches and edge ablations built on it
-  would be wrong (measured: a single-edge ablation off by 0.04–0.09 on a logit difference of ~1).
+* **additive head writes** — the heads' outputs reach the residual stream as they are or through a norm the
+  circuit tools recompute. Post-norm blocks (Gemma-2, Gemma-3, OLMo-2) have a norm between the heads' sum and the
+  residual add; the circuit tools recompute it exactly (``core.circuits.edge_writes``) and edge attribution
+  linearises it with its scale frozen. What stays refused is a block scaling the heads' sum by a factor of its own
+  (Granite's ``residual_multiplier``), whose place among TransformerLens' hooks the tools do not know.
 * **a residual stream between attention and MLP** (``resid_mid``) — absent on parallel blocks (GPT-NeoX,
   GPT-J, Phi), where attention and MLP both read the block's input.
 * **MLP neurons** — absent on mixture-of-experts blocks, whose ``mlp.hook_post`` is the experts' combined
@@ -55,13 +56,6 @@ def _normed_head_sum(backend: Backend) -> str | None:
             return (
                 f"blocks.{layer} multiplies the heads' sum by {scale} before adding it to the residual stream, so one "
                 "head's write (hook_result, taken before it) is not a term of the residual stream"
-            )
-        between = backend.attention_write_norm(layer)
-        if between is not None:
-            return (
-                f"blocks.{layer} applies {between} to the heads' sum before adding it to the residual stream "
-                "(a post-attention norm), so one head's write (hook_result, taken before it) is not a term of the "
-                "residual stream and edge scores, path patches and edge ablations built on it would be wrong"
             )
     return None
 

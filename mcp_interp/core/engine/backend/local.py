@@ -291,6 +291,12 @@ class LocalBackend(Backend):
         """The norm between block ``layer``'s head sum and the residual stream (``ln1_post``), or None."""
         return tl.attention_write_norm(self.bridge, layer)
 
+    def attention_write_map(self, layer: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The exact function from block ``layer``'s heads' sum (``hook_heads_sum``, ``[..., d_model]``) to what it
+        adds to the residual stream (``hook_attn_out``): the post-attention norm on Gemma-2/3 and OLMo-2, None where
+        the sum is added as it is. Exact circuits recompute a layer's write through it from a mix of heads."""
+        return tl.attention_write_function(self.bridge, layer)
+
     def norm_scale_point(self, layer: int, norm: str) -> str:
         """The point holding the scale block ``layer``'s norm ``norm`` divides by."""
         return tl.norm_scale_hook(self.bridge, layer, norm)

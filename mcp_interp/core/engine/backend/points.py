@@ -38,6 +38,12 @@ def hook_attn_out(layer: int) -> str:
     return f"blocks.{layer}.hook_attn_out"
 
 
+def hook_heads_sum(layer: int) -> str:
+    """Block ``layer``'s heads' summed output (plus the output projection's bias) before any post-attention norm;
+    on blocks without one it is what the attention adds to the residual stream."""
+    return f"blocks.{layer}.attn.hook_out"
+
+
 def hook_mlp_out(layer: int) -> str:
     """What block ``layer``'s MLP adds to the residual stream."""
     return f"blocks.{layer}.hook_mlp_out"
