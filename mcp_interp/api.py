@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 import typing
 from pathlib import Path
 from typing import Any, cast
@@ -32,6 +33,7 @@ from mcp_interp.mcp.server import FAMILIES, build_server
 from mcp_interp.mcp.toolkit import Toolkit
 from mcp_interp.names import EMBEDDED_NAME
 from mcp_interp.session import Session as ModelSession
+from mcp_interp.store import parse_uri
 
 NOT_METHODS = frozenset({"job_status", "job_cancel"})  # about background jobs, which a method never starts
 
@@ -104,7 +106,11 @@ class Session:
         )
         self.server = build_server(self.model_session)
         self.toolkit = Toolkit(self.model_session)
-        self._runner = asyncio.Runner()
+        # The calls run on an event loop of the session's own thread, not the caller's: a caller that already runs
+        # one (Jupyter's kernel, an async application) cannot run another in its thread.
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-interp-api", daemon=True)
+        self._thread.start()
         self.model_session.start_loading()
 
     @property
@@ -125,7 +131,7 @@ class Session:
             )
         if arguments.pop("background", False):
             raise ToolCallError(tool, "`background` is for MCP clients; a Python call runs in the foreground.")
-        result = self._runner.run(self._call(tool, arguments))
+        result = asyncio.run_coroutine_threadsafe(self._call(tool, arguments), self._loop).result()
         if result.is_error:
             text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
             raise ToolCallError(tool, text)
@@ -139,8 +145,18 @@ class Session:
         assert isinstance(result, CallToolResult)
         return result
 
+    def read(self, uri: str) -> bytes:
+        """The stored bytes behind a URI a result names (``figure://…`` a PNG, ``direction://…`` JSON, …); a URI
+        that is not stored (never, or evicted) raises ``LookupError``."""
+        stored = parse_uri(uri)
+        return self.model_session.store.get(stored.kind, stored.id)
+
     def close(self) -> None:
-        self._runner.close()
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
 
 
 def _method(tool: str) -> Any:

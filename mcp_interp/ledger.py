@@ -24,6 +24,8 @@ MAX_ENV = "MCP_INTERP_LEDGER_MAX"
 DEFAULT_MAX = 10_000
 PAGE_SIZE = 50
 MAX_KEY_NUMBERS = 200  # per entry: a result with more p-value-bearing objects keeps the first ones
+MAX_SUMMARY = 1000  # characters of a result's text summary kept in its entry
+MAX_NOTES = 8  # of a result's notes kept in its entry
 NOT_REPRODUCIBLE = frozenset({"elapsed_s"})  # wall time: recorded once per entry, never a key number
 SEED_WORDS = ("seed", "seeds")  # an argument named so, or ending in _seed / _seeds, anywhere in the arguments
 VERSIONED = ("torch", "transformer-lens", "mcp-interp")
@@ -54,6 +56,29 @@ def key_numbers(data: Any) -> dict[str, float]:
             for key, value in obj.items():
                 if is_number(value) and key not in NOT_REPRODUCIBLE and len(found) < MAX_KEY_NUMBERS:
                     found[f"{path}.{key}"] = value
+    return found
+
+
+def verdicts(data: Any) -> dict[str, str]:
+    """Every verdict a structured result states (a ``verdict`` string anywhere in it), by the JSON path of the object
+    holding it: the claims a result licenses, each beside its p-value among the key numbers (same path)."""
+    return {
+        path: obj["verdict"]
+        for path, obj in _objects(data, "")
+        if isinstance(obj.get("verdict"), str) and obj["verdict"]
+    }
+
+
+def intervals(data: Any) -> dict[str, list[float]]:
+    """Every interval a structured result reports (a pair of numbers under a key ``ci``, ``…_ci`` or ``interval``), by
+    its JSON path, at most ``MAX_KEY_NUMBERS``: what a claim's report cites beside a p-value."""
+    found: dict[str, list[float]] = {}
+    for path, obj in _objects(data, ""):
+        for key, value in obj.items():
+            named = key in ("ci", "interval") or str(key).endswith(("_ci", "_interval"))
+            pair = isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value)
+            if named and pair and len(found) < MAX_KEY_NUMBERS:
+                found[f"{path}.{key}" if path else str(key)] = [float(v) for v in value]
     return found
 
 
@@ -124,6 +149,10 @@ class Entry:
     made: dict[str, str] = field(default_factory=dict)  # URIs the result names, by JSON path
     job_uri: str | None = None  # a background call: its job; its result's numbers are filled in when it is done
     job_state: str | None = None
+    summary: str | None = None  # the result's text summary, as the client got it (cut to MAX_SUMMARY)
+    notes: list[str] = field(default_factory=list)  # the result's first MAX_NOTES notes
+    verdicts: dict[str, str] = field(default_factory=dict)  # path of the object → its verdict (``verdicts``)
+    intervals: dict[str, list[float]] = field(default_factory=dict)  # path → [low, high] (``intervals``)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,8 +190,10 @@ class Ledger:
                 self.dropped += 1
             return entry
 
-    def close(self, entry: Entry, structured: dict[str, Any] | None, error: str | None) -> None:
-        """The call's outcome: its result's key numbers and URIs, or its error."""
+    def close(
+        self, entry: Entry, structured: dict[str, Any] | None, error: str | None, summary: str | None = None
+    ) -> None:
+        """The call's outcome: its result's key numbers, verdicts, notes, summary and URIs, or its error."""
         if error is not None:
             entry.status, entry.error = "error", error
             return
@@ -172,6 +203,11 @@ class Ledger:
             entry.job_uri, entry.job_state = job["job_uri"], job.get("state")
             return  # its numbers are the job's result's (``settle``)
         entry.key_numbers = key_numbers(data)
+        entry.verdicts = verdicts(data)
+        entry.intervals = intervals(data)
+        notes = data.get("notes")
+        entry.notes = [str(note) for note in notes[:MAX_NOTES]] if isinstance(notes, list) else []
+        entry.summary = summary[:MAX_SUMMARY] if summary else None
         entry.result_uri = data.get("result_uri") if isinstance(data.get("result_uri"), str) else None
         entry.made = uris_at(data)
         with self._lock:

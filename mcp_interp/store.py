@@ -45,10 +45,16 @@ KINDS: dict[str, str] = {
     "graph": ".json",
     "explanation": ".json",
     "quiz": ".json",
-    "notebook": ".py",
+    "script": ".py",
+    "notebook": ".ipynb",
 }
 MIME_TYPES: dict[str, str] = {
-    kind: {".png": "image/png", ".md": "text/markdown", ".py": "text/x-python"}.get(suffix, "application/json")
+    kind: {
+        ".png": "image/png",
+        ".md": "text/markdown",
+        ".py": "text/x-python",
+        ".ipynb": "application/x-ipynb+json",
+    }.get(suffix, "application/json")
     for kind, suffix in KINDS.items()
 }
 DEFAULT_MAX: dict[str, int] = {
@@ -62,7 +68,8 @@ DEFAULT_MAX: dict[str, int] = {
     "graph": 200,  # a pruned attribution graph's Neuronpedia JSON is up to a few MB
     "explanation": 2000,  # a scored explanation of a feature (feature_examples lists them per feature)
     "quiz": 2000,  # a detection quiz and its hidden truth
-    "notebook": 500,  # a rerun script written by export_investigation
+    "script": 500,  # a rerun script written by export_investigation
+    "notebook": 500,  # the same as a Jupyter notebook
 }
 TOMBSTONES = ".evicted"  # per kind: one small JSON file per evicted id
 REFS_SUFFIX = ".refs"  # beside an entry: the URIs it references, one JSON list

@@ -46,6 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
         "mcp_interp.cli",
         "mcp_interp.__main__",
         "mcp_interp.api",
+        "mcp_interp.investigation.rerun",  # what an exported script or notebook runs: the public API
     ),
 ]
 

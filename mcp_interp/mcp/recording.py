@@ -74,7 +74,10 @@ async def recorded(session: Session, tool: str, arguments: dict[str, Any], call:
         ledger.close(entry, None, text or "error")
     else:
         structured = result.structured_content if isinstance(result, CallToolResult) else None
-        ledger.close(entry, structured, None)
+        texts = [block.text for block in result.content if isinstance(block, TextContent)] if isinstance(
+            result, CallToolResult
+        ) else []  # fmt: skip
+        ledger.close(entry, structured, None, texts[0] if texts else None)
     return result
 
 

@@ -53,7 +53,8 @@ def figure(figure_id: str, ctx: ToolContext) -> bytes:
 @family.resource(
     "report://{report_id}",
     name="report",
-    description="A Markdown report written by `explain`; it cites every number and links every figure.",
+    description="A Markdown report written by `explain` (every number cited, every figure linked) or by "
+    "`export_investigation` (each claim with its evidence).",
     mime_type="text/markdown",
 )
 def report(report_id: str, ctx: ToolContext) -> str:

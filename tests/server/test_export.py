@@ -61,7 +61,7 @@ async def test_an_exported_investigation_reruns_in_a_fresh_process(tiny_client: 
     exported = await tiny_client.call_tool("export_investigation", {})
     assert not exported.is_error, exported.content
     data = exported.structured_content
-    assert data["calls"] == [1, 2, 3, 4, 5, 6] and data["notebook_uri"].startswith("notebook://")
+    assert data["calls"] == [1, 2, 3, 4, 5, 6] and data["notebook_uri"].startswith("script://")
     assert data["fingerprint"] == live[0]["model"]["fingerprint"] and data["model_name"] == "tiny"
     expected = [expected_key_numbers(result) for result in live]
     assert data["key_numbers"] == sum(len(numbers) for numbers in expected)
@@ -107,8 +107,9 @@ async def test_export_chooses_calls_with_the_calls_that_made_their_handles_and_r
     assert any("Call 3 (probe) is included" in note for note in subset["notes"])
     assert any("Call 5 (find_circuit) is included" in note for note in subset["notes"])
 
-    bad_format = await tiny_client.call_tool("export_investigation", {"format": "ipynb"})
-    assert bad_format.is_error and "'ipynb'" in bad_format.content[0].text and "py" in bad_format.content[0].text
+    bad_format = await tiny_client.call_tool("export_investigation", {"format": "pdf"})
+    text = bad_format.content[0].text
+    assert bad_format.is_error and "'pdf'" in text and all(f"'{f}'" in text for f in ("py", "ipynb", "md"))
     unknown = await tiny_client.call_tool("export_investigation", {"calls": [2, 7, 99]})
     message = unknown.content[0].text
     assert unknown.is_error and "[7, 99]" in message and "1, 2, 3, 4, 5, 6" in message and "7 failed" in message
@@ -161,3 +162,92 @@ async def test_a_smollm2_investigation_reruns_in_a_fresh_process(
     for call, result in enumerate(live, start=1):
         for key, value in expected_key_numbers(result).items():
             assert close(recomputed[str(call)][key], value), (call, key)
+
+
+def execute(text: str, folder: Path) -> Any:
+    """Run every cell of a notebook's text in a fresh Python kernel (nbclient), as `jupyter execute` does."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    book = nbformat.reads(text, as_version=4)
+    NotebookClient(book, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    return book
+
+
+def outputs(cell: Any) -> str:
+    return "".join(out.get("text", "") for out in cell.get("outputs", []))
+
+
+async def test_an_exported_notebook_executes_and_fails_naming_an_altered_call(
+    tiny_client: Client, tmp_path: Path
+) -> None:
+    from nbclient.exceptions import CellExecutionError
+
+    live = await investigate(tiny_client)
+    exported = await tiny_client.call_tool("export_investigation", {"format": "ipynb"})
+    assert not exported.is_error, exported.content
+    data = exported.structured_content
+    assert data["notebook_uri"].startswith("notebook://") and data["report_uri"] is None and data["format"] == "ipynb"
+    text = (await tiny_client.read_resource(data["notebook_uri"])).contents[0].text
+
+    book = execute(text, tmp_path)
+    kinds = [cell.cell_type for cell in book.cells]
+    assert kinds == ["markdown", "code"] + ["markdown", "code"] * 6 + ["code"]
+    findings = [cell.source for cell in book.cells[2:-1:2]]
+    for call, (source, result) in enumerate(zip(findings, live, strict=True), start=1):
+        assert source.startswith(f"## Call {call}: `")
+        for note in result.get("notes", [])[:8]:
+            assert note in source
+    assert live[3]["random_baseline"]["verdict"] in findings[3]  # ablate's verdict, recorded live
+    checked = [outputs(cell) for cell in book.cells[3:-1:2]]
+    for call, (shown, result) in enumerate(zip(checked, live, strict=True), start=1):
+        rows = [line for line in shown.splitlines() if line.strip().startswith(str(call))]
+        assert len(rows) == len(expected_key_numbers(result)) and all(row.endswith("yes") for row in rows), shown
+    assert live[1]["figure_uri"] is not None
+    assert any("image/png" in out.get("data", {}) for out in book.cells[5].outputs), "patch_heads' figure is shown"
+    assert "6 calls rerun: every key number matches." in outputs(book.cells[-1])
+
+    recorded = live[0]["logit_diff"]["value"]
+    assert text.count(repr(recorded)) == 1
+    with pytest.raises(CellExecutionError, match=r"MISMATCH call 1 \(logit_diff\): logit_diff.value recorded"):
+        execute(text.replace(repr(recorded), repr(recorded + 0.25)), tmp_path)
+
+
+async def test_a_report_puts_each_claim_beside_the_verdict_and_numbers_of_its_call(tiny_client: Client) -> None:
+    live = await investigate(tiny_client)
+    claims = [
+        {"claim": "Ablating the probe's direction changes the logit difference more than random ones.", "call": 4},
+        {"claim": "The top head carries the name.", "call": 2},
+        {"claim": "The found circuit beats random circuits.", "call": 6, "numbers": ["baseline.p_value"]},
+    ]
+    exported = await tiny_client.call_tool("export_investigation", {"format": "md", "claims": claims})
+    assert not exported.is_error, exported.content
+    data = exported.structured_content
+    assert data["report_uri"].startswith("report://") and data["notebook_uri"] is None and data["claims"] == 3
+    text = (await tiny_client.read_resource(data["report_uri"])).contents[0].text
+    first, second, third = (part.split("\n## ")[0] for part in text.split("### ")[1:4])
+    baseline = live[3]["random_baseline"]
+    assert first.startswith("1. Ablating the probe's direction")
+    assert f"Verdict (random_baseline): {baseline['verdict']}" in first
+    assert f"`random_baseline.p_value` = {baseline['p_value']:.6g}" in first
+    direction = live[2]["layers"][1]["direction_uri"]
+    assert f"`{direction}` (made by call 3)" in first
+    assert "**No verdict backs this claim**: call 2 (`patch_heads`)" in second
+    assert third.startswith("3. The found circuit")
+    assert f"`baseline.p_value` = {live[5]['baseline']['p_value']:.6g}" in third
+    assert "`baseline.mean`" not in third  # only the numbers the claim names
+    uncited = text.split("## Verdicts no claim cites")[1].split("## Calls")[0]
+    assert f"Call 5 (`find_circuit`), baseline: {live[4]['baseline']['verdict']}" in uncited
+    table = text.split("## Calls")[1]
+    assert [line.split("|")[2].strip() for line in table.splitlines() if line.startswith("| ") and "`" in line] == [
+        "`logit_diff`", "`patch_heads`", "`probe`", "`ablate`", "`find_circuit`", "`circuit_faithfulness`"
+    ]  # fmt: skip
+
+    for bad, says in [
+        ({"format": "md", "claims": [{"claim": "x", "call": 99}]}, "cites call 99"),
+        ({"format": "md", "claims": [{"claim": "x", "call": 4, "numbers": ["nope"]}]}, "random_baseline.p_value"),
+        ({"format": "py", "claims": [{"claim": "x", "call": 4}]}, "format='md'"),
+        ({"format": "md", "claims": [{"claim": " ", "call": 4}]}, "must be"),
+    ]:
+        refused = await tiny_client.call_tool("export_investigation", bad)
+        assert refused.is_error and says in refused.content[0].text, (bad, refused.content[0].text)

@@ -108,6 +108,7 @@ async def test_unknown_figure_ids_are_not_found(tiny_client: Client) -> None:
         "quiz://{quiz_id}",
         "report://{report_id}",
         "result://{result_id}",
+        "script://{script_id}",
     ]
     for kind in ("figure", "report", "artifact", "direction", "graph"):
         for bad in ["0" * 32, "../../etc/passwd", "x" * 5000]:
