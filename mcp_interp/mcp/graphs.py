@@ -39,6 +39,11 @@ TargetsArg = Annotated[
 ]
 
 
+def pre_cap(cap: float | None) -> str:
+    """What the summary says of a soft-capped model's logits (the result's ``logit_softcap``)."""
+    return "" if cap is None else f" (pre-cap logits: the model caps them at {cap:g}·tanh(x/{cap:g}))"
+
+
 @family.tool(view="attribution-graph", background=True)
 async def attribution_graph(
     prompt: Annotated[str, Field(description="One prompt; the graph explains its next-token prediction.")],
@@ -79,7 +84,7 @@ async def attribution_graph(
         f"attribution_graph: {counts.feature_nodes_kept} of {counts.features_in_graph} feature nodes, "
         f"{counts.error_nodes_kept} error nodes and {counts.edges_kept} edges kept; replacement_score "
         f"{result.replacement_score:.3f}, completeness_score {result.completeness_score:.3f}, "
-        f"replacement_logit_error {result.replacement_logit_error:.1e}. Targets: "
+        f"replacement_logit_error {result.replacement_logit_error:.1e}. Targets{pre_cap(result.logit_softcap)}: "
         f"{', '.join(repr(t.token) for t in result.targets)}. Top features: "
         + "; ".join(f"L{f.layer} f{f.feature} at {f.token!r} (influence {f.influence:.3f})" for f in top)
         + f". Graph: {result.graph_uri}; figure: {result.figure_uri}"
@@ -117,7 +122,8 @@ async def graph_intervene(
             for t in r.targets[:3]
         )
         error = f"max prediction error {r.max_prediction_error:.1e}"
-        return f"graph_intervene on {len(r.interventions)} features, logit changes: {changes}; {error}."
+        which = f"logit changes{pre_cap(r.logit_softcap)}"
+        return f"graph_intervene on {len(r.interventions)} features, {which}: {changes}; {error}."
 
     return await Toolkit.of(ctx).run(ctx, GraphInterveneResult, measure, summary=summary)
 

@@ -5,7 +5,8 @@ by a transcoder (sparse features that read the MLP's input and write its output)
 norm scales frozen at their values in the real forward, and one *error node* per layer and position holding
 what the transcoder misses, so the replacement reproduces the model exactly. Nodes: active features, error
 nodes, input tokens (embeddings), target logits. An edge source → target is the source's direct linear effect
-on the target's pre-activation (a feature) or demeaned logit (logit − mean logit), under those freezes.
+on the target's pre-activation (a feature) or demeaned logit (logit − mean logit), under those freezes. On a
+model that soft-caps its logits (``logit_softcap``, Gemma-2) the logits meant are the pre-cap ones.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from pydantic import BaseModel, Field
 from mcp_interp.schemas.common import Measurement, Provenance
 
 NodeKind = Literal["feature", "error", "token", "logit"]
+LOGIT_SOFTCAP = (
+    "None: the model's logits are uncapped. A number c: the model soft-caps its logits (Gemma-2: logit = c · "
+    "tanh(x / c)), and every logit here (a logit node, an edge into one, `logit`, `clean_logit`, a logit change) is "
+    "the pre-cap x, demeaned where the field says so, which the graph explains exactly (circuit-tracer's choice); "
+    "probabilities are the model's own, after the cap. A change Δx moves the capped logit y by about (1 − (y/c)²)·Δx."
+)
 
 
 class TranscoderInfo(BaseModel):
@@ -46,7 +53,9 @@ class LogitTarget(BaseModel):
     probability: float = Field(
         description="Its next-token probability in the real model, 0..1; its weight in influence."
     )
-    logit: float = Field(description="Its raw logit in the real model.")
+    logit: float = Field(
+        description="Its raw logit in the real model; before the final soft-cap when `logit_softcap` is set."
+    )
 
 
 class NodeCounts(BaseModel):
@@ -125,6 +134,7 @@ class AttributionGraphMeasurement(Measurement):
     tokens: list[str] = Field(description="The prompt's tokens as the model read them (this server's tokenization).")
     transcoders: TranscoderInfo
     targets: list[LogitTarget] = Field(description="The logit nodes, most probable first.")
+    logit_softcap: float | None = Field(description=LOGIT_SOFTCAP)
     targets_probability: float = Field(description="Their summed next-token probability, 0..1.")
     first_node_position: int = Field(
         description="0, or 1 when the first token is a special token (BOS): it then has no feature or error nodes."
@@ -147,7 +157,8 @@ class AttributionGraphMeasurement(Measurement):
     replacement_logit_error: float = Field(
         description="max over the vocabulary of |logit of the replacement model (transcoders re-encoding their "
         "inputs, error nodes added, patterns and norm scales frozen) − logit of the real model| at the last "
-        "position: 0 up to float rounding when the replacement is exact (≤ 1e-3 in float32)."
+        "position, pre-cap logits when `logit_softcap` is set: 0 up to float rounding when the replacement is "
+        "exact (≤ 1e-3 in float32)."
     )
     top_features: list[TopFeature] = Field(description="The features with the largest influence, largest first.")
     nodes: list[GraphNode] = Field(
@@ -236,6 +247,7 @@ class GraphInterveneMeasurement(Measurement):
     freeze_attention: bool = Field(description="Whether the replacement and model runs froze the attention patterns.")
     runs: list[InterventionRun]
     targets: list[TargetChange] = Field(description="Every target logit, most probable first.")
+    logit_softcap: float | None = Field(description=LOGIT_SOFTCAP)
     max_prediction_error: float = Field(
         description="max over the targets of |direct − predicted_direct|: how exactly the graph's edges predict "
         "the frozen (linear) intervention; float rounding only (≲ 1e-4)."

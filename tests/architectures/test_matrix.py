@@ -63,11 +63,10 @@ NEURONS = [
     ("sae", "an SAE on blocks.L.mlp.hook_post"),
     ("feature_examples", "neuron features 'L1N0'"),
 ]
-PER_HEAD, MID, MLP, UNCAPPED = (
+PER_HEAD, MID, MLP = (
     "per-head attention hooks",
     "a residual stream between attention and MLP (resid_mid)",
     "MLP neurons",
-    "uncapped logits",
 )
 GRAPHS = [("attribution_graph", None)]
 TRANSCODERS = "transcoder features {transcoders, layer, features}"
@@ -103,8 +102,6 @@ def expected_missing(arch: str, backend: str = "transformers") -> dict[tuple[str
         missing |= dict.fromkeys(NEURONS, NEURON_POINT) | dict.fromkeys(RESID_MID, MID_WRITES)
     if arch == "gptj":  # TransformerLens runs GPT-J's attention as one opaque module
         missing |= dict.fromkeys(EDGE_TOOLS + GRAPHS, PER_HEAD)
-    if arch == "gemma2":  # soft-capped logits: the graph's linear logit read-out is not the model's
-        missing |= dict.fromkeys(GRAPHS, UNCAPPED)
     if arch in PARALLEL:
         missing |= dict.fromkeys(RESID_MID, MID)
     if arch == "qwen3_moe":

@@ -15,7 +15,10 @@ is an empirical question, so ``graph_intervene`` reports the same intervention i
   (circuit-tracer's ``feature_intervention``: the change is measured from the feature's activation on the live
   input); downstream MLPs are the real ones. Attention frozen iff ``freeze_attention``; norms are live.
 
-Logit changes are of the demeaned logit (logit − mean over the vocabulary), what the graph's logit nodes read.
+Logit changes are of the demeaned logit (logit − mean over the vocabulary), what the graph's logit nodes read: on a
+model that soft-caps its logits (Gemma-2), of the pre-cap logit (``targets``), in all three runs, so each is comparable
+with the graph's prediction. Probabilities, top tokens and KL are of the model's own next-token distribution (after
+the cap).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite, Set
+from mcp_interp.core.engine.backend.points import FINAL_NORM_OUT
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.numbers.metrics import kl_divergence
 from mcp_interp.core.graphs.replacement import (
@@ -36,7 +40,7 @@ from mcp_interp.core.graphs.replacement import (
     prepare,
 )
 from mcp_interp.core.graphs.summary import transcoder_info
-from mcp_interp.core.graphs.targets import logit_targets
+from mcp_interp.core.graphs.targets import LogitTargets, logit_targets, softcap_note
 from mcp_interp.errors import InputError
 from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.graphs import (
@@ -71,7 +75,8 @@ def replacement_logits(
     freeze_patterns: bool,
     freeze_scales: bool,
 ) -> torch.Tensor:
-    """The last position's logits ``[vocab]`` of one run of the prompt (see the module docstring for ``mlps``)."""
+    """The last position's pre-cap logits ``[vocab]`` of one run of the prompt (see the module docstring for ``mlps``),
+    read as the clean run's are: the unembedding of the final norm's output, the forward stopped there."""
     tc, clean, active = prepared.transcoders, prepared.clean, prepared.active
     first = active.first_node_position
     by_layer: dict[int, list[FeatureChange]] = {}
@@ -129,12 +134,16 @@ def replacement_logits(
     for layer in range(tc.n_layers):  # the replacement's MLPs read one point and write another: local only
         edits.append(Rewrite(tc.input_hooks[layer], read_input(layer), is_pure=False))
         edits.append(Rewrite(tc.output_hooks[layer], write_output(layer), is_pure=False))
-    logits = model.backend.logits(prepared.input_ids, edits)
-    return logits[0, -1].float()
+    normed = model.backend.run(prepared.input_ids, capture=[FINAL_NORM_OUT], edits=edits, stop_at=FINAL_NORM_OUT)
+    with torch.inference_mode():
+        logits = model.backend.logits_from_normed(normed.acts[FINAL_NORM_OUT][:, -1])
+    return logits[0].float()
 
 
 def replacement_logit_error(model: LoadedModel, prepared: Prepared) -> float:
-    """max |replacement-model logit − real logit| at the last position, with patterns and norm scales frozen."""
+    """max |replacement-model logit − real logit| at the last position, with patterns and norm scales frozen: of the
+    pre-cap logits, the graph's target (on a soft-capped model the capped error is at most this, tanh being
+    1-Lipschitz)."""
     logits = replacement_logits(model, prepared, [], "replacement", freeze_patterns=True, freeze_scales=True)
     return float((logits - prepared.clean.logits).abs().max())
 
@@ -223,6 +232,7 @@ def graph_intervene(
     prepared = prepare(model, prompt, transcoders)
     changes = resolve_changes(prepared, features)
     clean = prepared.clean
+    capped_clean = model.backend.soft_cap(clean.logits.double())  # the model's own logits
     chosen = logit_targets(model, clean.logits, targets)
     index = torch.tensor(chosen.ids, device=clean.logits.device)
     predicted = predicted_direct(model, prepared, chosen.vectors, changes)
@@ -236,19 +246,20 @@ def graph_intervene(
     for name, (patterns, scales, what) in runs.items():
         logits = replacement_logits(model, prepared, changes, mode[name], patterns, scales)
         deltas[name] = demeaned(logits)[index] - demeaned(clean.logits)[index]
-        kl = kl_divergence(clean.logits[None].double(), logits[None].double()).value
+        capped = model.backend.soft_cap(logits.double())
+        kl = kl_divergence(capped_clean[None], capped[None]).value
         summaries.append(
             InterventionRun(
                 name=name,
                 attention_frozen=patterns,
                 norm_scales_frozen=scales,
                 mlps=what,
-                top_token=model.tokenizer.decode([int(logits.argmax())]),
+                top_token=model.tokenizer.decode([int(capped.argmax())]),
                 kl_from_clean=float(kl),
             )
         )
         if name == "model":
-            model_probabilities = torch.softmax(logits.double(), -1)[index]
+            model_probabilities = torch.softmax(capped, -1)[index]
     target_rows = [
         TargetChange(
             token=chosen.tokens[i],
@@ -282,8 +293,9 @@ def graph_intervene(
         freeze_attention=freeze_attention,
         runs=summaries,
         targets=target_rows,
+        logit_softcap=model.backend.final_logit_softcap(),
         max_prediction_error=error,
-        notes=_intervention_notes(prepared.transcoders, changes, target_rows, freeze_attention, error),
+        notes=_intervention_notes(model, prepared.transcoders, chosen, changes, target_rows, freeze_attention, error),
     )
 
 
@@ -293,9 +305,18 @@ def demeaned(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _intervention_notes(
-    tc: Transcoders, changes: Sequence[FeatureChange], targets: list[TargetChange], freeze_attention: bool, error: float
+    model: LoadedModel,
+    tc: Transcoders,
+    chosen: LogitTargets,
+    changes: Sequence[FeatureChange],
+    targets: list[TargetChange],
+    freeze_attention: bool,
+    error: float,
 ) -> list[str]:
     notes = list(tc.notes)
+    capped = softcap_note(model, chosen)
+    if capped is not None:
+        notes.append(capped)
     inactive = [c for c in changes if c.clean == 0]
     if inactive:
         notes.append(

@@ -32,7 +32,7 @@ from mcp_interp.core.graphs.neuronpedia import AttributionGraph, neuronpedia_jso
 from mcp_interp.core.graphs.pruning import Pruned, graph_scores, normalized_rows, partial_influences, prune_graph
 from mcp_interp.core.graphs.replacement import FrozenForward, Prepared, contract, prepare
 from mcp_interp.core.graphs.summary import counts, significant, top_features, transcoder_info, view_graph
-from mcp_interp.core.graphs.targets import DESIRED_PROBABILITY, MAX_LOGITS, LogitTargets, logit_targets
+from mcp_interp.core.graphs.targets import DESIRED_PROBABILITY, MAX_LOGITS, LogitTargets, logit_targets, softcap_note
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.graphs import AttributionGraphMeasurement, GraphTiming, LogitTarget
 
@@ -243,6 +243,7 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
                 LogitTarget(token=t, token_id=i, probability=significant(float(p)), logit=significant(lg))
                 for t, i, p, lg in zip(targets.tokens, targets.ids, targets.probabilities, targets.logits, strict=True)
             ],
+            logit_softcap=self.model.backend.final_logit_softcap(),
             targets_probability=float(targets.probabilities.sum()),
             first_node_position=active.first_node_position,
             node_threshold=self.node_threshold,
@@ -298,6 +299,9 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
                 f"The {len(targets)} most probable tokens cover only {float(targets.probabilities.sum()):.2f} of the "
                 f"probability (at most {MAX_LOGITS} logit nodes): the graph explains those, not the whole distribution."
             )
+        capped = softcap_note(self.model, targets)
+        if capped is not None:
+            notes.append(capped)
         if not targets.salient and int(prepared.clean.logits.argmax()) not in targets.ids:
             top = self.model.tokenizer.decode([int(prepared.clean.logits.argmax())])
             notes.append(f"None of the given targets is the model's top-1 next token ({top!r}).")

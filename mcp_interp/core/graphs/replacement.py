@@ -52,7 +52,7 @@ class CleanRun:
     outputs: torch.Tensor  # [L, T, d_model]: each MLP's write (the feature-output hook)
     embeddings: torch.Tensor  # [T, d_model]: hook_embed, the input tokens' vectors
     frozen: dict[str, torch.Tensor]  # every attention pattern and norm scale (``bridge.frozen_hooks``)
-    logits: torch.Tensor  # [vocab]: the last position's logits
+    logits: torch.Tensor  # [vocab]: the last position's logits before any final soft-cap (``targets``)
 
     @property
     def n_positions(self) -> int:
@@ -61,7 +61,8 @@ class CleanRun:
 
 def clean_run(model: LoadedModel, transcoders: Transcoders, input_ids: torch.Tensor) -> CleanRun:
     """One real forward of ``input_ids`` ``[1, T]`` recording the transcoders' inputs and outputs, the embeddings,
-    every pattern and norm scale, and the last position's logits."""
+    every pattern and norm scale, and the last position's pre-cap logits (the unembedding of the final norm's output:
+    what the logit nodes read; the model's own logits are ``backend.soft_cap`` of them)."""
     freeze = model.backend.frozen_points()
     names = [*transcoders.input_hooks, *transcoders.output_hooks, HOOK_EMBED, *freeze, FINAL_NORM_OUT]
     # the logits are read at the last position only: the forward stops at the final norm's output

@@ -21,11 +21,10 @@ The features:
   GPT-J, Phi), where attention and MLP both read the block's input.
 * **MLP neurons** — absent on mixture-of-experts blocks, whose ``mlp.hook_post`` is the experts' combined
   output (d_model wide), not a layer of neurons.
-* **uncapped logits** — an attribution graph's logit nodes are linear read-outs of the residual stream; Gemma-2
-  soft-caps its logits (c · tanh(x / c)), so the graph's edges would explain the pre-cap logits while its checks
-  compare capped ones (measured on a tiny Gemma-2: replacement error 7.7e-3 against ≤ 1e-3 elsewhere). Graphs also
-  need per-head attention hooks: on GPT-J's opaque attention the frozen pattern is not the one the module applies
-  (the graph mispredicted its own frozen run by 2.1e-2).
+
+Attribution graphs need per-head attention hooks: on GPT-J's opaque attention the frozen pattern is not the one the
+module applies (the graph mispredicted its own frozen run by 2.1e-2). A soft-capped model (Gemma-2) is no gap: its
+graphs explain the pre-cap logits, which are a linear read-out (``graphs.targets``).
 """
 
 from __future__ import annotations
@@ -66,16 +65,6 @@ def _parallel_block(backend: Backend) -> str | None:
     return (
         "this is a parallel-residual block (attention and MLP both read the block's input, resid_pre), so there "
         "is no residual stream between them"
-    )
-
-
-def _capped_logits(backend: Backend) -> str | None:
-    cap = backend.final_logit_softcap()
-    if cap is None:
-        return None
-    return (
-        f"this model soft-caps its logits ({cap:g} · tanh(x / {cap:g})), which the replacement model's linear logit "
-        "read-out does not reproduce"
     )
 
 
@@ -131,7 +120,6 @@ FEATURES: dict[str, Feature] = {
     "additive_heads": Feature("additive head writes", _normed_head_sum),
     "resid_mid": Feature("a residual stream between attention and MLP (resid_mid)", _parallel_block),
     "mlp_neurons": Feature("MLP neurons", _experts),
-    "uncapped_logits": Feature("uncapped logits", _capped_logits),
     "gradients": _engine("gradients"),
     "weights": _engine("weights"),
     "local_edits": _engine("local_edits"),
@@ -210,8 +198,8 @@ USES: dict[str, Use] = {
     "attribution_graph": Use(
         ("attribution_graph", "graph_intervene"),
         None,
-        ("per_head_hooks", "uncapped_logits", "gradients", "weights", "local_edits"),
-        "Transcoder features still work as `ablate` targets and in `steer`; dla decomposes the logits before the cap.",
+        ("per_head_hooks", "gradients", "weights", "local_edits"),
+        "Transcoder features still work as `ablate` targets and in `steer`.",
     ),
     "causal_swap": Use(("causal_swap_trial", "causal_swap_benchmark", "fit_lens"), None, ("jacobian_lens",), ""),
     "patch_attribution": Use(
