@@ -101,8 +101,6 @@ def expected_missing(arch: str, backend: str = "transformers") -> dict[tuple[str
         missing |= dict.fromkeys(GRAPHS, GRADIENTS) | dict.fromkeys(SWAP, LENS)
         missing |= {("patch", "method='attribution'"): GRADIENTS, ("ablate", TRANSCODERS): LOCAL_EDITS}
         missing |= dict.fromkeys(NEURONS, NEURON_POINT) | dict.fromkeys(RESID_MID, MID_WRITES)
-    if arch == "gptj":  # TransformerLens runs GPT-J's attention as one opaque module
-        missing |= dict.fromkeys(EDGE_TOOLS + GRAPHS, PER_HEAD)
     if arch == "gemma2":  # soft-capped logits: the graph's linear logit read-out is not the model's
         missing |= dict.fromkeys(GRAPHS, UNCAPPED)
     if arch in PARALLEL:
