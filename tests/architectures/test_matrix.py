@@ -63,8 +63,7 @@ NEURONS = [
     ("sae", "an SAE on blocks.L.mlp.hook_post"),
     ("feature_examples", "neuron features 'L1N0'"),
 ]
-PER_HEAD, MID, MLP = (
-    "per-head attention hooks",
+MID, MLP = (
     "a residual stream between attention and MLP (resid_mid)",
     "MLP neurons",
 )
@@ -100,8 +99,6 @@ def expected_missing(arch: str, backend: str = "transformers") -> dict[tuple[str
         missing |= dict.fromkeys(GRAPHS, GRADIENTS) | dict.fromkeys(SWAP, LENS)
         missing |= {("patch", "method='attribution'"): GRADIENTS, ("ablate", TRANSCODERS): LOCAL_EDITS}
         missing |= dict.fromkeys(NEURONS, NEURON_POINT) | dict.fromkeys(RESID_MID, MID_WRITES)
-    if arch == "gptj":  # TransformerLens runs GPT-J's attention as one opaque module
-        missing |= dict.fromkeys(EDGE_TOOLS + GRAPHS, PER_HEAD)
     if arch in PARALLEL:
         missing |= dict.fromkeys(RESID_MID, MID)
     if arch == "qwen3_moe":

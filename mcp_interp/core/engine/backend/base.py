@@ -173,8 +173,9 @@ class Backend:
         raise NotImplementedError
 
     def opaque_attention(self) -> list[str]:
-        """The attention classes TransformerLens runs as one opaque module (no per-head hooks); empty when every block
-        has per-head hooks, or when the engine cannot tell (a remote one: its edge tools are refused anyway)."""
+        """The attention classes TransformerLens runs as one opaque module that the engine cannot run per head either
+        (no per-head hooks); empty when every block has per-head hooks (GPT-J's locally: ``gptj_heads``), or when the
+        engine cannot tell (a remote one: its edge tools are refused anyway)."""
         return []
 
     def attention_output_scale(self, layer: int) -> float:

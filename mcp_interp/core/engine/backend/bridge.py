@@ -12,13 +12,14 @@ beyond it: the Hugging Face modules the bridge wraps, and calling its components
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.backend import gptj_heads
 from mcp_interp.errors import InputError
 
 
@@ -31,9 +32,11 @@ def edge_hooks(bridge: Any) -> Iterator[None]:
     bridge only materialises with these flags (they cost memory: per-head tensors of d_model). The
     logits change by float rounding only (measured 1.4e-6 on `tiny`, ≤ 1.9e-6 on every architecture of
     the test matrix). On a parallel block whose MLP reads the attention's norm (GPT-J, Phi) the bridge's
-    ``hook_mlp_in`` never fires; ``_parallel_mlp_in`` makes it fire (see there). A model whose attention
-    TransformerLens runs as one opaque module (GPT-J) has neither hook: ``NotImplementedError`` from the
-    bridge becomes an ``InputError`` naming the missing feature (the tools check ``capabilities`` first).
+    ``hook_mlp_in`` never fires; ``_parallel_mlp_in`` makes it fire (see there). GPT-J's attention, which
+    TransformerLens runs as one opaque module without either hook (its flags raise), is run per head here instead
+    (``gptj_heads``: the HF module's own projections and rotary, TransformerLens' per-head fork). Any other
+    attention without them: ``NotImplementedError`` from the bridge becomes an ``InputError`` naming the missing
+    feature (the tools check ``capabilities`` first).
     """
     cfg = bridge.cfg
     saved = (
@@ -42,19 +45,23 @@ def edge_hooks(bridge: Any) -> Iterator[None]:
         cfg.use_hook_mlp_in,
         bool(getattr(cfg, "use_attn_in", False)),
     )
+    ours = _attentions_run_per_head(bridge)
     try:
         if saved[3]:
             bridge.set_use_attn_in(False)  # exclusive with split q/k/v inputs
-        try:
-            bridge.set_use_attn_result(True)
-            bridge.set_use_split_qkv_input(True)
-        except NotImplementedError as exc:
-            raise InputError(
-                f"This model's attention ({', '.join(attention_classes(bridge))} in TransformerLens) has no per-head "
-                f"write (hook_result) or per-head query/key/value input, which edge tools need: {exc}"
-            ) from None
+        if len(ours) == len(bridge.blocks):
+            _ungate_attention_points(bridge)
+        else:
+            try:
+                bridge.set_use_attn_result(True)
+                bridge.set_use_split_qkv_input(True)
+            except NotImplementedError as exc:
+                raise InputError(
+                    f"This model's attention ({', '.join(attention_classes(bridge))} in TransformerLens) has no "
+                    f"per-head write (hook_result) or per-head query/key/value input, which edge tools need: {exc}"
+                ) from None
         bridge.set_use_hook_mlp_in(True)
-        with _parallel_mlp_in(bridge), _offloaded_attention_weights(bridge):
+        with _parallel_mlp_in(bridge), _offloaded_attention_weights(bridge), gptj_heads.exposed(ours, split=True):
             yield
     finally:
         bridge.set_use_attn_result(saved[0])
@@ -100,6 +107,44 @@ def _offloaded_attention_weights(bridge: Any) -> Iterator[None]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _ungate_attention_points(bridge: Any) -> None:
+    """Set the bridge's ``use_attn_result`` and ``use_split_qkv_input`` flags without its setters' check.
+
+    Why: the flags are what let ``bridge.hooks`` attach to ``hook_result`` and the q/k/v inputs (TransformerLens
+    refuses a hook on a point they gate off). Its setters also check that the attention can fire those points and
+    raise for GPT-J's; when every block's attention is run by ``gptj_heads``, which fires them, the flags are set
+    the way the setters set them after that check (on the config, then on each attention's config). The caller
+    restores them through the setters, which check nothing when turning a flag off."""
+    for flag in ("use_attn_result", "use_split_qkv_input"):
+        bridge.cfg._set_bridge_managed_hook_flag(flag, True)
+        bridge._propagate_attention_flag(flag, True)
+
+
+def _attentions_run_per_head(bridge: Any) -> list[Any]:
+    """The blocks' attention components that ``gptj_heads`` runs per head (GPT-J's)."""
+    attentions = [block._modules.get("attn") for block in bridge.blocks]
+    return [attention for attention in attentions if gptj_heads.runs_per_head(attention)]
+
+
+# Points TransformerLens' plain AttentionBridge fires after the HF module has used the value (an edit is discarded).
+_CONSUMED_POINTS = (".attn.hook_pattern", ".attn.hook_attn_scores")
+
+
+def live_attention_edits(bridge: Any, points: Sequence[str]) -> contextlib.AbstractContextManager[Any]:
+    """GPT-J's attention run by ``gptj_heads`` (heads not split) for the duration when an edit is made at one of
+    its pattern's points, so that the edit reaches the output; otherwise nothing changes.
+
+    Why: the replacement model of attribution graphs freezes every attention pattern (``frozen_hooks``); on the
+    module TransformerLens calls whole, the pattern hook fires after the fact and the frozen pattern is not the one
+    the module applies (measured on the tiny GPT-J: the graph mispredicted its own frozen run by 2.1e-2; with the
+    pattern live, by 2.6e-7). Only for such edits, so every other forward stays the HF module's own.
+    """
+    if not any(point.endswith(_CONSUMED_POINTS) for point in points):
+        return contextlib.nullcontext()
+    ours = _attentions_run_per_head(bridge)
+    return gptj_heads.exposed(ours, split=False) if ours else contextlib.nullcontext()
 
 
 def mlp_shares_attention_norm(bridge: Any, layer: int) -> bool:
@@ -160,9 +205,10 @@ def attention_classes(bridge: Any) -> list[str]:
 
 
 def per_head_attention_hooks(bridge: Any) -> bool:
-    """Whether every block's attention bridge can give each head's write (``hook_result``) and each head's
-    query/key/value input (the split q/k/v fork) — False for TransformerLens' generic ``AttentionBridge``,
-    which runs the HF attention as one module (GPT-J in TransformerLens 4.3)."""
+    """Whether every block's attention can give each head's write (``hook_result``) and each head's
+    query/key/value input (the split q/k/v fork): TransformerLens' own forking bridges, and GPT-J's attention, which
+    TransformerLens runs as one module and ``gptj_heads`` runs per head. False for any other attention behind
+    TransformerLens' generic ``AttentionBridge``."""
     from transformer_lens.model_bridge.generalized_components.joint_qkv_attention import JointQKVAttentionBridge
     from transformer_lens.model_bridge.generalized_components.position_embeddings_attention import (
         PositionEmbeddingsAttentionBridge,
@@ -170,6 +216,8 @@ def per_head_attention_hooks(bridge: Any) -> bool:
 
     for block in bridge.blocks:
         attn = block._modules.get("attn")
+        if gptj_heads.runs_per_head(attn):
+            continue
         forks = isinstance(attn, JointQKVAttentionBridge | PositionEmbeddingsAttentionBridge)
         if not forks or not getattr(attn, "supports_attn_result", False):
             return False

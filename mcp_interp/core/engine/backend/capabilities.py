@@ -10,8 +10,10 @@ tool applies is never refused, and the other way round.
 The features:
 
 * **per-head attention hooks** — each head's own write to the residual stream (``hook_result``) and each
-  head's own query/key/value input. TransformerLens 4.3 runs GPT-J's attention as one opaque module
-  (``AttentionBridge``) that offers neither.
+  head's own query/key/value input, and an attention pattern that, edited, is the one the attention applies.
+  TransformerLens 4.3 runs GPT-J's attention as one opaque module (``AttentionBridge``) that offers neither; the
+  local engine runs it per head itself (``backend.gptj_heads``), so GPT-J has them there. What still lacks them:
+  any other attention TransformerLens runs as one module.
 * **additive head writes** — the heads' outputs reach the residual stream as they are or through a norm the
   circuit tools recompute. Post-norm blocks (Gemma-2, Gemma-3, OLMo-2) have a norm between the heads' sum and the
   residual add; the circuit tools recompute it exactly (``core.circuits.edge_writes``) and edge attribution
@@ -22,9 +24,10 @@ The features:
 * **MLP neurons** — absent on mixture-of-experts blocks, whose ``mlp.hook_post`` is the experts' combined
   output (d_model wide), not a layer of neurons.
 
-Attribution graphs need per-head attention hooks: on GPT-J's opaque attention the frozen pattern is not the one the
-module applies (the graph mispredicted its own frozen run by 2.1e-2). A soft-capped model (Gemma-2) is no gap: its
-graphs explain the pre-cap logits, which are a linear read-out (``graphs.targets``).
+Attribution graphs need per-head attention hooks: on an opaque attention the frozen pattern is not the one the module
+applies (on GPT-J run whole, the graph mispredicted its own frozen run by 2.1e-2; run per head, by 2.6e-7). A
+soft-capped model (Gemma-2) is no gap: its graphs explain the pre-cap logits, which are a linear read-out
+(``graphs.targets``).
 """
 
 from __future__ import annotations

@@ -137,6 +137,7 @@ class LocalBackend(Backend):
             with (
                 _mode(mode),
                 self._quiet(edits),
+                tl.live_attention_edits(self.bridge, [edit.point for edit in edits]),
                 self.bridge.hooks(fwd_hooks=fwd_hooks),
                 contextlib.suppress(StopForward),
             ):
@@ -213,7 +214,10 @@ class LocalBackend(Backend):
     ) -> torch.Tensor:
         """Block ``layer`` on ``residual`` ``[rows, seq, d_model]`` with the keyword arguments a real forward called
         it with (``BlockTrace.kwargs``, selected for these rows), under ``edits`` at points inside the block."""
-        with self.bridge.hooks(fwd_hooks=[_hook(edit) for edit in edits]):
+        with (
+            tl.live_attention_edits(self.bridge, [edit.point for edit in edits]),
+            self.bridge.hooks(fwd_hooks=[_hook(edit) for edit in edits]),
+        ):
             return tl.run_block(self.bridge, layer, residual, call_kwargs)
 
     def supports_suffix_blocks(self) -> bool:
