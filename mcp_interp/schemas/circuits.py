@@ -30,8 +30,7 @@ class EdgeScore(BaseModel):
     per_example: list[float] | None = Field(default=None, description="The score of each pair (the top 10 edges).")
     exact: float | None = Field(
         default=None,
-        description="The top 5 edges: the measured effect the score estimates (corrupt run, this reader alone gets "
-        "the writer's clean write), mean over pairs.",
+        description="Top 5 edges: the measured effect (corrupt run, this reader alone given the writer's clean write).",
     )
 
 

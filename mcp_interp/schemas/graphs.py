@@ -19,10 +19,8 @@ from mcp_interp.schemas.common import Measurement, Provenance
 
 NodeKind = Literal["feature", "error", "token", "logit"]
 LOGIT_SOFTCAP = (
-    "None: the model's logits are uncapped. A number c: the model soft-caps its logits (Gemma-2: logit = c · "
-    "tanh(x / c)), and every logit here (a logit node, an edge into one, `logit`, `clean_logit`, a logit change) is "
-    "the pre-cap x, demeaned where the field says so, which the graph explains exactly (circuit-tracer's choice); "
-    "probabilities are the model's own, after the cap. A change Δx moves the capped logit y by about (1 − (y/c)²)·Δx."
+    "None: uncapped. c: logits soft-capped (y = c·tanh(x/c)); logits here are pre-cap x (explained exactly), "
+    "probabilities after the cap."
 )
 
 
@@ -53,9 +51,7 @@ class LogitTarget(BaseModel):
     probability: float = Field(
         description="Its next-token probability in the real model, 0..1; its weight in influence."
     )
-    logit: float = Field(
-        description="Its raw logit in the real model; before the final soft-cap when `logit_softcap` is set."
-    )
+    logit: float = Field(description="Its raw logit (pre-cap if `logit_softcap`).")
 
 
 class NodeCounts(BaseModel):
@@ -157,8 +153,8 @@ class AttributionGraphMeasurement(Measurement):
     replacement_logit_error: float = Field(
         description="max over the vocabulary of |logit of the replacement model (transcoders re-encoding their "
         "inputs, error nodes added, patterns and norm scales frozen) − logit of the real model| at the last "
-        "position, pre-cap logits when `logit_softcap` is set: 0 up to float rounding when the replacement is "
-        "exact (≤ 1e-3 in float32)."
+        "position (pre-cap if `logit_softcap`): 0 up to float rounding when the replacement is exact (≤ 1e-3 in "
+        "float32)."
     )
     top_features: list[TopFeature] = Field(description="The features with the largest influence, largest first.")
     nodes: list[GraphNode] = Field(

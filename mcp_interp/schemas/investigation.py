@@ -15,15 +15,15 @@ class Claim(BaseModel):
 class ExportResult(BaseModel):
     notebook_uri: str | None = Field(
         default=None,
-        description="script://… (py: `python it.py [--json]`) or notebook://… (ipynb: `jupyter execute it.ipynb`).",
+        description="script://… (py) or notebook://… (ipynb).",
     )
-    report_uri: str | None = Field(default=None, description="report://…: the Markdown report (md).")
+    report_uri: str | None = Field(default=None, description="report://… (md).")
     format: str
-    calls: list[int] = Field(description="The ledger calls exported, in order.")
+    calls: list[int] = Field(description="Ledger calls exported.")
     model_name: str
-    fingerprint: str = Field(description="The weights' fingerprint a rerun checks first.")
+    fingerprint: str = Field(description="Weights' fingerprint a rerun checks.")
     key_numbers: int = Field(description="Recorded numbers a rerun compares.")
-    claims: int = Field(default=0, description="Claims in the report.")
+    claims: int = 0
     notes: list[str] = Field(
         default_factory=list, description="Calls added for their handles; handles it cannot recreate."
     )
