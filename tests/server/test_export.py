@@ -251,3 +251,33 @@ async def test_a_report_puts_each_claim_beside_the_verdict_and_numbers_of_its_ca
     ]:
         refused = await tiny_client.call_tool("export_investigation", bad)
         assert refused.is_error and says in refused.content[0].text, (bad, refused.content[0].text)
+
+
+async def test_a_handle_evicted_from_the_live_store_is_rebuilt_by_the_rerun(
+    tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live session keeps 2 directions: a second probe evicts the direction the ablation used. Exporting the
+    ablation brings the probe that made it, whose rerun makes the direction again: the script exits 0 and its
+    ablation's numbers equal the live ones."""
+    monkeypatch.setenv("MCP_INTERP_STORE_MAX_DIRECTION", "2")
+    session = Session("tiny", tmp_path / "out", loader=lambda *_: tiny)
+    async with Client(build_server(session)) as client:
+        probe = (await client.call_tool("probe", PROBE)).structured_content
+        direction = probe["layers"][1]["direction_uri"]
+        ablate = {"prompts": CLEAN, "targets": [{"layer": 1, "direction": direction}], "correct": "mary",
+                  "incorrect": "john", "random_draws": 20, "seed": 3}  # fmt: skip
+        live = (await client.call_tool("ablate", ablate)).structured_content
+        await client.call_tool("probe", {**PROBE, "labels": PROBE["labels"][::-1]})  # two new directions
+        with pytest.raises(Exception, match="evicted"):
+            await client.read_resource(direction)
+        exported = (await client.call_tool("export_investigation", {"calls": [2]})).structured_content
+        text = (await client.read_resource(exported["notebook_uri"])).contents[0].text
+    assert exported["calls"] == [1, 2]
+    assert any("Call 1 (probe) is included: it made " + direction in note for note in exported["notes"])
+    script = tmp_path / "rerun.py"
+    script.write_text(text)
+    done = run_script(script, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    recomputed = json.loads(done.stdout)["2"]
+    for key, value in expected_key_numbers(live).items():
+        assert close(recomputed[key], value), (key, recomputed[key], value)
