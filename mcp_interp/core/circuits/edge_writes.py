@@ -88,11 +88,14 @@ def wide(value: torch.Tensor) -> torch.Tensor:
     return value.to(torch.promote_types(value.dtype, torch.float32))
 
 
-def mixed_write(fn: WriteMap, replaced_sum: torch.Tensor, taken: torch.Tensor) -> torch.Tensor:
+def mixed_write(
+    fn: WriteMap, replaced_sum: torch.Tensor, taken: torch.Tensor, replaced_write: torch.Tensor | None = None
+) -> torch.Tensor:
     """A post-norm layer's write when its heads' sum is the replacement's plus ``taken`` (Σ over the heads taken of
-    their output − replacement), minus the write with every head replaced: what a reader's input changes by."""
+    their output − replacement), minus the write with every head replaced (``replaced_write``, wide: computed here
+    when the caller has not already): what a reader's input changes by."""
     mixed = fn((wide(replaced_sum) + taken).to(replaced_sum.dtype))
-    return wide(mixed) - wide(fn(replaced_sum))
+    return wide(mixed) - (wide(fn(replaced_sum)) if replaced_write is None else replaced_write)
 
 
 def one_edge_delta(

@@ -131,7 +131,7 @@ def ablated_metric(
         key = (layer, tuple(heads))
         if key not in mixes:
             taken = sum((_delta(live, replacement, graph, w) for w in heads), torch.zeros(()))
-            mixes[key] = mixed_write(maps[layer], replacement[hook_heads_sum(layer)], taken)
+            mixes[key] = mixed_write(maps[layer], replacement[hook_heads_sum(layer)], taken, replaced_writes[layer])
         return mixes[key]
 
     def rebuild(name: str, readers: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
