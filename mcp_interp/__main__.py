@@ -1,3 +1,3 @@
-from mcp_interp.cli import main
+from mcp_interp.app.cli import main
 
 raise SystemExit(main())

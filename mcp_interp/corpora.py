@@ -1,6 +1,6 @@
-"""The data shipped inside the package (``mcp_interp/data/``): prompt corpora and the Markdown
-templates of the MCP prompts. Tools, tests and scripts read them through here, so a checkout and
-an installed wheel resolve the same files.
+"""The data shipped inside the package (``mcp_interp/data/``): prompt corpora, the Markdown templates of the MCP
+prompts, the MCP Apps views and the ``tiny`` model's tokenizer. Tools, tests and scripts read them through here, so a
+checkout and an installed wheel resolve the same files.
 """
 
 from __future__ import annotations

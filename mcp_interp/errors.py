@@ -26,6 +26,45 @@ class NumericalError(InterpError, ArithmeticError):
     """The model produced non-finite numbers (NaN or ±inf) where a measurement needs finite ones."""
 
 
+class Unsupported(InputError):
+    """A measurement needs a feature the running backend does not have; the message names the backend, the feature and
+    the fix (built by ``Backend.refuse``)."""
+
+    def __init__(self, message: str, backend: str, feature: str) -> None:
+        super().__init__(message)
+        self.backend, self.feature = backend, feature
+
+
+class NotFound(LookupError):
+    """A stored id is malformed, was evicted, or names nothing stored; the message is safe to show the client."""
+
+
+class ToolCallError(RuntimeError):
+    """A tool refused or failed when called through the Python API; the message is the tool's error text (what was
+    wrong and how to fix it)."""
+
+    def __init__(self, tool: str, message: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+class FingerprintMismatch(RuntimeError):
+    """An exported investigation was rerun on weights other than the ones it recorded."""
+
+
+class SetupError(Exception):
+    """``mcp-interp setup`` could not finish; the message says why and what to do."""
+
+
+class HttpConfigError(ValueError):
+    """The HTTP options are unsafe or inconsistent; the message says how to fix them."""
+
+
+class StopForward(Exception):
+    """Not an error: raised by a hook once everything a caller needs has been computed, so the rest of the forward is
+    skipped (caught by the backend that raised it)."""
+
+
 def require_choice(argument: str, value: object, vocabulary: Any, hint: str = "") -> None:
     """Refuse ``value`` unless it is one of the values of the ``Literal`` type ``vocabulary`` (``schemas.common``): an
     ``InputError`` listing them (a tool's arguments are checked on arrival; this guards calls from Python)."""

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mcp_interp.errors import NotFound
+
 ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 URI_PATTERN = re.compile(r"^([a-z]+)://([0-9a-f]{32})$")
 MAX_ENV = "MCP_INTERP_STORE_MAX"  # every kind; MCP_INTERP_STORE_MAX_<KIND> for one kind
@@ -73,10 +75,6 @@ DEFAULT_MAX: dict[str, int] = {
 }
 TOMBSTONES = ".evicted"  # per kind: one small JSON file per evicted id
 REFS_SUFFIX = ".refs"  # beside an entry: the URIs it references, one JSON list
-
-
-class NotFound(LookupError):
-    """The id is malformed, was evicted, or names nothing stored; the message is safe to show the client."""
 
 
 @dataclass(frozen=True)

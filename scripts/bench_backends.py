@@ -37,11 +37,11 @@ def measure(engine: str, n_pairs: int) -> dict[str, object]:
     """One engine's exact patch_heads (in this process): grid, seconds, engine label, peak RSS."""
     import torch
 
+    from mcp_interp.core.engine.backend.loader.load import load_model
+    from mcp_interp.core.engine.backend.loader.options import LoadOptions
     from mcp_interp.core.engine.jobs import drain
     from mcp_interp.core.heads.patch_heads import PatchHeadsJob
     from mcp_interp.corpora import ioi_pairs
-    from mcp_interp.engines import LoadOptions
-    from mcp_interp.models import load_model
 
     with tempfile.TemporaryDirectory() as folder:
         options = {

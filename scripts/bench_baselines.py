@@ -26,11 +26,11 @@ import torch
 from mcp_interp.core.engine.ablation import baselines
 from mcp_interp.core.engine.ablation.effect import ablation_outcome
 from mcp_interp.core.engine.ablation.targets import Ablation, DirectionTarget
+from mcp_interp.core.engine.backend.loader.load import load_model
 from mcp_interp.core.engine.backend.points import hook_out
 from mcp_interp.core.engine.text.components import position_mask
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.corpora import ioi_pairs
-from mcp_interp.models import load_model
 
 
 def timed(run: Callable[[], object], repeats: int) -> tuple[float, object]:

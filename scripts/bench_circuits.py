@@ -21,9 +21,9 @@ import torch
 from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob, FindCircuitJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob
 from mcp_interp.core.circuits.path import PathPatchJob
+from mcp_interp.core.engine.backend.loader.load import load_model
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.corpora import ioi_pairs
-from mcp_interp.models import load_model
 
 
 def main() -> None:

@@ -30,7 +30,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from mcp_interp import paths
+import mcp_interp.paths as paths
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.tokens import token_ids
@@ -38,7 +40,6 @@ from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.core.features.residuals import read_residuals
 from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
 from mcp_interp.corpora import ioi_pairs, subject_number
-from mcp_interp.models import LoadedModel, load_model
 
 D_SAE = 16_384
 N_TOKENS = 64

@@ -29,12 +29,13 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from mcp_interp import paths
+import mcp_interp.paths as paths
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_mlp_input, hook_mlp_out
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.job import DEFAULT_MAX_FEATURE_NODES, MAX_FEATURE_NODES, AttributionGraphJob
 from mcp_interp.corpora import corpora_dir
-from mcp_interp.models import LoadedModel, load_model
 
 PROMPT = "Fact: the capital of the state containing Dallas is"
 ACTIVE_FRACTION = 0.03  # each feature fires on ~3 % of tokens

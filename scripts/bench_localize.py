@@ -31,13 +31,13 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.backend.loader.load import load_model
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.answers import resolve_answers
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.corpora import ioi_pairs
-from mcp_interp.models import load_model
 
 BLOCK_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")  # the order of get_act_patch_block_every
 

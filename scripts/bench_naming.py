@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 import torch
 
+from mcp_interp.core.engine.backend.loader.load import load_model
 from mcp_interp.core.engine.backend.points import hook_mlp_post
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.features.examples import FeatureExamplesJob
 from mcp_interp.corpora import text_corpus
-from mcp_interp.models import load_model
 
 
 def main() -> None:

@@ -30,13 +30,14 @@ import torch
 from scipy.stats import spearmanr
 
 from mcp_interp.core.engine.ablation.targets import Ablation, HeadTarget
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.loader.tiny import tiny_tokenizer_dir
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.answers import resolve_answers
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.corpora import ioi_pairs
-from mcp_interp.models import load_model, tiny_tokenizer_dir
 
 NEOX_PAIRS = [  # (clean, corrupt, correct, incorrect) in the tiny tokenizer's vocabulary
     ("when mary and john went to the store , john gave a drink to", "when mary and john went to the store , mary gave "

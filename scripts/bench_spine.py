@@ -84,8 +84,8 @@ def bare_forward_seconds(model_name: str, cache: str, repeats: int) -> float:
     os.environ["MCP_INTERP_CACHE"] = cache
     import torch
 
+    from mcp_interp.core.engine.backend.loader.load import load_model
     from mcp_interp.core.engine.text.tokens import encode
-    from mcp_interp.models import load_model
 
     model = load_model(model_name)
     batch = encode(model.tokenizer, ioi_arguments()["prompts"])
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-first-load", action="store_true", help="Only measure the cached load.")
     args = parser.parse_args()
-    from mcp_interp.models import cache_dir
+    from mcp_interp.folders import cache_dir
 
     rows = []
     if not args.skip_first_load and args.model == "smollm2-135m":

@@ -105,14 +105,14 @@ def run_calls(model: str, device: str, dtype: str, backend: str, calls: list[tup
     import torch
     from mcp import Client
 
-    from mcp_interp.engines import LoadOptions
+    from mcp_interp.core.engine.backend.loader.options import LoadOptions
+    from mcp_interp.host import ModelHost
     from mcp_interp.mcp.server import build_server
-    from mcp_interp.session import Session
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     options = LoadOptions(backend=backend, gpu_memory_utilization=0.4)  # type: ignore[arg-type]
-    session = Session(model, Path("/tmp/mcp-interp-gpu-check"), device=device, dtype=dtype, options=options)
+    session = ModelHost(model, Path("/tmp/mcp-interp-gpu-check"), device=device, dtype=dtype, options=options)
 
     async def go() -> list[tuple[dict[str, Any] | str, float, float]]:
         out: list[tuple[dict[str, Any] | str, float, float]] = []

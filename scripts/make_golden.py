@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mcp_interp.models import load_model  # noqa: E402
+from mcp_interp.core.engine.backend.loader.load import load_model  # noqa: E402
 from tests.smollm2_references import GOLDEN, compute_all  # noqa: E402
 
 

@@ -27,10 +27,11 @@ import yaml
 from safetensors.torch import save_file
 
 from mcp_interp.core.engine.backend.bridge import hf_model
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_mlp_input, hook_mlp_out
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.corpora import corpora_dir
-from mcp_interp.models import LoadedModel, load_model
 
 MAX_TOKENS = 160
 

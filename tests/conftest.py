@@ -14,10 +14,12 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.core.engine.backend.loader.load import boot, load_model
+from mcp_interp.core.engine.backend.loader.tiny import build_tiny
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.components import Head
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel, boot, build_tiny, load_model
-from mcp_interp.session import Session
 
 
 @pytest.fixture
@@ -29,7 +31,7 @@ def anyio_backend() -> str:
 def temporary_folders_are_allowed(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Tests write SAEs, lenses and transcoders under pytest's temporary folder: make it an allowed root for client
     paths (``mcp_interp.paths``), here and in every server process a test starts (the variable is inherited)."""
-    from mcp_interp import paths
+    import mcp_interp.paths as paths
 
     os.environ[paths.ENV] = str(tmp_path_factory.getbasetemp().resolve())
 
@@ -45,13 +47,13 @@ def embedded() -> LoadedModel:
 
 
 @pytest.fixture
-def tiny_session(tiny: LoadedModel, tmp_path: Path) -> Session:
-    """A Session whose loader hands back the already-built tiny model (built once per test run)."""
-    return Session("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
+def tiny_session(tiny: LoadedModel, tmp_path: Path) -> ModelHost:
+    """A ModelHost whose loader hands back the already-built tiny model (built once per test run)."""
+    return ModelHost("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
 
 
 @pytest.fixture
-async def tiny_client(tiny_session: Session) -> AsyncIterator[Client]:
+async def tiny_client(tiny_session: ModelHost) -> AsyncIterator[Client]:
     """An in-process MCP client of a server over ``tiny_session`` (every in-process server test starts here)."""
     async with Client(build_server(tiny_session)) as client:
         yield client

@@ -11,7 +11,7 @@ import torch
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, Tool
 
-from mcp_interp.models import LoadedModel
+from mcp_interp.core.engine.backend.model import LoadedModel
 
 EXPECTED_TOOLS = {
     "model_info",

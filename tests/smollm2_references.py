@@ -19,8 +19,8 @@ import pandas as pd
 import torch
 from transformer_lens import patching
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.corpora import ioi_pairs
-from mcp_interp.models import LoadedModel
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "smollm2_transformer_lens.json"
 PAIRS = ioi_pairs()[:2]  # two pairs keep TransformerLens' one forward per cell affordable

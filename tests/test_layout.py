@@ -1,15 +1,16 @@
-"""The package's layout: imports point down the layers of DESIGN.md, no two modules import each other,
-the MCP adapters stay thin, and ``core/`` is one engine plus one folder per tool family.
+"""The package's layout: imports point down the floors of docs/layout.md, no module imports the package root but the
+entry points, no circle (lazy imports counted), the MCP adapters stay thin, and ``core/`` is one engine plus one folder
+per tool family.
 
-Walks every import statement (including ones inside functions) with ``ast``, so a lazy import that
-reaches upward is caught too. Layers, lowest first:
+Walks every import (statements inside functions too, and ``importlib.import_module("…")`` strings), so a lazy import
+that reaches upward or closes a circle is caught. Floors, lowest first, each a package or a set of top-level modules:
 
-    schemas  <  base utilities  <  models  <  core  <  session  <  mcp (adapters)  <  entry points
+    schemas  <  base utilities  <  core/engine  <  core/<family>  <  host  <  mcp (adapters)  <  app (entry points)
 
-A module may import its own layer or lower. ``schemas/`` imports nothing else from the project;
-neither ``schemas/`` nor ``core/`` imports the MCP SDK. In ``mcp/``, no module imports a family's adapter (the
-modules ``server.py`` registers in ``FAMILIES``) but ``server.py``, only a family's own adapter imports its
-``core/<family>/``, and only ``sdk_internals.py`` reaches into the SDK's internals.
+A module may import its own floor or lower. ``schemas/`` imports nothing else from the project; neither ``schemas/`` nor
+``core/`` imports the MCP SDK. In ``mcp/``, no module imports a family's adapter (the modules ``server.py`` registers in
+``FAMILIES``) but ``server.py``, only a family's own adapter imports its ``core/<family>/``, and only
+``sdk_internals.py`` reaches into the SDK's internals.
 """
 
 from __future__ import annotations
@@ -20,35 +21,30 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mcp_interp"
+ROOT = "mcp_interp"
 
-LAYERS: list[tuple[str, ...]] = [
+FLOORS: list[tuple[str, ...]] = [
     ("mcp_interp.schemas",),
-    (
-        "mcp_interp",
+    (  # base utilities: no model, no MCP
+        "mcp_interp.version",
         "mcp_interp.errors",
         "mcp_interp.limits",
         "mcp_interp.names",
+        "mcp_interp.folders",
+        "mcp_interp.paths",
         "mcp_interp.corpora",
-        "mcp_interp.store",
         "mcp_interp.figures",
+        "mcp_interp.store",
         "mcp_interp.ledger",
         "mcp_interp.investigation",
     ),
-    ("mcp_interp.models", "mcp_interp.engines", "mcp_interp.paths", "mcp_interp.core.engine.backend"),
+    ("mcp_interp.core.engine",),
     ("mcp_interp.core",),
-    ("mcp_interp.session",),
+    ("mcp_interp.host",),
     ("mcp_interp.mcp",),
-    (
-        "mcp_interp.http",
-        "mcp_interp.stdio",
-        "mcp_interp.doctor",
-        "mcp_interp.embedded_setup",
-        "mcp_interp.cli",
-        "mcp_interp.__main__",
-        "mcp_interp.api",
-        "mcp_interp.investigation.rerun",  # what an exported script or notebook runs: the public API
-    ),
+    ("mcp_interp.app", ROOT, "mcp_interp.__main__"),
 ]
+ENTRY_POINTS = ("cli", "stdio", "http", "doctor", "embedded_setup", "api", "rerun")
 
 
 def module_name(path: Path) -> str:
@@ -57,25 +53,35 @@ def module_name(path: Path) -> str:
 
 
 def layer_of(module: str) -> int:
-    """The layer of the longest prefix that names ``module`` (``mcp_interp.core.swap.stats`` → core); the bare
+    """The floor of the longest prefix that names ``module`` (``mcp_interp.core.swap.stats`` → core); the bare
     package ``mcp_interp`` (its ``__init__``) covers only itself, so a new top-level module must be placed."""
     best = (-1, -1)
-    for rank, prefixes in enumerate(LAYERS):
+    for rank, prefixes in enumerate(FLOORS):
         for prefix in prefixes:
-            covers = module == prefix or (prefix != "mcp_interp" and module.startswith(prefix + "."))
+            covers = module == prefix or (prefix != ROOT and module.startswith(prefix + "."))
             if covers and len(prefix) > best[1]:
                 best = (rank, len(prefix))
     if best[0] < 0:
-        raise AssertionError(f"{module} is in no layer: add it to LAYERS in {Path(__file__).name}")
+        raise AssertionError(f"{module} is on no floor: add it to FLOORS in {Path(__file__).name}")
     return best[0]
 
 
 def imports_of(path: Path) -> set[str]:
     """Every module ``path`` imports, absolute, with relative imports resolved."""
-    here = module_name(path)
-    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    return imports_in(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
+
+
+def imports_in(source: str, here: str, is_package: bool = False) -> set[str]:
+    """Every module ``source`` (the module ``here``) imports: import statements anywhere (inside functions too), with
+    relative imports resolved, and the constant names given to ``importlib.import_module`` (a lazy import is an
+    import). ``from mcp_interp import x`` imports the module ``mcp_interp.x`` when there is one, else the root."""
+    package = here if is_package else here.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            if name == "import_module" and node.args and isinstance(node.args[0], ast.Constant):
+                found.add(str(node.args[0].value))
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -83,9 +89,11 @@ def imports_of(path: Path) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            found.add(base)
-            # `from mcp_interp.core.lens import dla` imports the module mcp_interp.core.lens.dla
-            found.update(f"{base}.{alias.name}" for alias in node.names if is_module(f"{base}.{alias.name}"))
+            # `from mcp_interp.core.lens import dla` imports the module mcp_interp.core.lens.dla (and its package)
+            modules = {f"{base}.{alias.name}" for alias in node.names if is_module(f"{base}.{alias.name}")}
+            found.update(modules)
+            if len(modules) < len(node.names) or base != ROOT:
+                found.add(base)  # a name defined in `base` itself: `from mcp_interp import __version__` is the root
     return found
 
 
@@ -147,7 +155,7 @@ def test_the_walk_sees_the_imports_it_must_judge() -> None:
     assert "mcp_interp.core.engine.numbers.metrics" in GRAPH["mcp_interp.core.readouts.predictions"]
     assert "mcp_interp.schemas.common" in GRAPH["mcp_interp.core.engine.numbers.metrics"]
     assert "mcp_interp.mcp.toolkit" in GRAPH["mcp_interp.mcp.server"]
-    assert "mcp_interp.session" in GRAPH["mcp_interp.mcp.toolkit"]
+    assert "mcp_interp.host" in GRAPH["mcp_interp.mcp.toolkit"]
     bridge = "mcp_interp.core.engine.backend.bridge"
     assert layer_of("mcp_interp.schemas.swap") < layer_of(bridge) < layer_of("mcp_interp.mcp.lens")
 
@@ -295,12 +303,15 @@ def test_no_top_level_name_is_defined_twice_across_core_and_schemas() -> None:
     assert list(names_defined_twice(planted)) == ["finite"]
 
 
-# --- the seam: only core/engine/backend/ (and models.py, which boots the model) runs the model -------------------
+# --- the seam: only core/engine/backend/ (its loader boots the model) runs the model --------------------------------
 
 SEAM = f"{ENGINE}.backend"
-SEAM_OWNERS = ("mcp_interp.models", "mcp_interp.engines")
 # What families and the rest of the engine may import from the seam: its vocabulary and results, never its internals.
-SEAM_PUBLIC = {f"{SEAM}.{name}" for name in ("points", "sites", "edits", "forward", "capabilities", "jacobian_lens")}
+# The loaded model and its loader are public too: the host loads the model, families receive it.
+SEAM_PUBLIC = {
+    f"{SEAM}.{name}"
+    for name in ("points", "sites", "edits", "forward", "capabilities", "jacobian_lens", "model", "loader")
+}
 # Calls that run the model or reach into it: installing hooks, TransformerLens' caching runs, autograd.
 RUNS_THE_MODEL = {
     "run_with_cache",
@@ -314,8 +325,13 @@ RUNS_THE_MODEL = {
 }
 
 
+def is_public(name: str) -> bool:
+    """Whether ``name`` is one of the seam's public modules or inside one (the loader is a package)."""
+    return any(name == public or name.startswith(public + ".") for public in SEAM_PUBLIC)
+
+
 def in_seam(module: str) -> bool:
-    return module == SEAM or module.startswith(SEAM + ".") or module in SEAM_OWNERS
+    return module == SEAM or module.startswith(SEAM + ".")
 
 
 def seam_violations(source: str, module: str) -> list[str]:
@@ -341,7 +357,9 @@ def seam_violations(source: str, module: str) -> list[str]:
             for name in names:
                 if name.split(".")[0] == "transformer_lens":
                     found.append(f"{module}:{line} imports transformer_lens")
-                elif name.startswith(SEAM + ".") and name not in SEAM_PUBLIC:
+                elif name.startswith(SEAM + ".") and not any(
+                    name == p or name.startswith(p + ".") for p in SEAM_PUBLIC
+                ):
                     found.append(f"{module}:{line} imports the seam's internals ({name})")
     return found
 

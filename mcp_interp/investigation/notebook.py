@@ -23,7 +23,7 @@ MAX_ARGUMENTS = 1500  # characters of a call's arguments shown in its Markdown c
 
 SETUP = """from IPython.display import Image, display
 
-from mcp_interp.investigation.rerun import HEADER, Rerun
+from mcp_interp.app.rerun import HEADER, Rerun
 
 MODEL = {model!r}
 FINGERPRINT = {fingerprint!r}

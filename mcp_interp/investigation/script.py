@@ -56,7 +56,8 @@ CALLS = {calls}
 def main(argv):
     as_json = "--json" in argv
     say = (lambda text: print(text, file=sys.stderr)) if as_json else print
-    from mcp_interp.investigation.rerun import HEADER, FingerprintMismatch, Rerun
+    from mcp_interp.app.rerun import HEADER, Rerun
+    from mcp_interp.errors import FingerprintMismatch
 
     try:
         rerun = Rerun(MODEL, FINGERPRINT, ATOL, RTOL)

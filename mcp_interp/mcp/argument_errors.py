@@ -18,25 +18,25 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.recording import recorded
 from mcp_interp.mcp.sdk_internals import input_schema, parsed_arguments
-from mcp_interp.session import Session
 
 
 class Server(MCPServer[Any]):
     """The SDK's server, with one change: a call whose arguments fail the input schema gets ``argument_error``'s
     words (field, value given, what is accepted) instead of pydantic's report and its errors.pydantic.dev links.
     ``call_tool`` is where every tools/call passes and the only place that still sees the ``ValidationError``; it is
-    also where every call is recorded in the ledger of ``recorded_session`` (set by ``build_server``)."""
+    also where every call is recorded in the ledger of ``recorded_host`` (set by ``build_server``)."""
 
-    recorded_session: Session | None = None
+    recorded_host: ModelHost | None = None
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        if self.recorded_session is None:
+        if self.recorded_host is None:
             return await self._call_tool(name, arguments, context)
-        return await recorded(self.recorded_session, name, arguments, lambda: self._call_tool(name, arguments, context))
+        return await recorded(self.recorded_host, name, arguments, lambda: self._call_tool(name, arguments, context))
 
     async def _call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None

@@ -9,7 +9,7 @@ from typing import Annotated
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
-from mcp_interp import figures
+import mcp_interp.figures as figures
 from mcp_interp.core.circuits import figures as circuits_figures
 from mcp_interp.core.circuits.attribution import EdgeScores
 from mcp_interp.core.circuits.faithfulness_job import (
@@ -21,6 +21,7 @@ from mcp_interp.core.circuits.faithfulness_job import (
 )
 from mcp_interp.core.circuits.job import EdgeAttributionJob, graph_figure_data
 from mcp_interp.core.circuits.path import PathPatchJob
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.errors import InputError
 from mcp_interp.mcp.arguments import (
     Answers,
@@ -32,7 +33,6 @@ from mcp_interp.mcp.arguments import (
 )
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import (
     CircuitAblation,
     CircuitFaithfulnessResult,
@@ -155,7 +155,7 @@ def stored_circuit(kit: Toolkit, uri: str) -> tuple[list[list[str]], StoredChoic
     if kind != "circuit" or not entry:
         raise InputError(f"`circuit` must be a circuit:// URI from find_circuit, got {uri[:80]!r}.")
     data = json.loads(kit.read_entry("circuit", entry))
-    if data.get("model") != kit.session.model_ref().fingerprint:
+    if data.get("model") != kit.host.model_ref().fingerprint:
         raise InputError(
             "This circuit was found on other weights (its model fingerprint differs): run find_circuit on this model."
         )
@@ -252,7 +252,7 @@ async def find_circuit(
     assert job.result is not None and job.scores is not None and job.circuit is not None and job.graph is not None
     assert job.choice is not None
     stored = {
-        "model": kit.session.model_ref().fingerprint,
+        "model": kit.host.model_ref().fingerprint,
         "granularity": granularity,
         "k": job.choice.k,
         "nodes": [n.node for n in job.result.nodes],

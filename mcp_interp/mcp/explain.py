@@ -44,7 +44,7 @@ async def explain(
     uris, links = {link.name: uri for uri, link in drawn}, [link for _, link in drawn]
     job.result.stage_seconds["figures"] = round(time.perf_counter() - figure_started, 3)
     job.result.figure_uris = list(uris.values())
-    report = report_markdown(job.result, kit.session.model_ref(), uris)
+    report = report_markdown(job.result, kit.host.model_ref(), uris)
     job.result.report_uri, report_link = kit.store("report", report.encode(), "explain report")
     result = kit.with_provenance(ExplainResult, job.result, started)
     summary = "\n".join(["explain: " + result.findings[0], *result.findings[1:], f"Report: {result.report_uri}"])

@@ -232,7 +232,7 @@ async def feature_examples(
 def explanation_documents(kit: Toolkit, key: str, fingerprint: str) -> list[tuple[dict[str, Any], ScoredExplanation]]:
     """Every stored explanation of the feature ``key`` on these weights, newest first (read from disk without
     refreshing the store's least-recently-used order)."""
-    store = kit.session.store
+    store = kit.host.store
     found = []
     for entry in reversed(store.ids("explanation")):
         try:
@@ -290,7 +290,7 @@ async def score_explanation(
     with error_boundary():
         entry, record = quiz_record(kit, quiz_id)
     arguments["quiz_id"] = None if entry is None else f"quiz://{entry}"
-    fingerprint = kit.session.model_ref().fingerprint
+    fingerprint = kit.host.model_ref().fingerprint
 
     def history(key: str) -> list[dict[str, Any]]:
         return [document for document, _ in explanation_documents(kit, key, fingerprint)]
@@ -316,7 +316,7 @@ async def score_explanation(
         links.append(link)
         if entry is not None and record is not None:
             record["scored_by"] = measurement.explanation_uri
-            kit.session.store.replace("quiz", entry, json.dumps(record).encode(), [measurement.explanation_uri])
+            kit.host.store.replace("quiz", entry, json.dumps(record).encode(), [measurement.explanation_uri])
     result = kit.with_provenance(ScoreExplanationResult, measurement, started)
     parts = [f"score_explanation {result.feature.key}:"]
     if result.generation is not None:

@@ -10,13 +10,13 @@ from typing import Annotated
 from mcp.types import CallToolResult
 from pydantic import Field
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.graphs import figures as graphs_figures
 from mcp_interp.core.graphs.intervene import graph_intervene as measure_intervention
 from mcp_interp.core.graphs.job import DEFAULT_MAX_FEATURE_NODES, AttributionGraphJob
 from mcp_interp.mcp.arguments import Background
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit, tool_arguments
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.graphs import (
     AttributionGraphResult,
     FeatureIntervention,

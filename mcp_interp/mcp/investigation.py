@@ -11,7 +11,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
-from mcp_interp import investigation
+import mcp_interp.investigation as investigation
 from mcp_interp.errors import InputError
 from mcp_interp.investigation.notebook import notebook as notebook_text
 from mcp_interp.investigation.report import check_claims
@@ -42,11 +42,11 @@ async def export_investigation(
         investigation.check_format(format)
         if claims and format != "md":
             raise InputError("`claims` go in the Markdown report: pass format='md' with them.")
-        entries, notes = investigation.select(kit.session.ledger, calls)
+        entries, notes = investigation.select(kit.host.ledger, calls)
         if not entries:
             raise InputError("The ledger holds no call to export yet: call a tool first, then export.")
         checked = check_claims([c.model_dump() for c in claims or []], entries)
-        model = model_record(kit.session) or next((e.model for e in entries if e.model), None)
+        model = model_record(kit.host) or next((e.model for e in entries if e.model), None)
         if model is None:
             raise InputError("The model has not loaded, so there is no fingerprint to check: call model_info first.")
         name, fingerprint = model["name"], model["fingerprint"]
@@ -96,7 +96,7 @@ def ledger(page: str, ctx: ToolContext) -> str:
         raise ResourceNotFoundError(f"ledger pages are numbered from 0 (ledger://0); got {page!r}.") from None
     kit = Toolkit.of(ctx)
     settle_jobs(kit)
-    content = kit.session.ledger.page(number)
+    content = kit.host.ledger.page(number)
     if number < 0 or number >= content["pages"]:
         raise ResourceNotFoundError(f"The ledger has pages 0–{content['pages'] - 1}; got {number}.")
     return json.dumps(content)

@@ -9,11 +9,10 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from mcp_interp.errors import InputError
+from mcp_interp.errors import InputError, NotFound
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit, error_boundary
 from mcp_interp.schemas.jobs import JobStatus
-from mcp_interp.store import NotFound
 
 family = Family("jobs")
 CONTROLS_JOBS = ToolAnnotations(

@@ -9,7 +9,8 @@ from typing import Annotated
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from mcp_interp import figures
+import mcp_interp.figures as figures
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.references import load_direction
 from mcp_interp.core.lens.attention import attention as measure_attention
 from mcp_interp.core.lens.concept import concept_from_direction, concept_from_words
@@ -22,7 +23,6 @@ from mcp_interp.core.lens.steer import SteerJob
 from mcp_interp.mcp.arguments import MostRandomDraws
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import (
     AttentionResult,
     DLAResult,

@@ -106,7 +106,7 @@ def install(server: MCPServer[Toolkit], toolkit: Toolkit) -> None:
 
 def stored_resources(toolkit: Toolkit) -> list[Resource]:
     """The newest ``LISTED`` stored entries of each kind, as concrete resources."""
-    store = toolkit.session.store
+    store = toolkit.host.store
     out = []
     for kind in KINDS:
         for entry_id in reversed(store.ids(kind)[-LISTED:]):
@@ -126,7 +126,7 @@ def completions(toolkit: Toolkit, ref: PromptReference | ResourceTemplateReferen
         kind = ref.uri.partition("://")[0]
         if kind not in KINDS:
             return []
-        return [i for i in reversed(toolkit.session.store.ids(kind)) if i.startswith(value)]
+        return [i for i in reversed(toolkit.host.store.ids(kind)) if i.startswith(value)]
     choices = PROMPT_CHOICES.get((ref.name, name))
     if choices is not None:
         shipped = sorted(p.stem for p in corpora_dir().glob("*.json"))
@@ -141,8 +141,8 @@ def component_completions(toolkit: Toolkit, value: str) -> list[str]:
         return []
     model = None
     with contextlib.suppress(Exception):  # completions never wait for, or fail on, a model still loading
-        if toolkit.session.state == "ready":
-            model = toolkit.session.wait_loaded(0)
+        if toolkit.host.state == "ready":
+            model = toolkit.host.wait_loaded(0)
     if model is None:
         return []
     cfg = model.cfg

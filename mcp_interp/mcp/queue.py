@@ -22,8 +22,9 @@ from datetime import UTC, datetime
 
 from mcp.types import CallToolResult, TextContent
 
+from mcp_interp.errors import NotFound
 from mcp_interp.schemas.jobs import JobProgress, JobStatus
-from mcp_interp.store import NotFound, Store, parse_uri
+from mcp_interp.store import Store, parse_uri
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,16 @@ class JobQueue:
             with contextlib.suppress(asyncio.CancelledError):
                 await record.task
         return self.status(uri)
+
+    async def shutdown(self) -> None:
+        """Cancel every job not yet finished and wait for each to stop (a running one at its step boundary), so the
+        server's end leaves no task behind and every record says how its job ended ("cancelled")."""
+        unfinished = [r.task for r in self.records.values() if r.task is not None and not r.task.done()]
+        for task in unfinished:
+            task.cancel()
+        for task in unfinished:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _persist(self, record: JobRecord, force: bool = False) -> None:
         moment = time.perf_counter()

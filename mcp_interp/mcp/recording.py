@@ -18,32 +18,32 @@ from typing import Any, TypeVar
 
 from mcp.types import CallToolResult, TextContent
 
+from mcp_interp.host import ModelHost
 from mcp_interp.ledger import VERSIONED, Ledger, uris_at
 from mcp_interp.mcp.toolkit import Toolkit
-from mcp_interp.session import Session
 from mcp_interp.store import parse_uri
 
 T = TypeVar("T")
 
 
-def handle_hashes(session: Session, arguments: dict[str, Any]) -> dict[str, str | None]:
+def handle_hashes(host: ModelHost, arguments: dict[str, Any]) -> dict[str, str | None]:
     """The sha256 of each stored URI in ``arguments`` (None for one no longer stored)."""
     hashes: dict[str, str | None] = {}
     for uri in uris_at(arguments).values():
         try:
             stored = parse_uri(uri)
-            hashes[uri] = hashlib.sha256(session.store.path(stored.kind, stored.id).read_bytes()).hexdigest()
+            hashes[uri] = hashlib.sha256(host.store.path(stored.kind, stored.id).read_bytes()).hexdigest()
         except (LookupError, OSError):
             hashes[uri] = None
     return hashes
 
 
-def model_record(session: Session) -> dict[str, Any] | None:
+def model_record(host: ModelHost) -> dict[str, Any] | None:
     """Which weights and libraries answered (None while the model is not loaded, or failed to load)."""
-    if session.state != "ready":
+    if host.state != "ready":
         return None
     try:
-        ref = session.model_ref()
+        ref = host.model_ref()
     except Exception:
         return None
     return {
@@ -53,22 +53,22 @@ def model_record(session: Session) -> dict[str, Any] | None:
     }
 
 
-async def recorded(session: Session, tool: str, arguments: dict[str, Any], call: Callable[[], Awaitable[T]]) -> T:
-    """``call()``, recorded in ``session.ledger``; its result or exception passes through unchanged."""
-    ledger: Ledger = session.ledger
+async def recorded(host: ModelHost, tool: str, arguments: dict[str, Any], call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, recorded in ``host.ledger``; its result or exception passes through unchanged."""
+    ledger: Ledger = host.ledger
     entry = ledger.open(
-        tool, dict(arguments), handle_hashes(session, arguments), datetime.now(UTC).isoformat(timespec="seconds")
+        tool, dict(arguments), handle_hashes(host, arguments), datetime.now(UTC).isoformat(timespec="seconds")
     )
     started = time.perf_counter()
     try:
         result = await call()
     except BaseException as exc:
         entry.elapsed_s = round(time.perf_counter() - started, 6)
-        entry.model = model_record(session)
+        entry.model = model_record(host)
         ledger.close(entry, None, str(exc) or type(exc).__name__)
         raise
     entry.elapsed_s = round(time.perf_counter() - started, 6)
-    entry.model = model_record(session)
+    entry.model = model_record(host)
     if isinstance(result, CallToolResult) and result.is_error:
         text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
         ledger.close(entry, None, text or "error")
@@ -83,10 +83,10 @@ async def recorded(session: Session, tool: str, arguments: dict[str, Any], call:
 
 def settle_jobs(kit: Toolkit) -> None:
     """Fill in the background calls whose jobs have finished since they were recorded."""
-    for entry in kit.session.ledger.pending_jobs():
+    for entry in kit.host.ledger.pending_jobs():
         try:
             status = kit.jobs.status(entry.job_uri or "")
         except LookupError:
-            kit.session.ledger.settle(entry, "lost", None, f"{entry.job_uri} is no longer stored")
+            kit.host.ledger.settle(entry, "lost", None, f"{entry.job_uri} is no longer stored")
             continue
-        kit.session.ledger.settle(entry, status.state, status.result, status.error)
+        kit.host.ledger.settle(entry, status.state, status.result, status.error)

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from mcp.server import MCPServer
 
-from mcp_interp import __version__
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp import (
     circuits,
     explain,
@@ -32,7 +32,7 @@ from mcp_interp.mcp import (
 from mcp_interp.mcp.argument_errors import Server
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import Toolkit
-from mcp_interp.session import Session
+from mcp_interp.version import __version__
 
 INSTRUCTIONS = """\
 mcp-interp runs mechanistic-interpretability measurements on a transformer loaded in this server.
@@ -80,18 +80,21 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
-def build_server(session: Session) -> MCPServer[Toolkit]:
-    """A server over ``session``; the model starts loading when the server starts (its lifespan), so
+def build_server(host: ModelHost) -> MCPServer[Toolkit]:
+    """A server over ``host``; the model starts loading when the server starts (its lifespan), so
     ``initialize`` and ``tools/list`` answer at once while the weights load."""
-    toolkit = Toolkit(session)
+    toolkit = Toolkit(host)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Toolkit]) -> AsyncIterator[Toolkit]:
-        session.start_loading()
-        yield toolkit
+        host.start_loading()
+        try:
+            yield toolkit
+        finally:  # the server is stopping: no background job outlives it half-run
+            await toolkit.jobs.shutdown()
 
     server = Server("mcp-interp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
-    server.recorded_session = session
+    server.recorded_host = host
     for family in FAMILIES:
         family.register(server)
     protocol.install(server, toolkit)

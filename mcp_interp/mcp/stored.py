@@ -10,11 +10,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent
 from pydantic import Field
 
-from mcp_interp import figures
+import mcp_interp.figures as figures
+from mcp_interp.errors import NotFound
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit
 from mcp_interp.schemas.common import FigureInfo
-from mcp_interp.store import NotFound
 
 family = Family("stored")
 
@@ -29,7 +29,7 @@ async def get_figure(
     try:
         if kind != "figure":
             raise NotFound(f"{uri[:100]!r} is not a figure URI; figure URIs look like figure://<32 hex>.")
-        png = Toolkit.of(ctx).session.store.get("figure", figure_id)
+        png = Toolkit.of(ctx).host.store.get("figure", figure_id)
         width, height = figures.png_size(png)
     except (NotFound, ValueError) as exc:
         raise ToolError(str(exc)) from exc

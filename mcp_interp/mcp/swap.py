@@ -10,7 +10,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ResourceLink
 from pydantic import Field
 
-from mcp_interp import __version__
 from mcp_interp.core.swap import artifact
 from mcp_interp.core.swap import figures as swap_figures
 from mcp_interp.core.swap.benchmark import SwapBenchmarkJob, prepare_benchmark
@@ -30,6 +29,7 @@ from mcp_interp.schemas.swap import (
     VerifyArtifactResult,
 )
 from mcp_interp.store import parse_uri
+from mcp_interp.version import __version__
 
 family = Family("swap")
 
@@ -143,10 +143,10 @@ async def store_artifact(
 ) -> ResourceLink:
     """The versioned, fingerprinted JSON document of the run, stored and named in the result."""
     timing = {"elapsed_s": round(time.perf_counter() - started, 3)}
-    document = artifact.benchmark_document(job, kit.session.model_ref(), __version__, timing)
+    document = artifact.benchmark_document(job, kit.host.model_ref(), __version__, timing)
     uri, link = kit.store("artifact", artifact.encode_artifact(document), "causal swap artifact")
     measurement.artifact_uri = uri
-    measurement.artifact_path = str(kit.session.store.path("artifact", uri.partition("://")[2]))
+    measurement.artifact_path = str(kit.host.store.path("artifact", uri.partition("://")[2]))
     measurement.fingerprints = document["fingerprints"]
     return link
 

@@ -33,16 +33,16 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import BaseModel
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.references import resolve_references
-from mcp_interp.errors import InputError, InterpError, NumericalError
+from mcp_interp.errors import InputError, InterpError, NotFound, NumericalError
 from mcp_interp.figures import Plot
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.queue import JobQueue, current_job
 from mcp_interp.mcp.results import DEFAULT_TOP, compact, cut_note, summary_text
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Measurement, Provenance
-from mcp_interp.session import Session
-from mcp_interp.store import MIME_TYPES, URI_PATTERN, NotFound
+from mcp_interp.store import MIME_TYPES, URI_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +69,9 @@ def error_boundary() -> Iterator[None]:
 
 
 class Toolkit:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.jobs = JobQueue(session.store)
+    def __init__(self, host: ModelHost) -> None:
+        self.host = host
+        self.jobs = JobQueue(host.store)
 
     @staticmethod
     def of(ctx: ToolContext) -> Toolkit:
@@ -84,16 +84,16 @@ class Toolkit:
         """The loaded model; while it loads, report progress about once a second instead of failing."""
 
         async def report_wait(seconds: float) -> None:
-            message = f"waiting for model {self.session.model_name} to finish loading ({seconds:.0f} s so far)"
+            message = f"waiting for model {self.host.model_name} to finish loading ({seconds:.0f} s so far)"
             await self.report(ctx, 0, None, message)
 
         with error_boundary():
-            return await self.session.model(on_wait=report_wait)
+            return await self.host.model(on_wait=report_wait)
 
     async def call(self, fn: Callable[..., T], *args: Any, locked: bool = True) -> T:
         """``fn(*args)`` on the model thread under the model lock (``locked=False``: a worker thread, for work
         that runs no forward pass, so it never waits behind a long scan)."""
-        runner = self.session.run if locked else self.session.run_unlocked
+        runner = self.host.run if locked else self.host.run_unlocked
         with error_boundary():
             return await runner(fn, *args)
 
@@ -138,7 +138,7 @@ class Toolkit:
 
     def direction_lookup(self, direction_id: str) -> bytes:
         """A stored direction's JSON by id (``NotFound``, a ``LookupError``, for an unknown one)."""
-        return self.session.store.get("direction", direction_id)
+        return self.host.store.get("direction", direction_id)
 
     async def run_job(self, ctx: ToolContext, job: Job[Any]) -> None:
         """Drive a long job one step per model-thread hop, reporting MCP progress after each step.
@@ -151,7 +151,7 @@ class Toolkit:
             async def progress(done: int, message: str) -> None:
                 await self.report(ctx, done, total, message)
 
-            await self.session.run_steps(job.steps(), progress)
+            await self.host.run_steps(job.steps(), progress)
 
     async def measured_job(self, ctx: ToolContext, make_job: Callable[[LoadedModel], J]) -> tuple[J, float]:
         """The common body of a long tool: the job built on the loaded model, run with progress and cancellation;
@@ -167,7 +167,7 @@ class Toolkit:
     def with_provenance(self, result_type: type[R], measurement: Measurement, started: float) -> R:
         """The measurement plus which weights produced it, a fresh run id and the wall time since ``started``."""
         provenance = Provenance(
-            model=self.session.model_ref(), run_id=uuid.uuid4().hex, elapsed_s=round(time.perf_counter() - started, 6)
+            model=self.host.model_ref(), run_id=uuid.uuid4().hex, elapsed_s=round(time.perf_counter() - started, 6)
         )
         return result_type(**dict(measurement), **dict(provenance))
 
@@ -176,7 +176,7 @@ class Toolkit:
     async def figure(self, title: str, render: Callable[..., bytes], *args: Any) -> tuple[str, ResourceLink]:
         """Render a PNG on the figure thread, store it, and return its ``figure://`` URI and a link."""
         with error_boundary():
-            png = await self.session.render(render, *args)
+            png = await self.host.render(render, *args)
         return self.store("figure", png, title)
 
     async def draw(self, plot: Plot) -> tuple[str, ResourceLink]:
@@ -186,21 +186,21 @@ class Toolkit:
     def store(self, kind: str, data: bytes, name: str, references: list[str] | None = None) -> tuple[str, ResourceLink]:
         """Store ``data`` as a new entry of ``kind`` (figure, report, artifact, …) that keeps the stored entries it
         ``references`` alive; its URI and a resource link."""
-        stored = self.session.store.put(kind, data, references or ())
+        stored = self.host.store.put(kind, data, references or ())
         link = ResourceLink(type="resource_link", uri=stored.uri, name=name, mime_type=MIME_TYPES[kind], size=len(data))
         return stored.uri, link
 
     def read(self, kind: str, entry_id: str) -> bytes:
         """A stored entry's bytes for a resource read; an unknown, evicted or malformed id is a resource error."""
         try:
-            return self.session.store.get(kind, entry_id)
+            return self.host.store.get(kind, entry_id)
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from exc
 
     def read_entry(self, kind: str, entry_id: str) -> bytes:
         """A stored entry's bytes for a tool (a handle passed back in); unknown or evicted ids are input errors."""
         try:
-            return self.session.store.get(kind, entry_id)
+            return self.host.store.get(kind, entry_id)
         except NotFound as exc:
             raise InputError(str(exc)) from None
 

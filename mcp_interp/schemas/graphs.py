@@ -23,6 +23,9 @@ LOGIT_SOFTCAP = (
     "probabilities after the cap."
 )
 
+TranscoderKind = Literal["transcoder_set", "cross_layer_transcoder"]
+"""One transcoder per layer, or cross-layer transcoders (each layer's features write to every later MLP)."""
+
 
 class TranscoderInfo(BaseModel):
     """Which transcoders produced the features, as read from their files."""
@@ -30,7 +33,7 @@ class TranscoderInfo(BaseModel):
     source: str = Field(description="The `transcoders` argument as given (a folder or a hub id).")
     folder: str = Field(description="Where the files were read (the folder, or its place in a local cache).")
     scan: str = Field(description="circuit-tracer's identifier of the set (hub reference or folder).")
-    kind: Literal["transcoder_set", "cross_layer_transcoder"] = Field(
+    kind: TranscoderKind = Field(
         description="transcoder_set: one transcoder per layer, each writing to its own layer; "
         "cross_layer_transcoder: a layer-l feature writes to every layer from l on."
     )

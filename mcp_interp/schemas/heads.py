@@ -95,7 +95,7 @@ class PatchHeadsMeasurement(Measurement):
         default=None, description="With verify_top: the top heads re-run exactly, both numbers side by side."
     )
     figure_uri: str | None = Field(default=None, description="Heatmap of scores (layers × heads), figure://…")
-    engine: str | None = Field(default=None, description="How exact patched runs were computed (exact runs only).")
+    sweep: str | None = Field(default=None, description="How exact patched runs were computed (exact runs only).")
 
 
 class PatchHeadsResult(Provenance, PatchHeadsMeasurement):

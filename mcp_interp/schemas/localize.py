@@ -93,7 +93,7 @@ class PatchMeasurement(Measurement):
     verified: list[VerifiedCell] | None = Field(
         default=None, description="With attribution and verify_top: exact scores of the top cells."
     )
-    engine: str | None = Field(default=None, description="How exact patched runs were computed.")
+    sweep: str | None = Field(default=None, description="How exact patched runs were computed.")
     figure_uri: str | None = Field(default=None, description="Heatmap of scores, figure://…")
 
 

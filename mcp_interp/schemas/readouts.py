@@ -55,7 +55,7 @@ class ModelInfoMeasurement(Measurement):
     dtype: str
     device: str = Field(description="Where inputs go (the embedding's device when the model is placed over several).")
     backend: BackendName = Field(
-        description="The engine running the model: transformers (TransformerBridge: every tool), inspect or vllm "
+        description="The backend running the model: transformers (TransformerBridge: every tool), inspect or vllm "
         "(TransformerLens' RemoteBridge: captures and set/add/scale/suppress edits, no gradients, no weights)."
     )
     device_map: dict[str, str] | None = Field(

@@ -12,12 +12,15 @@ from pydantic import BaseModel, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance
 
+SaeArchitecture = Literal["standard", "jumprelu", "topk"]
+"""How an SAE's encoder turns pre-activations into feature activations (SAELens' names)."""
+
 
 class SaeInfo(BaseModel):
     """Which dictionary produced the numbers, as read from its folder."""
 
     folder: str = Field(description="Resolved path of the SAE folder (cfg.json + sae_weights.safetensors).")
-    architecture: Literal["standard", "jumprelu", "topk"] = Field(
+    architecture: SaeArchitecture = Field(
         description="standard: a = ReLU(pre); jumprelu: a = ReLU(pre) where pre > the feature's threshold, else 0; "
         "topk: only the k largest pre-activations per token are kept (ReLU'd), the rest are 0."
     )

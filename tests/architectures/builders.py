@@ -35,7 +35,7 @@ D_MODEL, N_LAYERS, N_HEADS, D_HEAD, D_MLP = 64, 2, 4, 16, 128
 def _tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-    from mcp_interp.models import tiny_tokenizer_dir
+    from mcp_interp.core.engine.backend.loader.tiny import tiny_tokenizer_dir
 
     return AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir()))
 

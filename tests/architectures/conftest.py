@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_interp.models import LoadedModel, load_model
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.model import LoadedModel
 from tests.architectures.builders import CONFIGS, save_arch
 
 
@@ -44,7 +45,7 @@ def arch_model(arch_folder: Callable[[str], Path]) -> Callable[[str], LoadedMode
 def remote_arch_model(arch_folder: Callable[[str], Path]) -> Callable[[str, str], LoadedModel]:
     """``remote_arch_model(name, backend)``: architecture ``name`` served by a RemoteBridge engine (``inspect``), once
     per session."""
-    from mcp_interp.engines import LoadOptions
+    from mcp_interp.core.engine.backend.loader.options import LoadOptions
 
     loaded: dict[tuple[str, str], LoadedModel] = {}
 

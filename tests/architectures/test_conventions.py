@@ -12,13 +12,14 @@ import pytest
 import torch
 from tokenizers.processors import TemplateProcessing
 
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.lens.attention import attention
 from mcp_interp.core.lens.induction import induction
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.readouts.info import model_info
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel, load_model
 from tests.architectures.builders import save_arch
 
 

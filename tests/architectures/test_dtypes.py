@@ -25,15 +25,16 @@ from mcp import Client
 from mcp_interp.core.circuits.faithfulness_job import CircuitFaithfulnessJob
 from mcp_interp.core.circuits.job import EdgeAttributionJob
 from mcp_interp.core.circuits.path import PathPatchJob
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.core.readouts import predictions
 from mcp_interp.errors import ModelLoadError
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel, load_model
-from mcp_interp.session import Session
 from tests.helpers import IOI_CLEAN, IOI_CORRECT, IOI_CORRUPT, IOI_INCORRECT, assert_valid_structured, tools_by_name
 
 TOLERANCE = {"bfloat16": 0.05, "float16": 0.01}
@@ -123,7 +124,7 @@ def test_reduced_precision_matches_float32(
 @pytest.mark.anyio
 async def test_the_result_says_the_dtype(models: Callable[[str, str], LoadedModel], tmp_path: Path) -> None:
     model = models("neox", "bfloat16")
-    session = Session(model.name, tmp_path / "out", dtype="bfloat16", loader=lambda name, device, dtype: model)
+    session = ModelHost(model.name, tmp_path / "out", dtype="bfloat16", loader=lambda name, device, dtype: model)
     async with Client(build_server(session)) as client:
         tools = await tools_by_name(client)
         result = assert_valid_structured(tools["patch_heads"], await client.call_tool("patch_heads", PAIRS))

@@ -28,13 +28,13 @@ from mcp import Client
 from mcp_interp.core.circuits.attribution import EdgeAttribution
 from mcp_interp.core.engine.backend.bridge import edge_hooks
 from mcp_interp.core.engine.backend.edits import Rewrite
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.patching.pairs import Pairs, prepare_pairs
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.job import AttributionGraphJob
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
 from tests.architectures.test_matrix import session_for  # noqa: F401  (the fixture)
 from tests.graphs.common import PROMPT, frozen_readout, plt_weights, write_plt
 from tests.helpers import IOI_CLEAN, IOI_CORRECT, IOI_CORRUPT, IOI_INCORRECT, assert_valid_structured, tools_by_name
@@ -202,7 +202,7 @@ def receiver_run(model: LoadedModel, pairs: Pairs, kind: str, head: int, delta: 
 async def test_path_patching_and_the_circuit_pins_through_the_tools(
     gptj: LoadedModel,
     component: str,
-    session_for: Callable[[LoadedModel], Session],  # noqa: F811
+    session_for: Callable[[LoadedModel], ModelHost],  # noqa: F811
 ) -> None:
     async with Client(build_server(session_for(gptj))) as client:
         tools = await tools_by_name(client)
@@ -320,8 +320,8 @@ def test_the_per_head_path_on_a_model_offloaded_to_disk_equals_the_one_in_memory
     """Every weight on disk (accelerate's placement ``{'': 'disk'}``): the per-head path reads the projections'
     weights outside their own forward, which the engine brings in for each attention call; a pattern edit runs the
     heads through the projections' own modules."""
-    from mcp_interp.engines import LoadOptions
-    from mcp_interp.models import load_model
+    from mcp_interp.core.engine.backend.loader.load import load_model
+    from mcp_interp.core.engine.backend.loader.options import LoadOptions
 
     options = LoadOptions(device_map="auto", max_memory={"cpu": "60KB"}, offload_folder=str(tmp_path))
     offloaded = load_model(str(arch_folder("gptj")), options=options)

@@ -23,10 +23,11 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.errors import InputError, ModelLoadError
-from mcp_interp.models import LoadedModel, load_model
 from tests.features.test_sae import random_weights, write_sae
 from tests.helpers import IOI_CLEAN, IOI_CORRECT, IOI_INCORRECT, assert_valid_structured, error_text, tools_by_name
 

@@ -30,10 +30,10 @@ from mcp import Client
 from mcp.types import CallToolResult, Tool
 from transformer_lens import patching as tl_patching
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
 from tests.architectures.builders import MATRIX, PARALLEL, POST_NORM
 from tests.features.test_sae import random_weights, write_sae
 from tests.graphs.common import plt_weights, write_plt
@@ -165,8 +165,8 @@ def one_pixel_png() -> bytes:
     )
 
 
-class UnrenderedSession(Session):
-    """A Session whose figures are one stored pixel. Rendering (matplotlib, ~0.3–0.7 s a figure here) does not
+class UnrenderedSession(ModelHost):
+    """A ModelHost whose figures are one stored pixel. Rendering (matplotlib, ~0.3–0.7 s a figure here) does not
     depend on the architecture and is tested on `tiny`; skipping it keeps the matrix to a few minutes. Everything
     up to the figure — the measurement, its result, storing and linking the figure — runs as in a real session."""
 
@@ -175,7 +175,7 @@ class UnrenderedSession(Session):
 
 
 @pytest.fixture
-def session_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[LoadedModel], Session]:
+def session_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[LoadedModel], ModelHost]:
     monkeypatch.setenv("MCP_INTERP_CACHE", str(tmp_path / "cache"))  # fit_lens writes its lens there
     return lambda model: UnrenderedSession(model.name, tmp_path / "out", loader=lambda name, device, dtype: model)
 
@@ -186,7 +186,7 @@ async def test_every_tool_runs_or_refuses_naming_the_feature(
     backend: str,
     arch_model: Callable[[str], LoadedModel],
     remote_arch_model: Callable[[str, str], LoadedModel],
-    session_for: Callable[[LoadedModel], Session],
+    session_for: Callable[[LoadedModel], ModelHost],
     tmp_path: Path,
 ) -> None:
     model = arch_model(arch)  # the local model: the references are computed on it
@@ -327,7 +327,7 @@ def direct_path_reference(model: LoadedModel) -> torch.Tensor:
 
 @pytest.mark.parametrize("arch", EDGES_APPLY)
 async def test_path_patching_equals_transformer_lens_and_the_full_graph_is_faithful(
-    arch: str, arch_model: Callable[[str], LoadedModel], session_for: Callable[[LoadedModel], Session]
+    arch: str, arch_model: Callable[[str], LoadedModel], session_for: Callable[[LoadedModel], ModelHost]
 ) -> None:
     model = arch_model(arch)
     async with Client(build_server(session_for(model))) as client:

@@ -25,9 +25,9 @@ from transformer_lens.tools.analysis.attribution_patching import EdgeAttribution
 from mcp_interp.core.circuits.attribution import EdgeAttribution, graph_of
 from mcp_interp.core.circuits.faithfulness import Ablator
 from mcp_interp.core.engine.backend.bridge import edge_hooks
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.patching.pairs import prepare_pairs
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.models import LoadedModel
 from tests.circuits.common import tl_name
 from tests.helpers import IOI_CLEAN, IOI_CORRECT, IOI_CORRUPT, IOI_INCORRECT
 

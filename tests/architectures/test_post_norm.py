@@ -24,10 +24,10 @@ from mcp import Client
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, frozen_norm, graph_of
 from mcp_interp.core.circuits.faithfulness import Ablator
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.patching.pairs import Pairs, prepare_pairs
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
 from tests.architectures.builders import POST_NORM
 from tests.architectures.test_matrix import session_for  # noqa: F401  (the fixture)
 from tests.helpers import IOI_CLEAN, IOI_CORRECT, IOI_CORRUPT, IOI_INCORRECT, assert_valid_structured, tools_by_name
@@ -145,7 +145,7 @@ def test_a_single_edge_ablation_equals_the_norm_recomputed_by_hand(
 async def test_path_patching_the_full_and_empty_circuits_and_the_exact_check_through_the_tools(
     arch: str,
     arch_model: Callable[[str], LoadedModel],
-    session_for: Callable[[LoadedModel], Session],  # noqa: F811
+    session_for: Callable[[LoadedModel], ModelHost],  # noqa: F811
 ) -> None:
     model = arch_model(arch)
     async with Client(build_server(session_for(model))) as client:

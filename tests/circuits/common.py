@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.models import LoadedModel
 
 CLEAN = ["when mary and john went to the store , john gave a drink to"]
 CORRUPT = ["when mary and john went to the store , mary gave a drink to"]

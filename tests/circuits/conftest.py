@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_interp.models import LoadedModel, boot, build_tiny
+from mcp_interp.core.engine.backend.loader.load import boot
+from mcp_interp.core.engine.backend.loader.tiny import build_tiny
+from mcp_interp.core.engine.backend.model import LoadedModel
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from transformer_lens.tools.analysis.attribution_patching import EdgeAttribution
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
 from mcp_interp.core.circuits.edge_graph import build_graph
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.models import LoadedModel
 from tests.circuits.common import CLEAN, CORRUPT, run_eap, tl_metric, tl_name
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.models import LoadedModel
 from tests.circuits.common import CLEAN, CORRUPT, run_eap, sequential_p
 
 # --- circuit_faithfulness ------------------------------------------------------------------------

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution
+from mcp_interp.core.engine.backend.loader.load import boot
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.models import LoadedModel, boot
 from tests.circuits.common import CLEAN, CORRUPT, run_eap
 
 # --- a known circuit: only one head moves information between positions -------------------------------
@@ -87,7 +88,7 @@ def induction_model() -> LoadedModel:
     """
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from mcp_interp.models import tiny_tokenizer_dir
+    from mcp_interp.core.engine.backend.loader.tiny import tiny_tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir()))
     config = LlamaConfig(

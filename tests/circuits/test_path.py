@@ -9,8 +9,8 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.models import LoadedModel
 from tests.circuits.common import CLEAN, CORRUPT
 
 # --- path_patch ----------------------------------------------------------------------------------

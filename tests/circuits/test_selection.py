@@ -14,9 +14,9 @@ from mcp import Client
 
 from mcp_interp.core.circuits.edge_graph import build_graph
 from mcp_interp.core.circuits.selection import held_out_split, node_circuit, rank
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from tests.circuits.common import CLEAN, CORRUPT, sequential_p
 from tests.helpers import assert_valid_structured, error_text, tools_by_name
 

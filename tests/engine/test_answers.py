@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.answers import parse_answer
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import AnyOf, Intervention
 
 PROMPTS = ["when mary and john went to the store , john gave a drink", "when tom went to the park"]
@@ -98,7 +98,7 @@ def test_sequences_under_an_intervention_and_in_ablate(tiny: LoadedModel) -> Non
 
 
 def test_bad_answers_say_how_to_fix_them(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_interp import limits
+    import mcp_interp.limits as limits
 
     with pytest.raises(InputError, match="non-empty string"):
         readouts.answer_rank(tiny, PROMPTS, "")

@@ -11,10 +11,10 @@ import pytest
 import torch
 from scipy.optimize import brentq
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from tests.features.test_sae import random_weights, write_sae
 

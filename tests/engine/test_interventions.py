@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from mcp_interp.core.engine.ablation.targets import Ablation, derangement, mean_replacement, prepare_ablation
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.components import Head, parse_heads, position_mask
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from tests.helpers import IOI_CLEAN as CLEAN
 
 

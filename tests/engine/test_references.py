@@ -11,9 +11,9 @@ import pytest
 from mcp import Client
 
 from mcp_interp.core.engine.ablation.targets import FeaturesTarget, ablation_from_spec
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries import saelens
 from mcp_interp.core.engine.references import LoadedSaeFeatures, resolve_references
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from tests.features.test_probe import places
 from tests.features.test_sae import random_weights, write_sae

@@ -12,11 +12,11 @@ import torch
 from mcp import Client
 from mcp.types import ResourceLink
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.explain.findings import route_finding
 from mcp_interp.core.explain.job import ExplainJob
 from mcp_interp.figures import png_size
-from mcp_interp.models import LoadedModel
 from tests.helpers import assert_valid_structured, complete_result, stdio_params, tools_by_name
 
 pytestmark = pytest.mark.anyio

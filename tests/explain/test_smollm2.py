@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.lens.dla import dla
 from mcp_interp.corpora import ioi_pairs
-from mcp_interp.models import LoadedModel
 
 pytestmark = pytest.mark.embedded
 

@@ -21,13 +21,15 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.core.engine.backend.loader.load import boot
+from mcp_interp.core.engine.backend.loader.tiny import build_tiny
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.features.examples import FeatureExamplesJob
 from mcp_interp.core.features.explanations import ScoreExplanationJob
 from mcp_interp.errors import InputError
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel, boot, build_tiny
-from mcp_interp.session import Session
 from tests.helpers import assert_valid_structured, tools_by_name
 
 LAYER, NEURON, DIM, WORD = 0, 3, 0, "store"
@@ -199,7 +201,7 @@ def test_a_quiz_draws_held_out_texts_half_firing_and_its_truth_is_the_hand_truth
 
 @pytest.fixture
 async def client(store_neuron_model: LoadedModel, tmp_path: Path) -> AsyncIterator[Client]:
-    session = Session("tiny-store-neuron", tmp_path / "out", loader=lambda name, device, dtype: store_neuron_model)
+    session = ModelHost("tiny-store-neuron", tmp_path / "out", loader=lambda name, device, dtype: store_neuron_model)
     async with Client(build_server(session)) as connected:
         yield connected
 

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.loader.embedded import embedded_cache_folder
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.features.examples import FeatureExamplesJob
 from mcp_interp.corpora import text_corpus
-from mcp_interp.models import LoadedModel, embedded_cache_folder
 
 pytestmark = pytest.mark.embedded
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from mcp_interp.core.engine.backend.edits import Rewrite
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers.stats import clopper_pearson, rank_test
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.features import probe
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 
 COUNTRIES = ["france", "germany", "italy", "spain", "canada", "japan", "china", "india", "egypt", "brazil"]
 CITIES = ["paris", "berlin", "rome", "madrid", "ottawa", "tokyo", "beijing", "delhi", "cairo", "lima"]
@@ -530,7 +530,7 @@ def test_steer_with_a_stored_direction(tiny: LoadedModel) -> None:
 
 def test_stored_directions_are_checked_against_the_loaded_weights(tiny: LoadedModel) -> None:
     from mcp_interp.core.engine.references import encode_direction, load_direction
-    from mcp_interp.store import NotFound
+    from mcp_interp.errors import NotFound
 
     job = run_probe(tiny, layers=[2])
     data = encode_direction(job.directions[0])

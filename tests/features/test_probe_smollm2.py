@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.features.probe_job import ProbeJob
 from mcp_interp.corpora import subject_number
-from mcp_interp.models import LoadedModel
 from tests.features.test_probe import bridge_residuals, hewitt_liang, sklearn_probe
 
 pytestmark = pytest.mark.embedded

@@ -17,14 +17,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mcp_interp import figures
+import mcp_interp.figures as figures
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.sae import splice_edits
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.features import figures as features_figures
 from mcp_interp.core.features.sae_report import sae_feature_activations, sae_report
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 
 TEXT = "when mary and john went to the store , john gave a drink to"
 TEXTS = ["when mary and john went to the store", "after tom went to the park , he gave a ball to mary"]

@@ -12,9 +12,9 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from tests.features.test_sae import TEXT, mean_ce, random_weights, write_sae
 from tests.helpers import assert_valid_structured, error_text, tools_by_name

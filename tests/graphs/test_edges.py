@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.graphs.job import AttributionGraphJob
-from mcp_interp.models import LoadedModel
 from tests.graphs.common import PROMPT, clt_weights, frozen_readout, plt_weights, write_clt, write_plt
 
 TOLERANCE = 2e-4  # float32 edges of magnitude ≲ 5

@@ -14,9 +14,9 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.graphs.job import AttributionGraphJob
-from mcp_interp.models import LoadedModel
 from tests.graphs import graph_models
 from tests.graphs.common import PROMPT, plt_weights, write_plt
 

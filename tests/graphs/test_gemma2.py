@@ -27,13 +27,14 @@ from typing import Any
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.loader.load import boot
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.intervene import graph_intervene
 from mcp_interp.core.graphs.job import AttributionGraphJob
 from mcp_interp.core.graphs.replacement import clean_run
-from mcp_interp.models import LoadedModel, boot
 from tests.architectures.builders import build_arch
 from tests.graphs.common import PROMPT, frozen_readout, plt_weights, write_plt
 

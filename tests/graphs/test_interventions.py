@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.intervene import graph_intervene
 from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from tests.graphs.common import PROMPT, clt_weights, plt_weights, write_clt, write_plt
 

@@ -28,11 +28,13 @@ import pytest
 import torch
 
 from mcp_interp.core.engine.backend.bridge import final_norm_module
+from mcp_interp.core.engine.backend.loader.load import boot
+from mcp_interp.core.engine.backend.loader.tiny import build_tiny
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.graphs.intervene import graph_intervene
 from mcp_interp.core.graphs.job import AttributionGraphJob
-from mcp_interp.models import LoadedModel, boot, build_tiny
 from tests.graphs.common import PROMPT, write_plt
 
 ANSWER, FEATURE, D_TRANSCODER, WRITE = "mary", 5, 16, 30.0

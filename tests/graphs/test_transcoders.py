@@ -14,9 +14,9 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from tests.graphs.common import clt_weights, plt_weights, write_clt, write_plt
 
 L, D, F = 3, 64, 24

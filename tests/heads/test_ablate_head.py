@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from mcp_interp.core.engine.ablation.targets import Ablation
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.components import Head
 from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from tests.conftest import CARRIER
 from tests.helpers import IOI_CLEAN as CLEAN

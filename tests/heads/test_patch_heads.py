@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformer_lens import patching as tl_patching
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.components import parse_head
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from tests.conftest import CARRIER
 from tests.helpers import IOI_CLEAN as CLEAN
 from tests.helpers import IOI_CORRECT as CORRECT
@@ -256,7 +256,7 @@ def test_generic_engine_matches_transformer_lens_too(tiny: LoadedModel, monkeypa
     monkeypatch.setattr(llama_suffix, "SUPPORTED_MODEL_TYPES", frozenset())
     job = PatchHeadsJob(model=tiny, clean_prompts=CLEAN, corrupt_prompts=CORRUPT, correct=CORRECT, incorrect=INCORRECT)
     result = run(job)
-    assert job.engine is not None and job.engine.startswith("generic")
+    assert job.sweep is not None and job.sweep.startswith("generic")
     ours = torch.tensor(result.patched_logit_diff, dtype=torch.float64)
     assert (ours - tl_reference(tiny, CORRUPT, CLEAN).double()).abs().max().item() < 1e-4
 
@@ -268,7 +268,7 @@ def test_suffix_engine_with_padded_pairs_of_different_lengths(tiny: LoadedModel)
         model=tiny, clean_prompts=clean, corrupt_prompts=corrupt, correct=["mary", "tom"], incorrect=["john", "james"]
     )
     result = run(job)
-    assert job.engine is not None and job.engine.startswith("suffix")
+    assert job.sweep is not None and job.sweep.startswith("suffix")
     batch = encode(tiny.tokenizer, corrupt)
     assert len(set(batch.lengths)) == 2, "the batch must be padded"
     source = encode(tiny.tokenizer, clean)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.corpora import ioi_arguments, ioi_pairs
-from mcp_interp.models import LoadedModel
 from tests import smollm2_references as refs
 
 pytestmark = pytest.mark.embedded
@@ -27,7 +27,7 @@ def patched_grid(model: LoadedModel, heads: list[str] | None = None) -> list[lis
         heads=heads,
     )
     drain(job)
-    assert job.result is not None and job.engine is not None and job.engine.startswith("suffix")
+    assert job.result is not None and job.sweep is not None and job.sweep.startswith("suffix")
     return job.result.patched_logit_diff
 
 
@@ -58,10 +58,10 @@ async def test_cancelled_patch_heads_stops_at_the_next_layer(embedded: LoadedMod
 
     import anyio
 
+    from mcp_interp.host import ModelHost
     from mcp_interp.mcp.server import build_server
-    from mcp_interp.session import Session
 
-    session = Session("smollm2-135m", tmp_path / "out", loader=lambda name, device, dtype: embedded)
+    session = ModelHost("smollm2-135m", tmp_path / "out", loader=lambda name, device, dtype: embedded)
     args = {
         "clean_prompts": [p.clean for p in ioi_pairs()],
         "corrupt_prompts": [p.corrupt for p in ioi_pairs()],

@@ -7,6 +7,9 @@ import math
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.loader.load import boot
+from mcp_interp.core.engine.backend.loader.tiny import tiny_tokenizer_dir
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.lens.attention import attention
 from mcp_interp.core.lens.dla import dla
 from mcp_interp.core.lens.induction import induction, induction_tokens
@@ -14,7 +17,6 @@ from mcp_interp.core.lens.logit_lens import logit_lens
 from mcp_interp.core.lens.steer import repetition, steer
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel, boot, tiny_tokenizer_dir
 
 PROMPT = "when mary and john went to the store , john gave a drink to"
 

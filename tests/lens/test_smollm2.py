@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.lens.dla import dla
 from mcp_interp.core.lens.induction import induction
 from mcp_interp.core.lens.logit_lens import logit_lens
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.corpora import ioi_pairs
-from mcp_interp.models import LoadedModel
 
 pytestmark = pytest.mark.embedded
 

@@ -10,6 +10,9 @@ import pytest
 import torch
 from transformer_lens import patching as tl_patching
 
+from mcp_interp.core.engine.backend.loader.load import boot
+from mcp_interp.core.engine.backend.loader.tiny import build_tiny
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.localize.ablate import ablate
@@ -17,7 +20,6 @@ from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel, boot, build_tiny
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import PatchMeasurement
 from tests.helpers import teacher_forced_reference
@@ -94,7 +96,7 @@ def test_block_components_match_transformer_lens_on_every_cell(
         direction=direction,
     )
     result = run(job)
-    assert job.engine is not None and job.engine.startswith("suffix")
+    assert job.sweep is not None and job.sweep.startswith("suffix")
     reference = tl_grid(tiny, TL_FUNCTIONS[component], direction, "logit_diff")  # [layer, pos]
     assert result.patched is not None
     ours = torch.tensor(result.patched, dtype=torch.float64)
@@ -158,7 +160,7 @@ def test_generic_engine_matches_transformer_lens(tiny: LoadedModel, monkeypatch:
             component=component,
         )
         result = run(job)
-        assert job.engine is not None and job.engine.startswith("generic")
+        assert job.sweep is not None and job.sweep.startswith("generic")
         assert result.patched is not None
         reference = tl_grid(tiny, function, "denoise", "logit_diff")
         assert (torch.tensor(result.patched, dtype=torch.float64) - reference).abs().max().item() < 1e-4
@@ -205,13 +207,11 @@ def resid_mid_reference(model: LoadedModel) -> torch.Tensor:
     ).double()
 
 
-@pytest.mark.parametrize("engine", ["suffix", "generic"])
-def test_resid_mid_carries_the_patched_residual(
-    tiny: LoadedModel, engine: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("sweep", ["suffix", "generic"])
+def test_resid_mid_carries_the_patched_residual(tiny: LoadedModel, sweep: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from mcp_interp.core.engine.backend import llama_suffix
 
-    if engine == "generic":
+    if sweep == "generic":
         monkeypatch.setattr(llama_suffix, "SUPPORTED_MODEL_TYPES", frozenset())
     job = PatchJob(
         model=tiny,
@@ -222,7 +222,7 @@ def test_resid_mid_carries_the_patched_residual(
         component="resid_mid",
     )
     result = run(job)
-    assert job.engine is not None and job.engine.startswith(engine)
+    assert job.sweep is not None and job.sweep.startswith(sweep)
     assert result.patched is not None
     reference = resid_mid_reference(tiny)
     assert (torch.tensor(result.patched, dtype=torch.float64) - reference).abs().max().item() < 1e-4
@@ -748,13 +748,13 @@ def test_patch_is_one_step_per_layer_and_stops_between_layers(tiny: LoadedModel)
     assert stopped.result is None
 
 
-@pytest.mark.parametrize("engine", ["suffix", "generic"])
+@pytest.mark.parametrize("sweep", ["suffix", "generic"])
 def test_pairs_of_different_lengths_are_padded_and_still_match_transformer_lens(
-    tiny: LoadedModel, engine: str, monkeypatch: pytest.MonkeyPatch
+    tiny: LoadedModel, sweep: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mcp_interp.core.engine.backend import llama_suffix
 
-    if engine == "generic":
+    if sweep == "generic":
         monkeypatch.setattr(llama_suffix, "SUPPORTED_MODEL_TYPES", frozenset())
     clean = [CLEAN[0], "when tom and james went to the park , james gave a ball to the"]
     corrupt = [CORRUPT[0], "when tom and james went to the park , tom gave a ball to the"]
@@ -763,7 +763,7 @@ def test_pairs_of_different_lengths_are_padded_and_still_match_transformer_lens(
         model=tiny, clean_prompts=clean, corrupt_prompts=corrupt, correct=good, incorrect=bad, component="attn_out"
     )
     result = run(job)
-    assert job.engine is not None and job.engine.startswith(engine)
+    assert job.sweep is not None and job.sweep.startswith(sweep)
     batch = encode(tiny.tokenizer, corrupt)
     assert len(set(batch.lengths)) == 2, "the batch must be padded"
     g, b = ids(tiny, good), ids(tiny, bad)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.answers import resolve_answers
 from mcp_interp.core.engine.text.tokens import encode
@@ -14,7 +15,6 @@ from mcp_interp.core.localize.ablate import ablate
 from mcp_interp.core.localize.loss import text_losses
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.core.readouts import predictions as readouts
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import PatchMeasurement
 from tests import smollm2_references as refs
@@ -34,7 +34,7 @@ def ours(model: LoadedModel, component: str, layers: list[int]) -> PatchMeasurem
         layers=layers,
     )
     drain(job)
-    assert job.result is not None and job.engine is not None and job.engine.startswith("suffix")
+    assert job.result is not None and job.sweep is not None and job.sweep.startswith("suffix")
     return job.result
 
 

@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.loader.tiny import build_tiny
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.engine.text.tokens import encode, validate_pairs
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel, build_tiny
 
 # Deliberately different lengths, so the batch is right-padded.
 PROMPTS = [
@@ -92,7 +93,7 @@ def test_kl_matches_reference_and_is_zero_on_identical_prompts(tiny: LoadedModel
 def test_multi_token_answer_error_shows_tokens() -> None:
     from transformers import AutoTokenizer
 
-    from mcp_interp.models import tiny_tokenizer_dir
+    from mcp_interp.core.engine.backend.loader.tiny import tiny_tokenizer_dir
 
     tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir()))
     with pytest.raises(InputError) as err:

@@ -10,12 +10,12 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.readouts import info
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.corpora import ioi_arguments, ioi_pairs
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from tests.helpers import assert_valid_structured, stdio_params, tools_by_name
 
 pytestmark = pytest.mark.embedded

@@ -21,10 +21,11 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_interp.engines import LoadOptions
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.loader.options import LoadOptions
+from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel, load_model
-from mcp_interp.session import Session
 from tests.features.test_sae import random_weights, write_sae
 from tests.graphs.common import plt_weights, write_plt
 from tests.helpers import complete_result, error_text
@@ -38,7 +39,7 @@ CORRUPT = ["When Mary and John went to the store, Mary gave a drink to", "When T
 GOOD, BAD = [" Mary", " Tom"], [" John", " James"]
 PAIRS = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": GOOD, "incorrect": BAD}
 # Fields that say where or when a number was made, not what it is.
-SKIP = {"run_id", "elapsed_s", "model", "load_seconds", "notes", "engine", "backend", "device_map", "capabilities",
+SKIP = {"run_id", "elapsed_s", "model", "load_seconds", "notes", "sweep", "backend", "device_map", "capabilities",
         "figure_uri", "figure_uris", "result_uri", "direction_uri", "graph_uri", "report_uri", "circuit_uri",
         "artifact_path", "job", "timing", "seconds", "examples_uri", "explanation_uri",
         "output_tokens"}  # fmt: skip  # output_tokens: read from local weights (inspect: a note says why absent)
@@ -170,7 +171,7 @@ def offloaded_model(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
 
 
 async def run_all(model: LoadedModel, tmp: Path, folders: dict[str, str]) -> AsyncIterator[tuple[str, Any]]:
-    session = Session(model.name, tmp, loader=lambda name, device, dtype: model)
+    session = ModelHost(model.name, tmp, loader=lambda name, device, dtype: model)
     async with Client(build_server(session)) as client:
         for name, args in calls(folders):
             result = await client.call_tool(name, args)

@@ -12,10 +12,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
 from tests.features.test_sae import random_weights, write_sae
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +56,7 @@ async def test_a_cancelled_long_call_frees_the_model_at_its_next_step(
     saved = limits.current()
     limits.configure(limits.Limits(max_new_tokens=300, max_prompts=200))
     try:
-        session = Session("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
+        session = ModelHost("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
         arguments = long_calls(tmp_path)[tool]
         async with Client(build_server(session), mode="legacy") as client:
             await timed_call(client, "logit_diff", LOGIT_DIFF)  # the model is loaded
@@ -77,7 +77,7 @@ async def test_cancelling_a_400_token_steer_on_the_embedded_model_frees_it_withi
     saved = limits.current()
     limits.configure(limits.Limits(max_new_tokens=400))
     try:
-        session = Session("smollm2-135m", tmp_path / "out", loader=lambda name, device, dtype: embedded)
+        session = ModelHost("smollm2-135m", tmp_path / "out", loader=lambda name, device, dtype: embedded)
         steer = {"prompt": "The weather today is", "coefficient": 4.0, "positive": " happy", "negative": " sad"}
         ioi = {"prompts": ["When Mary and John went to the store, John gave a drink to"], "correct": " Mary"}
         async with Client(build_server(session), mode="legacy") as client:

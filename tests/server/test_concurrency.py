@@ -13,8 +13,8 @@ import anyio
 import pytest
 from mcp import Client
 
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.session import Session
 from tests.helpers import complete_result, stdio_params
 
 pytestmark = pytest.mark.anyio
@@ -100,7 +100,7 @@ async def test_sixteen_concurrent_calls_over_stdio_equal_sequential(tmp_path: Pa
     print(f"\n16 concurrent calls over stdio: {seconds:.2f} s")
 
 
-async def test_cheap_calls_are_not_stuck_behind_a_long_scan(tiny_session: Session) -> None:
+async def test_cheap_calls_are_not_stuck_behind_a_long_scan(tiny_session: ModelHost) -> None:
     def long_scan() -> Iterator[str]:
         for i in range(30):
             time.sleep(0.1)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from mcp_interp.models import LoadedModel
+from mcp_interp.core.engine.backend.model import LoadedModel
 from tests.features.test_sae import random_weights, write_sae
 from tests.helpers import TEMPLATE, assert_valid_structured, error_text, tools_by_name, top_word
 

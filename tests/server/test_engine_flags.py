@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_interp import cli
+from mcp_interp.app import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.corpora import ioi_pairs
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
 from tests.server.test_ledger import CLEAN, PAIR, PROBE, expected_key_numbers
 
 pytestmark = pytest.mark.anyio
@@ -130,7 +130,7 @@ async def test_a_smollm2_investigation_reruns_in_a_fresh_process(
         "correct": [p.correct for p in pairs],
         "incorrect": [p.incorrect for p in pairs],
     }
-    session = Session("smollm2-135m", tmp_path / "out", loader=lambda *_: embedded)
+    session = ModelHost("smollm2-135m", tmp_path / "out", loader=lambda *_: embedded)
     async with Client(build_server(session)) as client:
         calls = [
             (
@@ -260,7 +260,7 @@ async def test_a_handle_evicted_from_the_live_store_is_rebuilt_by_the_rerun(
     ablation brings the probe that made it, whose rerun makes the direction again: the script exits 0 and its
     ablation's numbers equal the live ones."""
     monkeypatch.setenv("MCP_INTERP_STORE_MAX_DIRECTION", "2")
-    session = Session("tiny", tmp_path / "out", loader=lambda *_: tiny)
+    session = ModelHost("tiny", tmp_path / "out", loader=lambda *_: tiny)
     async with Client(build_server(session)) as client:
         probe = (await client.call_tool("probe", PROBE)).structured_content
         direction = probe["layers"][1]["direction_uri"]

@@ -9,9 +9,10 @@ import pytest
 import torch
 from mcp import Client
 
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel, load_model
-from mcp_interp.session import Session
 from tests.helpers import (
     EXPECTED_TOOLS,
     TINY_PROMPTS,
@@ -116,7 +117,7 @@ async def test_unknown_figure_ids_are_not_found(tiny_client: Client) -> None:
                 await tiny_client.read_resource(f"{kind}://{bad}")
 
 
-async def test_figure_resource_reads_back_stored_bytes(tiny_session: Session, tiny_client: Client) -> None:
+async def test_figure_resource_reads_back_stored_bytes(tiny_session: ModelHost, tiny_client: Client) -> None:
     stored = tiny_session.store.put("figure", b"\x89PNG\r\n\x1a\nfake-but-bytes")
     result = await tiny_client.read_resource(stored.uri)
     import base64
@@ -131,7 +132,7 @@ async def test_loading_does_not_block_initialize_and_calls_wait_with_progress(tm
         time.sleep(delay)  # a slow disk or a first-time GGUF conversion
         return load_model(name, device, dtype)
 
-    session = Session("tiny", tmp_path / "out", loader=slow_loader)
+    session = ModelHost("tiny", tmp_path / "out", loader=slow_loader)
     progress: list[str | None] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
@@ -149,7 +150,7 @@ async def test_loading_does_not_block_initialize_and_calls_wait_with_progress(tm
 
 
 async def test_load_failure_is_a_tool_error_with_a_fix(tmp_path: Path) -> None:
-    session = Session("definitely/not-a-model-here", tmp_path / "out")
+    session = ModelHost("definitely/not-a-model-here", tmp_path / "out")
     async with Client(build_server(session)) as client:
         result = await client.call_tool("model_info", {})
         text = error_text(result)

@@ -6,7 +6,7 @@ structured content by the definition (top-level numbers, top-level Scores' means
 direction:// made by probe and passed to ablate resolves to probe's call with the sha256 of the stored bytes;
 result:// eviction drops no entry; past the ledger's bound the oldest go and the page says so.
 
-API: `Session(...).logit_diff(...)` returns the LogitDiffResult whose numbers equal the tool's over MCP; a tool error
+API: `ModelHost(...).logit_diff(...)` returns the LogitDiffResult whose numbers equal the tool's over MCP; a tool error
 raises ToolCallError with the tool's own text; API calls are in the ledger too.
 """
 
@@ -22,11 +22,11 @@ import pytest
 from mcp import Client
 
 from mcp_interp import Session as ApiSession
-from mcp_interp import ToolCallError
+from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.errors import ToolCallError
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.readouts import LogitDiffResult
-from mcp_interp.session import Session
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +73,7 @@ async def ledger_entries(client: Client) -> tuple[list[dict[str, Any]], dict[str
     return entries, first
 
 
-async def test_the_ledger_records_every_call_with_its_numbers_and_handles(tiny_session: Session) -> None:
+async def test_the_ledger_records_every_call_with_its_numbers_and_handles(tiny_session: ModelHost) -> None:
     async with Client(build_server(tiny_session)) as client:
         sent = [
             ("logit_diff", {"prompts": CLEAN, "correct": "mary", "incorrect": "john"}),
@@ -116,7 +116,7 @@ async def test_evicting_results_drops_no_ledger_entry_and_the_bound_is_noted(
 ) -> None:
     monkeypatch.setenv("MCP_INTERP_STORE_MAX", "1")
     monkeypatch.setenv("MCP_INTERP_LEDGER_MAX", "3")
-    session = Session("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
+    session = ModelHost("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
     async with Client(build_server(session)) as client:
         uris = []
         arguments = {**PAIR, "top": 2, "heads": ["L0H0", "L1H1", "L2H2"], "positions": "last"}
@@ -145,8 +145,8 @@ async def test_bad_ledger_pages_are_resource_errors(tiny_client: Client) -> None
 
 
 def test_the_python_api_returns_the_tools_result_and_raises_its_errors(tiny: LoadedModel, tmp_path: Path) -> None:
-    holder = Session("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
-    api = ApiSession(model_session=holder)
+    holder = ModelHost("tiny", tmp_path / "out", loader=lambda name, device, dtype: tiny)
+    api = ApiSession(host=holder)
     arguments = {"prompts": CLEAN * 2, "correct": "mary", "incorrect": ["john", "store"]}
     result = api.logit_diff(**arguments)
     assert isinstance(result, LogitDiffResult) and api.fingerprint == tiny.fingerprint
@@ -155,7 +155,7 @@ def test_the_python_api_returns_the_tools_result_and_raises_its_errors(tiny: Loa
     api.close()
 
     async def over_mcp() -> tuple[dict[str, Any], str]:
-        async with Client(build_server(Session("tiny", tmp_path / "mcp", loader=lambda *_: tiny))) as client:
+        async with Client(build_server(ModelHost("tiny", tmp_path / "mcp", loader=lambda *_: tiny))) as client:
             good = await client.call_tool("logit_diff", arguments)
             bad = await client.call_tool("logit_diff", {"prompts": [], "correct": "mary", "incorrect": "john"})
             return good.structured_content, bad.content[0].text

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 import pytest
 from mcp import Client
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.components import parse_heads
 from mcp_interp.core.readouts import info
 from mcp_interp.core.readouts import predictions as readouts
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from tests.helpers import error_text
 
 

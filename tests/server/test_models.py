@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from mcp_interp.core.engine.backend.loader.embedded import embedded_gguf_path
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.loader.tiny import build_tiny
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.errors import ModelLoadError
-from mcp_interp.models import LoadedModel, build_tiny, embedded_gguf_path, load_model
 
 
 def test_tiny_is_seeded_and_reproducible(tiny: LoadedModel) -> None:

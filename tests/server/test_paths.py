@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from mcp_interp import cli, limits, paths
+import mcp_interp.limits as limits
+import mcp_interp.paths as paths
+from mcp_interp.app import cli
 from mcp_interp.core.engine.dictionaries.saelens import resolve_folder
 from mcp_interp.core.engine.dictionaries.transcoder_format import resolve_source
 from mcp_interp.errors import InputError

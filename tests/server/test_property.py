@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
 from tests.helpers import EXPECTED_TOOLS
 
 WORDS = ["mary", "john", "when", "went", "to", "the", "store", "gave", "a", "drink", ",", "tom"]
@@ -105,7 +105,7 @@ def served(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Itera
     cache.setenv("MCP_INTERP_CACHE", str(tmp_path_factory.mktemp("cache")))  # fit_lens writes its lens there
     limits.configure(limits.Limits(max_prompts=6, max_tokens=40, max_heads=16, max_new_tokens=6))
     out: Path = tmp_path_factory.mktemp("property")
-    session = Session("tiny", out, loader=lambda name, device, dtype: tiny)
+    session = ModelHost("tiny", out, loader=lambda name, device, dtype: tiny)
     with (
         anyio.from_thread.start_blocking_portal() as portal,
         portal.wrap_async_context_manager(Client(build_server(session))) as client,

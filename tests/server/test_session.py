@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from mcp_interp.session import Session
+from mcp_interp.host import ModelHost
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_cancelled_scan_stops_at_next_step_and_releases_the_lock(tiny_session: Session) -> None:
+async def test_cancelled_scan_stops_at_next_step_and_releases_the_lock(tiny_session: ModelHost) -> None:
     ran: list[object] = []
 
     def slow_steps() -> Iterator[str]:
@@ -42,7 +42,7 @@ async def test_cancelled_scan_stops_at_next_step_and_releases_the_lock(tiny_sess
     assert time.perf_counter() - started < 0.5, "the model lock was not released"
 
 
-async def test_model_work_is_serialised(tiny_session: Session) -> None:
+async def test_model_work_is_serialised(tiny_session: ModelHost) -> None:
     inside = 0
     overlap = threading.Event()
     lock = threading.Lock()
@@ -63,7 +63,7 @@ async def test_model_work_is_serialised(tiny_session: Session) -> None:
     assert not overlap.is_set()
 
 
-async def test_a_cancelled_scan_leaves_the_model_thread_out_of_inference_mode(tiny_session: Session) -> None:
+async def test_a_cancelled_scan_leaves_the_model_thread_out_of_inference_mode(tiny_session: ModelHost) -> None:
     import torch
 
     def scan() -> Iterator[str]:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_interp.store import NotFound, Store
+from mcp_interp.errors import NotFound
+from mcp_interp.store import Store
 
 
 def age(store: Store, kind: str, entry_id: str, seconds: int) -> None:
@@ -128,7 +129,8 @@ WORKER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from mcp_interp.store import NotFound, Store
+    from mcp_interp.store import Store
+    from mcp_interp.errors import NotFound
 
     root, name, count, bound = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     store = Store(root, max_entries=bound)

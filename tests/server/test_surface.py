@@ -13,8 +13,8 @@ import pytest
 from mcp import Client
 from mcp.types import PromptReference, ResourceTemplateReference
 
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
+from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.host import ModelHost
 from tests.features.test_sae import random_weights, write_sae
 from tests.graphs.common import plt_weights, write_plt
 from tests.helpers import (
@@ -254,7 +254,7 @@ async def test_background_jobs_return_at_once_queue_finish_and_cancel(tiny_clien
     assert missing.is_error
 
 
-async def test_completions_for_prompts_and_stored_ids(tiny_session: Session, tiny_client: Client) -> None:
+async def test_completions_for_prompts_and_stored_ids(tiny_session: ModelHost, tiny_client: Client) -> None:
     prompt = PromptReference(type="ref/prompt", name="find-circuit")
     tasks = await tiny_client.complete(prompt, {"name": "task", "value": "i"})
     assert "ioi" in tasks.completion.values

@@ -9,13 +9,13 @@ from mcp import Client
 from mcp.server.mcpserver import Context
 from pydantic import ValidationError
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.errors import InputError
+from mcp_interp.host import ModelHost
 from mcp_interp.mcp.argument_errors import argument_error
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.server import FAMILIES, build_server
 from mcp_interp.mcp.toolkit import Toolkit
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
 from tests.helpers import error_text
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +30,7 @@ def raise_input_error(model: LoadedModel) -> None:
 
 
 async def test_errors_become_tool_errors_and_the_server_keeps_serving(
-    tiny_session: Session, caplog: pytest.LogCaptureFixture
+    tiny_session: ModelHost, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = build_server(tiny_session)
     probe = Family("probe")

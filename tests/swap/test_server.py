@@ -12,16 +12,16 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from scipy import stats
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import adds_bos
-from mcp_interp.models import LoadedModel
-from mcp_interp.session import Session
+from mcp_interp.host import ModelHost
 from tests.helpers import CONCEPTS, TEMPLATE, assert_valid_structured, error_text, tiny_corpus, tools_by_name, top_word
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_benchmark_summary_agrees_with_its_own_artifact(
-    tiny_session: Session, tiny_client: Client, tiny: LoadedModel
+    tiny_session: ModelHost, tiny_client: Client, tiny: LoadedModel
 ) -> None:
     corpus = tiny_corpus(tiny)
     tools = await tools_by_name(tiny_client)

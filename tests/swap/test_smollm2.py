@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mcp_interp.models import LoadedModel
+from mcp_interp.core.engine.backend.model import LoadedModel
 
 pytestmark = pytest.mark.embedded
 

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.swap.benchmark import SwapBenchmarkJob
 from mcp_interp.core.swap.controls import control_pool, distances_from, draw_controls
 from mcp_interp.core.swap.lenses import identity_lens
 from mcp_interp.core.swap.trial import causal_swap_trial, edit_position, edited_last_logits, never_drawn, prompt_run
 from mcp_interp.errors import InputError, NumericalError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.swap import SwapSettings
 
 TEMPLATE = "The capital of {arg} is the city of"

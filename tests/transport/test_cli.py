@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mcp_interp.models import LoadedModel
+from mcp_interp.core.engine.backend.model import LoadedModel
 
 
 def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:

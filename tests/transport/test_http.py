@@ -15,7 +15,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_interp.http import HttpConfigError, build_app, is_loopback
+from mcp_interp.app.http import build_app, is_loopback
+from mcp_interp.errors import HttpConfigError
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -108,10 +109,10 @@ async def test_bearer_token_required(token_server: int) -> None:
 
 
 def test_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
+    from mcp_interp.host import ModelHost
     from mcp_interp.mcp.server import build_server
-    from mcp_interp.session import Session
 
-    server = build_server(Session("tiny", tmp_path / "out"))
+    server = build_server(ModelHost("tiny", tmp_path / "out"))
     with pytest.raises(HttpConfigError, match="auth-token"):
         build_app(server, "0.0.0.0", 8000, None, [])
     with pytest.raises(HttpConfigError, match="16 characters"):

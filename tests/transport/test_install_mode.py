@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_interp.doctor import Install, detect_install
+from mcp_interp.app.doctor import Install, detect_install
 
 
 def fake_dist(tmp_path: Path, installer: str | None, direct_url: dict | None) -> metadata.Distribution:
@@ -110,7 +110,7 @@ def test_the_repos_own_environment_is_read_for_real() -> None:
 def test_doctor_prints_the_pip_note_beside_the_cpu_fix(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """A missing package stops doctor before any model loads: its lines carry the fix, the torch remark and the
     note."""
-    from mcp_interp import doctor
+    from mcp_interp.app import doctor
 
     monkeypatch.setattr(doctor, "detect_install", lambda: Install("pip", "mcp-interp"))
     monkeypatch.setattr(doctor, "REQUIRED", ("torch", "no_such_module_here"))

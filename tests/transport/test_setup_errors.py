@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_interp import embedded_setup
-from mcp_interp.embedded_setup import MANUAL, WHEEL_MEMBER, SetupError
+from mcp_interp.app import embedded_setup
+from mcp_interp.app.embedded_setup import MANUAL, WHEEL_MEMBER
+from mcp_interp.errors import SetupError
 
 GGUF_BYTES = b"GGUF" + bytes(range(256)) * 40  # stands in for the 98 MB model
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from mcp_interp.models import LoadedModel
+from mcp_interp.core.engine.backend.model import LoadedModel
 from tests.helpers import (
     EXPECTED_TOOLS,
     TINY_PROMPTS,

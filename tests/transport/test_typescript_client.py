@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mcp_interp.models import LoadedModel
+from mcp_interp.core.engine.backend.model import LoadedModel
 from tests.features.test_sae import random_weights, write_sae
 from tests.graphs.common import plt_weights, write_plt
 from tests.helpers import EXPECTED_TOOLS

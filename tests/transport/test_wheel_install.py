@@ -27,7 +27,7 @@ import pytest
 import torch
 from mcp import Client, StdioServerParameters
 
-from mcp_interp.models import LoadedModel
+from mcp_interp.core.engine.backend.model import LoadedModel
 
 pytestmark = [pytest.mark.embedded, pytest.mark.anyio]
 

@@ -21,12 +21,12 @@ from mcp_interp.core.circuits.faithfulness import Ablator
 from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.circuits.selection import EdgeRanking, NodeRanking, check_choice, held_out_split, rank
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics, stats
 from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, finite
 from mcp_interp.core.engine.patching.pairs import Pairs, subset_pairs
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import (
     CircuitAblation,
     CircuitBaseline,

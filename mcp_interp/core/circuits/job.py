@@ -8,12 +8,12 @@ from typing import Any
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES
 from mcp_interp.core.engine.patching.pairs import prepare_pairs
 from mcp_interp.errors import InputError, require_choice
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeAttributionMethod, EdgeScore, NodeScore
 from mcp_interp.schemas.common import Granularity
 

@@ -31,12 +31,12 @@ from mcp_interp.core.circuits.edge_writes import (
     writer_points,
 )
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.row_readouts import LogitDiffReadout
 from mcp_interp.core.engine.patching.pairs import prepare_pairs
 from mcp_interp.errors import InputError, require_choice
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverInput, ReceiverScore
 
 _SENDER = re.compile(r"^\s*L(\d+)\s*(?:H(\d+)|(MLP))\s*$", re.IGNORECASE)

@@ -24,12 +24,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature, Transcoders
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import (
     DirectionRef,
     Intervention,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.explain import positions as where
@@ -26,7 +27,6 @@ from mcp_interp.core.lens.dla import dla
 from mcp_interp.core.lens.logit_lens import logit_lens
 from mcp_interp.core.localize.patch import PatchJob
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.explain import ExplainMeasurement
 from mcp_interp.schemas.heads import PatchHeadsMeasurement
 from mcp_interp.schemas.lens import AttentionMeasurement, DLAMeasurement, LogitLensMeasurement

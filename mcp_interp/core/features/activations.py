@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import pad_token_id, token_ids
 from mcp_interp.core.features.units import NamedFeature
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 
 BATCH_TOKENS = 1024  # padded tokens per forward: on SmolLM2 faster than 4096 (the matrices stay in cache)
 POINT_CACHE_BYTES = 256 * 2**20  # a point's values on every token, float32, kept when at most this large

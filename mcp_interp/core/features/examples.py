@@ -20,14 +20,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.references import Lookup
 from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.core.features.activations import SKIP_FIRST, TextActivations, activation_steps, count_steps
 from mcp_interp.core.features.units import NamedFeature, logit_effects, parse_feature
 from mcp_interp.corpora import DEFAULT_TEXT_CORPUS, TEXT_CORPORA, TextCorpus, text_corpus
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.naming import (
     CorpusInfo,
     Example,
@@ -153,7 +153,7 @@ def summarise(
     if float(top.max()) <= 0:
         notes.append("The feature is never positive on these texts: its 'firing' is only relative (see quantiles).")
     output = None
-    if not model.backend.supports("weights"):  # a remote engine: the examples are its, the weights stay there
+    if not model.backend.supports("weights"):  # a remote backend: the examples are its, the weights stay there
         notes.append(f"No output tokens: the {model.backend.name} backend does not serve the model's weights.")
     else:
         vector, writes = feature.output(model)

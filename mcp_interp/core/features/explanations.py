@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers.stats import ALPHA, auroc_test, detection_test
 from mcp_interp.core.engine.references import Lookup
 from mcp_interp.core.engine.text.tokens import token_strings
@@ -42,7 +43,6 @@ from mcp_interp.core.features.examples import (
 from mcp_interp.core.features.units import NamedFeature, parse_feature
 from mcp_interp.corpora import DEFAULT_TEXT_CORPUS
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.naming import (
     DetectionScore,
     FeatureSpec,

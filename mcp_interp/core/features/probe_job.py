@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.text.tokens import token_ids
 from mcp_interp.core.features import probe
 from mcp_interp.core.features.residuals import check_layers, check_position, read_residuals
 from mcp_interp.errors import InputError, require_choice
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import StoredDirection
 from mcp_interp.schemas.features import ControlKind, ProbeLayer, ProbeMeasurement, ProbeMethod
 

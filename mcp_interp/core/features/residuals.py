@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_out
 from mcp_interp.core.engine.text.tokens import Batch, encode
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 
 PositionRule = str | int
 

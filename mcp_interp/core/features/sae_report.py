@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_edits
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers.metrics import token_losses
 from mcp_interp.core.engine.text.tokens import Batch, encode, token_ids, token_strings
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.sae import (
     FeatureActivation,
     FeatureOnText,

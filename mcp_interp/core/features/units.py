@@ -28,6 +28,8 @@ import torch
 from pydantic import BaseModel
 
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.loader.options import parse_dtype
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_mlp_post, hook_out
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
@@ -36,7 +38,6 @@ from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.references import DIRECTION_SCHEME, Lookup, load_direction
 from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel, parse_dtype
 from mcp_interp.schemas.naming import FEATURE_DESCRIPTION, FeatureInfo, FeatureKind, OutputTokens, TokenEffect
 
 NEURON_NAME = re.compile(r"^\s*L(\d+)N(\d+)\s*$", re.IGNORECASE)

@@ -31,6 +31,7 @@ import torch
 
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite, Set
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import FINAL_NORM_OUT
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.numbers.metrics import kl_divergence
@@ -42,7 +43,6 @@ from mcp_interp.core.graphs.replacement import (
 from mcp_interp.core.graphs.summary import transcoder_info
 from mcp_interp.core.graphs.targets import LogitTargets, logit_targets, softcap_note
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.graphs import (
     FeatureIntervention,
     GraphInterveneMeasurement,

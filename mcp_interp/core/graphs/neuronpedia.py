@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from mcp_interp import __version__
 from mcp_interp.core.graphs.pruning import Pruned
 from mcp_interp.core.graphs.replacement import ActiveFeatures
 from mcp_interp.core.graphs.targets import LogitTargets
+from mcp_interp.version import __version__
 
 
 @dataclass

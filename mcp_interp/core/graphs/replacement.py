@@ -35,12 +35,12 @@ from dataclasses import dataclass
 import torch
 
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import FINAL_NORM_OUT, HOOK_EMBED
 from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.text.tokens import encode, token_strings
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 
 
 @dataclass

@@ -8,8 +8,8 @@ from mcp_interp.core.engine.ablation.baselines import component_baseline
 from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
 from mcp_interp.core.engine.ablation.targets import Ablation
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import stats
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.heads import AblateHeadMeasurement
 

@@ -100,7 +100,7 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
             patched_logit_diff=patched_grid,
             heads=rows,
             verified=verified,
-            engine=outcome.engine,
+            sweep=outcome.sweep,
             notes=outcome.notes + self._notes(outcome),
         )
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_pattern
 from mcp_interp.core.engine.text.components import parse_head
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import AttendedToken, AttentionMeasurement
 
 

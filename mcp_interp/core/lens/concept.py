@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import torch
 
 from mcp_interp.core.engine.backend.edits import Edit
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_out
 from mcp_interp.core.engine.text.answers import parse_answer
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import StoredDirection
 
 MAX_CONCEPT_WORDS = 50

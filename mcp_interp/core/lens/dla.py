@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import (
     FINAL_NORM_SCALE,
     hook_attn_out,
@@ -30,7 +31,6 @@ from mcp_interp.core.engine.backend.points import (
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import Contribution, DLAMeasurement
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_pattern
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings
 from mcp_interp.core.lens.reading import read_run
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import Contribution, InductionMeasurement
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import HOOK_EMBED, hook_out
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.lens import LensLayer, LogitLensMeasurement, TokenProb
 
 

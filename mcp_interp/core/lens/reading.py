@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import Batch, encode
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 
 CORRELATIONAL = (
     "{what} is correlational: it shows what each part contributes in this run, not what happens when it is "

@@ -26,8 +26,9 @@ from typing import Any
 
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.edits import Add, Edit
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_in, hook_out
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_edits
 from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
@@ -38,7 +39,6 @@ from mcp_interp.core.engine.references import steered_feature
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.core.lens.concept import Concept, greedy_rows
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import StoredDirection
 from mcp_interp.schemas.lens import ConceptBaseline, SteerMeasurement
 

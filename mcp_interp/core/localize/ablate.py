@@ -10,10 +10,10 @@ import torch
 from mcp_interp.core.engine.ablation.baselines import random_baseline
 from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
 from mcp_interp.core.engine.ablation.targets import Ablation
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.text.components import position_mask
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import DirectionProjection, RandomBaseline
 from mcp_interp.schemas.common import AblationMethod, Intervention
 from mcp_interp.schemas.localize import AblateMeasurement

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 import torch
 
 from mcp_interp.core.engine.ablation.targets import Ablation, ablation_from_spec, prepare_ablation
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job, drain
 from mcp_interp.core.engine.numbers.metrics import token_losses
 from mcp_interp.core.engine.references import Lookup, resolve_references
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import Batch, encode, encode_ids, token_strings
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.localize import LossMeasurement, TextLoss
 

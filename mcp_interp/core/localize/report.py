@@ -116,7 +116,7 @@ class PatchReport:
             head_patched=head_patched,
             cells=rows,
             verified=verified,
-            engine=outcome.engine,
+            sweep=outcome.sweep,
             notes=outcome.notes + self.notes(clean_m, corrupt_m, first_diff, len(tokens)),
         )
 

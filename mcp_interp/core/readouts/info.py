@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.capabilities import capabilities
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.readouts import (
     BlockFacts,
     ModelInfoMeasurement,

@@ -19,6 +19,7 @@ from mcp_interp.core.engine.ablation.targets import (
     logits_at_answers,
     prepare_ablation,
 )
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.references import resolve_references
 from mcp_interp.core.engine.text.answers import (
@@ -35,7 +36,6 @@ from mcp_interp.core.engine.text.tokens import (
     validate_pairs,
 )
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.readouts import (
     AnswerRankExample,

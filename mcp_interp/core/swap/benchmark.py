@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.swap.controls import SharedPool
 from mcp_interp.core.swap.corpus import (
     Resolved,
@@ -51,7 +52,6 @@ from mcp_interp.core.swap.trial import (
     teacher_forced_logits,
 )
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.swap import (
     AnswerScore,
     Exclusion,

@@ -32,11 +32,12 @@ import torch
 
 from mcp_interp.core.engine.backend import jacobian_lens
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel, cache_dir
+from mcp_interp.folders import cache_dir
 from mcp_interp.paths import client_path
 from mcp_interp.schemas.swap import FitLensMeasurement, FitSettings, LensInfo
 

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from mcp_interp.core.engine.backend import jacobian_lens
 from mcp_interp.core.engine.backend.edits import Set
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_out
 from mcp_interp.core.engine.text.tokens import token_ids
 from mcp_interp.core.swap import stats
@@ -47,7 +48,6 @@ from mcp_interp.core.swap.controls import SharedPool, control_pool, distances_fr
 from mcp_interp.core.swap.corpus import prompt_text, single_token, word_tokens
 from mcp_interp.core.swap.lenses import resolve_lens
 from mcp_interp.errors import InputError, NumericalError
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.swap import (
     SLOT,
     AnswerScore,

@@ -38,11 +38,11 @@ from mcp_interp.core.engine.ablation.targets import (
     stacked_edits,
 )
 from mcp_interp.core.engine.backend.forward import Capture
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import metrics, stats
 from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, resolve_answer_specs
 from mcp_interp.core.engine.text.components import position_mask
 from mcp_interp.core.engine.text.tokens import Batch, encode
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import RandomBaseline
 
 TOKENS_PER_FORWARD = 4096  # stacked copies of the batch per forward, in tokens: bounded memory

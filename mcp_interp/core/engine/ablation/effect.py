@@ -20,6 +20,7 @@ from mcp_interp.core.engine.ablation.targets import (
     logits_at_answers,
     prepare_ablation,
 )
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.references import resolve_references
 from mcp_interp.core.engine.text.answers import (
@@ -31,7 +32,6 @@ from mcp_interp.core.engine.text.answers import (
     spacing_notes,
 )
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.ablation import AblationOutcome, MetricSet
 from mcp_interp.schemas.common import Intervention, Score
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite
 from mcp_interp.core.engine.backend.points import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z

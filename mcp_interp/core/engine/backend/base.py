@@ -1,9 +1,9 @@
-"""What every engine behind the seam offers, and the refusal when one lacks a feature a measurement needs.
+"""What every backend behind the seam offers, and the refusal when one lacks a feature a measurement needs.
 
 ``Backend`` is the interface families program against (``model.backend``): forwards with captures and edits, greedy
-generation, and — where the engine has them — gradients, block calls, the model's weights and parts of it run by
-hand. An engine declares its ``features``; a method it cannot serve raises ``Unsupported``, an ``InputError`` (a
-tool error) that names the engine, the missing feature and how to get it. Tools check ``capabilities.require``
+generation, and — where the backend has them — gradients, block calls, the model's weights and parts of it run by
+hand. A backend declares its ``features``; a method it cannot serve raises ``Unsupported``, an ``InputError`` (a
+tool error) that names the backend, the missing feature and how to get it. Tools check ``capabilities.require``
 first, so a refusal comes before any model work and agrees with what ``model_info`` lists.
 """
 
@@ -17,13 +17,13 @@ import torch
 
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.backend.forward import BlockTrace, Capture, Mode, Output, Run
-from mcp_interp.errors import InputError
+from mcp_interp.errors import Unsupported
 from mcp_interp.schemas.common import BackendName
 
 BackendFeature = Literal[
     "gradients",  # a backward pass through the model
     "weights",  # the model's parameters: unembedding, norms, projections, parts of the model run by hand
-    "block_calls",  # one block re-run on a residual (the fast exact-patching engines)
+    "block_calls",  # one block re-run on a residual (the fast exact-patching sweeps)
     "local_edits",  # edits that build autograd graphs or carry values between points (edge ablation, graphs)
     "edge_points",  # each head's own write and each reader's own input (hook_result, split q/k/v inputs)
     "jacobian_lens",  # TransformerLens' Jacobian-lens tools, which need the local bridge
@@ -41,17 +41,6 @@ FEATURE_WORDS: dict[BackendFeature, str] = {
 LOCAL_FIX = "--backend transformers (with --device-map auto to spread a large model over GPUs, CPU and disk)"
 
 
-class Unsupported(InputError):
-    """A measurement needs a feature this engine does not have."""
-
-    def __init__(self, backend: str, feature: BackendFeature, what: str = "This measurement") -> None:
-        super().__init__(
-            f"{what} needs {FEATURE_WORDS[feature]}, which the {backend} backend does not provide. Run the server with "
-            f"{LOCAL_FIX} for it. (model_info lists under `capabilities` what runs on this backend.)"
-        )
-        self.backend, self.feature = backend, feature
-
-
 class Backend:
     """The seam's interface; see ``local.LocalBackend`` for what each method does. Unserved methods refuse."""
 
@@ -64,9 +53,14 @@ class Backend:
         return feature in self.features
 
     def refuse(self, feature: BackendFeature, what: str = "This measurement") -> Unsupported:
-        return Unsupported(self.name, feature, what)
+        return Unsupported(
+            f"{what} needs {FEATURE_WORDS[feature]}, which the {self.name} backend does not provide. Run the server "
+            f"with {LOCAL_FIX} for it. (model_info lists under `capabilities` what runs on this backend.)",
+            self.name,
+            feature,
+        )
 
-    # --- what every engine serves -----------------------------------------------------------------------------
+    # --- what every backend serves -----------------------------------------------------------------------------
 
     @property
     def cfg(self) -> Any:
@@ -115,9 +109,9 @@ class Backend:
     def answer_logits(
         self, input_ids: torch.Tensor, positions: torch.Tensor, edits: Sequence[Edit] = ()
     ) -> torch.Tensor:
-        """``[rows, vocab]`` logits at one position per row (the row's answer): where the engine has the weights,
+        """``[rows, vocab]`` logits at one position per row (the row's answer): where the backend has the weights,
         from the final residual at those positions only (the vocabulary projection of every other position is
-        skipped); otherwise read from the engine's logits."""
+        skipped); otherwise read from the backend's logits."""
         rows = torch.arange(input_ids.shape[0])
         if self.supports("weights"):
             final = self.capture(input_ids, edits=edits).final
@@ -125,8 +119,8 @@ class Backend:
         return self.logits(input_ids, edits)[rows, positions]
 
     def logits_at(self, run: Capture, positions: torch.Tensor) -> torch.Tensor:
-        """``[rows, vocab]`` logits of ``run`` at one position per row: the engine's own logits where it returned
-        them (a remote engine always does), else the final residual's at those rows only."""
+        """``[rows, vocab]`` logits of ``run`` at one position per row: the backend's own logits where it returned
+        them (a remote backend always does), else the final residual's at those rows only."""
         rows = torch.arange(run.final.shape[0], device=run.final.device)
         if run.logits is not None:
             return run.logits[rows.to(run.logits.device), positions.to(run.logits.device)]
@@ -173,9 +167,9 @@ class Backend:
         raise NotImplementedError
 
     def opaque_attention(self) -> list[str]:
-        """The attention classes TransformerLens runs as one opaque module that the engine cannot run per head either
+        """The attention classes TransformerLens runs as one opaque module that the backend cannot run per head either
         (no per-head hooks); empty when every block has per-head hooks (GPT-J's locally: ``gptj_heads``), or when the
-        engine cannot tell (a remote one: its edge tools are refused anyway)."""
+        backend cannot tell (a remote one: its edge tools are refused anyway)."""
         return []
 
     def attention_output_scale(self, layer: int) -> float:
@@ -186,7 +180,7 @@ class Backend:
         """Where each module's weights sit (module → device, 'disk' included) when accelerate placed the model."""
         return None
 
-    # --- what only some engines serve -------------------------------------------------------------------------
+    # --- what only some backends serve -------------------------------------------------------------------------
 
     def backward(
         self,
@@ -249,4 +243,4 @@ class Backend:
         raise self.refuse("jacobian_lens")
 
     def close(self) -> None:
-        """Release the engine (a remote one's workers); a local model needs nothing."""
+        """Release the backend (a remote one's workers); a local model needs nothing."""

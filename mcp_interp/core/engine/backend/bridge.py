@@ -306,7 +306,7 @@ def hf_config(bridge: Any) -> Any:
     """The wrapped HF model's own ``PretrainedConfig``, or None if the model has none.
 
     Needed for facts the bridge's ``cfg`` does not state the HF way: ``model_type`` and
-    ``_attn_implementation`` (which decide whether the Llama suffix engine applies),
+    ``_attn_implementation`` (which decide whether the Llama suffix sweep applies),
     ``num_key_value_heads``, ``head_dim``, ``architectures``.
     """
     return getattr(hf_model(bridge), "config", None)
@@ -464,7 +464,7 @@ class BlockParts:
 def block_parts(bridge: Any, layer: int) -> BlockParts:
     """Block ``layer``'s norms, attention projections and MLP as bridge components.
 
-    Needed by the Llama suffix engine, which runs a block's pieces itself (attention over a
+    Needed by the Llama suffix sweep, which runs a block's pieces itself (attention over a
     shared key/value prefix, which the bridge's blocks cannot do) with the model's own weights.
     """
     block = bridge.blocks[layer]

@@ -12,7 +12,7 @@ The features:
 * **per-head attention hooks** — each head's own write to the residual stream (``hook_result``) and each
   head's own query/key/value input, and an attention pattern that, edited, is the one the attention applies.
   TransformerLens 4.3 runs GPT-J's attention as one opaque module (``AttentionBridge``) that offers neither; the
-  local engine runs it per head itself (``backend.gptj_heads``), so GPT-J has them there. What still lacks them:
+  local backend runs it per head itself (``backend.gptj_heads``), so GPT-J has them there. What still lacks them:
   any other attention TransformerLens runs as one module.
 * **additive head writes** — the heads' outputs reach the residual stream as they are or through a norm the
   circuit tools recompute. Post-norm blocks (Gemma-2, Gemma-3, OLMo-2) have a norm between the heads' sum and the
@@ -81,14 +81,14 @@ def _experts(backend: Backend) -> str | None:
     )
 
 
-def _engine_lacks(feature: BackendFeature) -> Callable[[Backend], str | None]:
+def _backend_lacks(feature: BackendFeature) -> Callable[[Backend], str | None]:
     def missing(backend: Backend) -> str | None:
         return None if backend.supports(feature) else f"the {backend.name} backend does not provide it"
 
     return missing
 
 
-def _engine_reads(point: Callable[[int], str], what: str) -> Callable[[Backend], str | None]:
+def _backend_reads(point: Callable[[int], str], what: str) -> Callable[[Backend], str | None]:
     def missing(backend: Backend) -> str | None:
         return None if backend.has_point(point(0)) else f"the {backend.name} backend's driver does not serve {what}"
 
@@ -106,16 +106,16 @@ def _resid_mid_writes(backend: Backend) -> str | None:
 
 @dataclass(frozen=True)
 class Feature:
-    """Something a measurement needs of the architecture or the engine; ``missing(backend)`` says why this model
-    lacks it (None: it has it). ``engine``: a feature of the backend, got by running the server another way."""
+    """Something a measurement needs of the architecture or the backend; ``missing(backend)`` says why this model
+    lacks it (None: it has it). ``backend``: a feature of the backend, got by running the server another way."""
 
     name: str
     missing: Callable[[Backend], str | None]
-    engine: bool = False
+    backend: bool = False
 
 
-def _engine(feature: BackendFeature) -> Feature:
-    return Feature(FEATURE_WORDS[feature], _engine_lacks(feature), engine=True)
+def _backend_feature(feature: BackendFeature) -> Feature:
+    return Feature(FEATURE_WORDS[feature], _backend_lacks(feature), backend=True)
 
 
 FEATURES: dict[str, Feature] = {
@@ -123,30 +123,30 @@ FEATURES: dict[str, Feature] = {
     "additive_heads": Feature("additive head writes", _normed_head_sum),
     "resid_mid": Feature("a residual stream between attention and MLP (resid_mid)", _parallel_block),
     "mlp_neurons": Feature("MLP neurons", _experts),
-    "gradients": _engine("gradients"),
-    "weights": _engine("weights"),
-    "local_edits": _engine("local_edits"),
-    "edge_points": _engine("edge_points"),
-    "jacobian_lens": _engine("jacobian_lens"),
+    "gradients": _backend_feature("gradients"),
+    "weights": _backend_feature("weights"),
+    "local_edits": _backend_feature("local_edits"),
+    "edge_points": _backend_feature("edge_points"),
+    "jacobian_lens": _backend_feature("jacobian_lens"),
     "attention_patterns": Feature(
-        "attention patterns (hook_pattern)", _engine_reads(hook_pattern, "attention patterns"), engine=True
+        "attention patterns (hook_pattern)", _backend_reads(hook_pattern, "attention patterns"), backend=True
     ),
     "neuron_points": Feature(
-        "the MLP neurons' point (mlp.hook_post)", _engine_reads(hook_mlp_post, "mlp.hook_post"), engine=True
+        "the MLP neurons' point (mlp.hook_post)", _backend_reads(hook_mlp_post, "mlp.hook_post"), backend=True
     ),
     "resid_mid_points": Feature(
         "the residual stream between attention and MLP (resid_mid)",
-        _engine_reads(hook_resid_mid, "resid_mid"),
-        engine=True,
+        _backend_reads(hook_resid_mid, "resid_mid"),
+        backend=True,
     ),
-    "resid_mid_writes": Feature("writes to resid_mid", _resid_mid_writes, engine=True),
+    "resid_mid_writes": Feature("writes to resid_mid", _resid_mid_writes, backend=True),
     "head_points": Feature(
         "each head's output before the output projection (attn.hook_z)",
-        _engine_reads(hook_z, "attn.hook_z"),
-        engine=True,
+        _backend_reads(hook_z, "attn.hook_z"),
+        backend=True,
     ),
     "resid_pre_points": Feature(
-        "the residual stream entering block 0 (hook_in)", _engine_reads(hook_in, "blocks.0.hook_in"), engine=True
+        "the residual stream entering block 0 (hook_in)", _backend_reads(hook_in, "blocks.0.hook_in"), backend=True
     ),
 }
 
@@ -160,7 +160,7 @@ EDGE_INSTEAD = (
 @dataclass(frozen=True)
 class Use:
     """Tools, or one option of them (``option``, as the caller writes it), and the features they need (architecture
-    features first: when a model lacks one, no engine helps)."""
+    features first: when a model lacks one, no backend helps)."""
 
     tools: tuple[str, ...]
     option: str | None
@@ -171,13 +171,13 @@ class Use:
 INTERVENING = ("ablate", "logit_diff", "kl", "answer_rank", "loss")  # the tools taking ablation targets
 NAMING = ("feature_examples", "score_explanation")  # the tools naming one feature
 SAE_TOOLS = ("sae", "sae_features", "steer", *INTERVENING, *NAMING)  # the tools taking an SAE
-EVERY_ENGINE = (
+EVERY_BACKEND = (
     "model_info", "tokenize", "logit_diff", "kl", "answer_rank", "loss", "ablate", "patch", "steer", "probe", "sae",
     "sae_features", "get_figure", "job_status", "job_cancel", "verify_artifact", "export_investigation", *NAMING,
 )  # fmt: skip
 
 USES: dict[str, Use] = {
-    **{tool: Use((tool,), None, (), "") for tool in EVERY_ENGINE},
+    **{tool: Use((tool,), None, (), "") for tool in EVERY_BACKEND},
     "ablate_head": Use(("ablate_head",), None, ("head_points",), "Ablate MLPs or attention layers ('L9ATTN')."),
     "patch_heads": Use(("patch_heads",), None, ("head_points",), "Patch attn_out (each layer's heads together)."),
     "head_targets": Use(INTERVENING, "head targets 'L9H3'", ("head_points",), "Ablate attention layers ('L9ATTN')."),
@@ -251,7 +251,7 @@ USES: dict[str, Use] = {
 
 
 def capability(backend: Backend, key: str) -> Capability:
-    """Whether the use ``key`` of ``USES`` applies to this model on this engine (the first missing feature decides
+    """Whether the use ``key`` of ``USES`` applies to this model on this backend (the first missing feature decides
     why not), as ``model_info`` reports it."""
     use = USES[key]
     tools = list(use.tools)
@@ -259,7 +259,7 @@ def capability(backend: Backend, key: str) -> Capability:
         feature = FEATURES[need]
         why = feature.missing(backend)
         if why is not None:
-            fix = f"Run the server with {LOCAL_FIX}." if feature.engine else ""
+            fix = f"Run the server with {LOCAL_FIX}." if feature.backend else ""
             reason = " ".join(part for part in (f"{why}.", fix, use.instead) if part)
             return Capability(
                 tools=tools, option=use.option, available=False, missing_feature=feature.name, reason=reason
@@ -268,13 +268,13 @@ def capability(backend: Backend, key: str) -> Capability:
 
 
 def capabilities(backend: Backend) -> list[Capability]:
-    """Every tool, and every option whose availability depends on the architecture or the engine, for this model on
+    """Every tool, and every option whose availability depends on the architecture or the backend, for this model on
     this backend (``model_info``)."""
     return [capability(backend, key) for key in USES]
 
 
 def require(backend: Backend, key: str) -> None:
-    """Refuse the use ``key`` of ``USES`` before any model work when this model or engine lacks what it needs: an
+    """Refuse the use ``key`` of ``USES`` before any model work when this model or backend lacks what it needs: an
     ``InputError`` naming the missing feature, the backend, why, and what to use instead."""
     found = capability(backend, key)
     if not found.available:

@@ -1,4 +1,4 @@
-"""What a forward pass changes: the one edit vocabulary every family speaks, and which engine can run each edit.
+"""What a forward pass changes: the one edit vocabulary every family speaks, and which backend can run each edit.
 
 An edit names a *point* — a hook point in TransformerLens' vocabulary (``blocks.5.attn.hook_z``), always obtained
 from ``bridge``'s naming functions, never spelled by a family — and what happens to the value there. The first four
@@ -215,7 +215,7 @@ class Rewrite(Edit):
 @dataclass(frozen=True)
 class Observe(Edit):
     """No change: ``fn(value)`` is called with the value at ``point`` (e.g. to accumulate a statistic over a batch).
-    A remote engine captures the point and calls ``fn`` with the batch's captured value."""
+    A remote backend captures the point and calls ``fn`` with the batch's captured value."""
 
     fn: Callable[[torch.Tensor], None] = field(default=lambda values: None, compare=False)
 

@@ -51,4 +51,4 @@ class Capture:
     final: torch.Tensor
     acts: dict[str, torch.Tensor]
     trace: BlockTrace | None = None
-    logits: torch.Tensor | None = None  # [batch, seq, vocab] where the engine returns them anyway (remote engines)
+    logits: torch.Tensor | None = None  # [batch, seq, vocab] where the backend returns them anyway (remote backends)

@@ -1,4 +1,4 @@
-"""Llama blocks run by hand on the positions after a shared prefix: the fast engine of exact head patching.
+"""Llama blocks run by hand on the positions after a shared prefix: the fast sweep of exact head patching.
 
 In a minimal pair every position before the first token where clean and corrupt differ (the *prefix*) has identical
 activations in both runs, so a patched run only needs the *suffix* positions, attending to the prefix's keys and
@@ -7,7 +7,7 @@ values (computed once). The TransformerBridge (4.3) cannot call attention with a
 grouped-query eager attention, output projection, MLP — with the bridge's own submodules and weights for every learned
 part and HF's ``apply_rotary_pos_emb`` with the position embeddings the model itself produced. It lives in the
 backend because it calls the model's components; the sweep that drives it is ``patching.suffix_sweep``, which first
-replays the unpatched batch through these blocks and falls back to the generic engine on any mismatch.
+replays the unpatched batch through these blocks and falls back to the generic sweep on any mismatch.
 """
 
 from __future__ import annotations

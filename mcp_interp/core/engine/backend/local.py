@@ -1,10 +1,10 @@
-"""The local engine: TransformerLens' ``TransformerBridge`` over a torch model in this process.
+"""The local backend: TransformerLens' ``TransformerBridge`` over a torch model in this process.
 
 ``LocalBackend`` is the only code in the package that installs a hook, calls the model or one of its components,
 or takes a gradient through it. Families ask it for what they need — a forward with captures at named points and
 edits (``edits``), a backward, greedy generation under edits, one block re-run (the patching sweep), a few parts of
 the model by hand (the final norm and unembedding of chosen rows, one layer's output projection per head) and
-weights — so that another engine can serve the same requests (``capabilities`` says what each one runs).
+weights — so that another backend can serve the same requests (``capabilities`` says what each one runs).
 
 Hooks are installed per call through the bridge's ``hooks`` context and removed when it ends, also on error.
 """
@@ -23,12 +23,8 @@ from mcp_interp.core.engine.backend import llama_suffix
 from mcp_interp.core.engine.backend.base import Backend, BackendFeature
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.backend.forward import BlockTrace, Mode, Output, Run
+from mcp_interp.errors import StopForward
 from mcp_interp.schemas.common import BackendName
-
-
-class StopForward(Exception):
-    """Raised by a hook once everything a caller needs has been computed: the rest of the forward is skipped."""
-
 
 # The bridge warns when a hook edits a norm's scale (it then rebuilds the output from the hooked values, which
 # differs from HF's fused kernel at float-rounding scale); the replacement model freezes scales on purpose.
@@ -221,12 +217,12 @@ class LocalBackend(Backend):
             return tl.run_block(self.bridge, layer, residual, call_kwargs)
 
     def supports_suffix_blocks(self) -> bool:
-        """Whether this model is one the suffix engine (``llama_suffix``) knows how to run by hand."""
+        """Whether this model is one the suffix sweep (``llama_suffix``) knows how to run by hand."""
         return llama_suffix.supports(self.bridge)
 
     def suffix_blocks(self, trace: BlockTrace) -> llama_suffix.LlamaSuffixBlocks | None:
         """Llama blocks run on the positions after a shared prefix (``llama_suffix.LlamaSuffixBlocks``), or None
-        when this model is not one the suffix engine knows."""
+        when this model is not one the suffix sweep knows."""
         return llama_suffix.LlamaSuffixBlocks(self, trace) if self.supports_suffix_blocks() else None
 
     # --- parts of the model by hand ---------------------------------------------------------------------------

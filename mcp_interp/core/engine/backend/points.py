@@ -1,7 +1,7 @@
 """The names of the points a value is read or written at: TransformerLens' hook names, spelled here once.
 
 A point is a string such as ``blocks.5.attn.hook_z`` — the vocabulary both of TransformerLens' ``TransformerBridge``
-and of its ``RemoteBridge`` (vLLM, Inspect), so an edit named by a point runs on either engine. Families name points
+and of its ``RemoteBridge`` (vLLM, Inspect), so an edit named by a point runs on either backend. Families name points
 with these functions and never spell one; ``bridge`` holds what reaches into the bridge itself.
 """
 

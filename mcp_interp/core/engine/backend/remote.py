@@ -1,4 +1,4 @@
-"""The remote engines: TransformerLens' ``RemoteBridge`` over vLLM or an Inspect provider.
+"""The remote backends: TransformerLens' ``RemoteBridge`` over vLLM or an Inspect provider.
 
 A RemoteBridge has no local ``nn.Module``: a forward is one request that names the points to capture and carries
 declarative edits — ``suppress``, ``scale``, ``add``, ``set``, each at every position or at ``pos`` — keyed by the
@@ -60,7 +60,7 @@ def forward_order(point: str) -> tuple[int, int]:
 
 
 class RemoteBackend(Backend):
-    """A ``RemoteBridge`` (``boot_inspect`` / ``boot_vllm``) behind the seam; ``name`` is the engine's."""
+    """A ``RemoteBridge`` (``boot_inspect`` / ``boot_vllm``) behind the seam; ``name`` is the backend's."""
 
     features: frozenset[BackendFeature] = frozenset()
 
@@ -138,7 +138,7 @@ class RemoteBackend(Backend):
         mode: Mode = "inference",
         attention_mask: torch.Tensor | None = None,
     ) -> Run:
-        """The seam's forward on the remote engine (module docstring). ``stop_at`` only saves work locally: here the
+        """The seam's forward on the remote backend (module docstring). ``stop_at`` only saves work locally: here the
         whole forward runs; ``output="final"`` is the last block's output, captured."""
         if mode == "grad":
             raise self.refuse("gradients")
@@ -153,7 +153,7 @@ class RemoteBackend(Backend):
                 )
             if not self.can_write(edit.point):
                 raise self.refuse(
-                    "local_edits", f"Writing {edit.point} (a point this engine only reads, or does not serve)"
+                    "local_edits", f"Writing {edit.point} (a point this backend only reads, or does not serve)"
                 )
         names = list(dict.fromkeys([*capture, *([stop_at] if stop_at is not None else [])]))
         final_point = hook_out(self.n_layers - 1)
@@ -161,7 +161,7 @@ class RemoteBackend(Backend):
         wanted = list(dict.fromkeys([*names, *observed, *([final_point] if output == "final" else [])]))
         missing = [name for name in wanted if not self.has_point(name)]
         if missing:
-            raise self.refuse("local_edits", f"Reading {missing[0]} (a point this engine does not serve)")
+            raise self.refuse("local_edits", f"Reading {missing[0]} (a point this backend does not serve)")
         specs = self._specs(input_ids, edits)
         logits, acts = self._forward_rows(input_ids, specs, wanted)
         for observer in observers:
@@ -172,7 +172,7 @@ class RemoteBackend(Backend):
             acts={name: acts[name] for name in names},
         )
 
-    # --- how edits reach the engine ---------------------------------------------------------------------------
+    # --- how edits reach the backend ---------------------------------------------------------------------------
 
     def _specs(self, input_ids: torch.Tensor, edits: Sequence[Edit]) -> list[dict[str, dict[str, Any]]]:
         """Each row's ``intervene`` mapping (canonical point → spec), materialising what is not one operation."""
@@ -253,7 +253,7 @@ class RemoteBackend(Backend):
     def _forward_rows(
         self, input_ids: torch.Tensor, specs: list[dict[str, dict[str, Any]]], names: list[str], logits: bool = True
     ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        """Every row through the engine (one request per row: the Inspect driver takes one), stacked back."""
+        """Every row through the backend (one request per row: the Inspect driver takes one), stacked back."""
         per_row_logits: list[torch.Tensor] = []
         per_row_acts: list[dict[str, torch.Tensor]] = []
         canonical = {name: self.canonical(name) for name in names}

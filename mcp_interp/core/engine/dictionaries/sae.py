@@ -19,14 +19,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import torch
 
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.backend.sites import Site, replace_edits
-
-SaeArchitecture = Literal["standard", "jumprelu", "topk"]
+from mcp_interp.schemas.sae import SaeArchitecture
 
 
 @dataclass(frozen=True, kw_only=True)

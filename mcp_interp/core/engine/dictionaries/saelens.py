@@ -54,12 +54,12 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import site_hook
 from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.dictionaries.sae import ARCHITECTURES, SparseAutoencoder
 from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.paths import client_path, existing_inside
 
 CFG_FILE = "cfg.json"

@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import (
     hook_mlp_input,
     hook_mlp_norm_normalized,
@@ -55,7 +56,6 @@ from mcp_interp.core.engine.backend.points import (
 from mcp_interp.core.engine.dictionaries.saelens import same_model
 from mcp_interp.core.engine.dictionaries.transcoders import TRANSCODER_KINDS, ActivationName, Transcoders
 from mcp_interp.errors import InputError
-from mcp_interp.models import LoadedModel
 from mcp_interp.paths import client_path, existing_inside
 
 CONFIG_FILE = "config.yaml"

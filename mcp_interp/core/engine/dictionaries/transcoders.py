@@ -28,8 +28,8 @@ from typing import ClassVar, Literal
 import torch
 
 from mcp_interp.core.engine.backend.edits import Add, Edit
+from mcp_interp.schemas.graphs import TranscoderKind
 
-TranscoderKind = Literal["transcoder_set", "cross_layer_transcoder"]
 ActivationName = Literal["relu", "jumprelu", "topk"]
 
 

@@ -1,12 +1,12 @@
-"""Exact patching on an engine without block calls (TransformerLens' RemoteBridge): each cell a whole forward of the
+"""Exact patching on a backend without block calls (TransformerLens' RemoteBridge): each cell a whole forward of the
 base batch with the source's value *set* at the cell's site.
 
-The block-level engines (``sweep``, ``suffix_sweep``) re-run only the layers after a cell's own, which needs calling
-one block by itself. A remote engine runs whole forwards from tokens, with declarative edits. A cell's patch is one
+The block-level sweeps (``sweep``, ``suffix_sweep``) re-run only the layers after a cell's own, which needs calling
+one block by itself. A remote backend runs whole forwards from tokens, with declarative edits. A cell's patch is one
 ``set``: at the cell's site and layer, the value the base run had there with the cell's channel (a head of ``z``) at
 the cell's positions taken from the source run. Nothing upstream of the cell changes, so the base run's own value
 there is the value the patched run would have — captured once, with the source's, before the sweep — and the
-numbers are exactly the block engines'. Cells of one layer go to the engine as one request of stacked rows (one
+numbers are exactly the block sweeps'. Cells of one layer go to the backend as one request of stacked rows (one
 row per cell and pair); a driver that takes one row at a time gets them in turn.
 """
 
@@ -24,7 +24,7 @@ from mcp_interp.core.engine.backend.sites import CHANNEL_SITES, Site
 from mcp_interp.core.engine.numbers.row_readouts import RowMetric
 from mcp_interp.core.engine.patching.sweep import Unit
 
-ROWS_PER_REQUEST = 64  # patched rows stacked into one engine request
+ROWS_PER_REQUEST = 64  # patched rows stacked into one backend request
 
 
 @dataclass(kw_only=True)
@@ -88,7 +88,7 @@ class EditPatchSweep:
 @dataclass
 class ChosenEditSweep:
     sweep: EditPatchSweep
-    engine: str
+    label: str  # how its patched runs are computed, in words (the result's ``sweep``)
     note: str | None = None
 
 
@@ -103,7 +103,7 @@ def edit_sweep(
     answer_positions: torch.Tensor,
     metric: RowMetric,
 ) -> ChosenEditSweep:
-    """The edit sweep, labelled for the result's ``engine``."""
+    """The edit sweep, labelled for the result's ``sweep``."""
     sweep = EditPatchSweep(backend=backend, base_ids=base_ids, site=site, base=base, source=source, units=units,
                            patch_mask=mask, answer_positions=answer_positions, metric=metric)  # fmt: skip
     return ChosenEditSweep(sweep, f"{backend.name}: each cell a whole forward with the patched value set")

@@ -5,7 +5,7 @@ positions) are presets of this job, as TransformerLens' public patchers are pres
 ``generic_activation_patch``: a preset says which site is patched, which cells (``sweep.Unit``) there
 are, at which positions a cell without a position is patched, and how the outcome is reported. So
 every option one preset has — multi-token answers and sets, the three metrics, both directions,
-attribution with exact verification, both engines — the other has too.
+attribution with exact verification, both sweeps — the other has too.
 
 What the job measures, per cell and pair: the metric m at the answer with that cell's activation
 taken from the other run (``denoise``: the corrupt run with clean activations; ``noise``: the clean
@@ -25,9 +25,10 @@ from typing import Any, Generic
 
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.forward import Capture
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import site_hook
 from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.jobs import Job, R
@@ -42,7 +43,6 @@ from mcp_interp.core.engine.text.answers import Answer, answer_kind, resolve_ans
 from mcp_interp.core.engine.text.components import PositionSpec, position_mask
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, encode, validate_pairs
 from mcp_interp.errors import InputError, require_choice
-from mcp_interp.models import LoadedModel
 from mcp_interp.schemas.common import AnswerKind, PatchDirection, PatchMethod, PatchMetric
 
 
@@ -74,7 +74,7 @@ class PatchOutcome:
     diffs: list[PairDiff]
     first_diff: int
     verified: list[tuple[int, torch.Tensor]] | None
-    engine: str | None
+    sweep: str | None
     notes: list[str]
 
 
@@ -93,7 +93,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     verify_top: int = 0
     result: R | None = field(default=None, init=False)
     outcome: PatchOutcome | None = field(default=None, init=False)
-    engine: str | None = field(default=None, init=False)
+    sweep: str | None = field(default=None, init=False)
     notes: list[str] = field(default_factory=list, init=False)
     plan: RowPlan = field(default_factory=lambda: RowPlan.identity(0), init=False)
     _token_answers: tuple[list[Answer] | None, list[Answer] | None] = field(default=(None, None), init=False)
@@ -161,7 +161,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         source_acts = {layer: source_run.acts[site_hook(site, layer)] for layer in layers}
         everyone = torch.arange(rows)
         # The base run is a traced forward for exact patching; for attribution it is the forward the
-        # gradient goes through — except that KL in the noise direction needs its logits first. An engine without
+        # gradient goes through — except that KL in the noise direction needs its logits first. A backend without
         # block calls patches by setting values in whole forwards (``edit_sweep``): it needs the base run's values
         # at the site instead of a trace.
         blocks = backend.supports("block_calls")
@@ -228,7 +228,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             diffs=diffs,
             first_diff=first_diff,
             verified=verified,
-            engine=self.engine if self.method == "exact" or verified else None,
+            sweep=self.sweep if self.method == "exact" or verified else None,
             notes=self.notes,
         )
         self.result = self.report(self.outcome)
@@ -316,13 +316,13 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             return patched
         units = [cells[i] for i in run]
         chosen: ChosenSweep | ChosenEditSweep
-        if base_run.trace is None:  # an engine without block calls
+        if base_run.trace is None:  # a backend without block calls
             chosen = edit_sweep(self.model.backend, base.input_ids, site, base_run.acts, source_acts, units, mask,
                                 base.answer_positions, readout.from_logits)  # fmt: skip
         else:
             chosen = best_sweep(self.model.backend, base_run.trace, site, source_acts, units, mask,
                                 base.answer_positions, readout.from_residual, first_diff)  # fmt: skip
-        self.engine = chosen.engine
+        self.sweep = chosen.label
         if chosen.note and chosen.note not in self.notes:
             self.notes.append(chosen.note)
         last = self.model.cfg.n_layers - 1
@@ -334,8 +334,8 @@ class PatchingJob(Job[R], ABC, Generic[R]):
 
 
 def answer_metric(readout: Readout, run: Capture, batch: Batch) -> torch.Tensor:
-    """The readout at each row's answer position of ``run``: from the engine's logits where it returned them (a
-    remote engine), else from the final residual (the two vocabulary rows a logit difference needs, not all)."""
+    """The readout at each row's answer position of ``run``: from the backend's logits where it returned them (a
+    remote backend), else from the final residual (the two vocabulary rows a logit difference needs, not all)."""
     rows = torch.arange(batch.input_ids.shape[0])
     if run.logits is not None:
         return readout.from_logits(run.logits[rows, batch.answer_positions], rows)

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers.row_readouts import LogitDiffReadout
 from mcp_interp.core.engine.text.answers import resolve_answers
 from mcp_interp.core.engine.text.tokens import Batch, encode, validate_pairs
-from mcp_interp.models import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ CHECK_TOLERANCE = 1e-3  # max |logit| difference between this replay and the rea
 
 @dataclass(kw_only=True)
 class SuffixPatchSweep(PatchSweep):
-    """The Llama engine of ``sweep.PatchSweep``: recomputes only positions ``start..``,
+    """The Llama sweep of ``sweep.PatchSweep``: recomputes only positions ``start..``,
     attending to the base run's keys/values before ``start``, and at the last layer only the
     answer position. Same contract and numbers as ``sweep.BridgePatchSweep``."""
 
@@ -48,7 +48,7 @@ class SuffixPatchSweep(PatchSweep):
 
     def __post_init__(self) -> None:
         self.blocks = self.backend.suffix_blocks(self.base)
-        assert self.blocks is not None, "the suffix engine runs only where backend.suffix_blocks applies"
+        assert self.blocks is not None, "the suffix sweep runs only where backend.suffix_blocks applies"
         self.prefix: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def check(self) -> float:
@@ -103,10 +103,10 @@ class SuffixPatchSweep(PatchSweep):
 
 @dataclass
 class ChosenSweep:
-    """The engine an exact patching run uses, and why (for the result's ``engine`` and notes)."""
+    """The sweep an exact patching run uses, and why (for the result's ``sweep`` and notes)."""
 
     sweep: PatchSweep
-    engine: str
+    label: str
     note: str | None
 
 
@@ -121,7 +121,7 @@ def best_sweep(
     metric: RowMetric,
     first_diff: int,
 ) -> ChosenSweep:
-    """The suffix engine when it applies to this model and replays its forward within
+    """The suffix sweep when it applies to this model and replays its forward within
     ``CHECK_TOLERANCE``; otherwise the generic one (same numbers, slower), with a note saying why."""
     args: dict[str, Any] = dict(backend=backend, base=trace, site=site, source=source, units=units, patch_mask=mask,
                                 answer_positions=answer_positions, metric=metric)  # fmt: skip
@@ -137,12 +137,12 @@ def best_sweep(
     error = fast.check()
     if error > CHECK_TOLERANCE:
         generic.note = (
-            f"The fast suffix engine did not reproduce this model's forward (max |Δ| {error:.2e}); "
-            "used the generic engine instead (same numbers, slower)."
+            f"The fast suffix sweep did not reproduce this model's forward (max |Δ| {error:.2e}); "
+            "used the generic sweep instead (same numbers, slower)."
         )
         return generic
-    engine = (
+    label = (
         f"suffix: positions {start}.. recomputed with the model's own weights (replay of the "
         f"unpatched run matches the real forward to {error:.1e})"
     )
-    return ChosenSweep(fast, engine, None)
+    return ChosenSweep(fast, label, None)

@@ -14,7 +14,7 @@ full forward per unit. Three facts make the same numbers far cheaper, and the sw
 3. Only the answer positions are read out (the vocabulary projection is the largest matmul).
 
 ``PatchSweep`` is that sweep — the rows, who joins when, the chunking into block calls, each
-chunk's patch, the read-out — written once. An engine only says how one block runs on a chunk
+chunk's patch, the read-out — written once. A sweep only says how one block runs on a chunk
 of rows: ``BridgePatchSweep`` (here, any model) calls each block through the TransformerBridge
 with the keyword arguments (attention mask, position embeddings, ...) captured from a real
 forward of the base batch, so the computation is the model's own, hooks included;
@@ -82,12 +82,12 @@ class SitePatch:
 class PatchSweep(ABC):
     """Exact patching of many units in one sweep over the layers (see the module docstring).
 
-    The bookkeeping every engine shares: each unit's rows (one per prompt) join the batch at
+    The bookkeeping every sweep shares: each unit's rows (one per prompt) join the batch at
     their unit's layer as copies of the base run's residual there; the batch runs through each
     later layer in chunks of ``rows_per_call()`` rows, each chunk carrying the ``SitePatch`` of
     the rows joining at that layer; at the end the metric is read at each row's answer position.
-    ``resid_pre`` and ``resid_post`` patches are applied here, around the block calls; an engine
-    applies the ``INSIDE_BLOCK`` sites. An engine implements ``run_block`` and
+    ``resid_pre`` and ``resid_post`` patches are applied here, around the block calls; a sweep
+    applies the ``INSIDE_BLOCK`` sites. A sweep implements ``run_block`` and
     ``rows_per_call``, and may recompute only positions ``first_position()..`` and, when
     ``ANSWER_ONLY_AT_LAST``, only the answer position at the last layer.
 
@@ -127,7 +127,7 @@ class PatchSweep(ABC):
     ) -> torch.Tensor:
         """Block ``layer`` on ``residual`` [rows, s, d_model] (positions ``first_position()..`` of
         prompts ``rows_prompt``), with ``patch`` applied at the sweep's site (an ``INSIDE_BLOCK``
-        one). ``query`` [rows] is given at the last layer of an ``ANSWER_ONLY_AT_LAST`` engine:
+        one). ``query`` [rows] is given at the last layer of an ``ANSWER_ONLY_AT_LAST`` sweep:
         the answer's index among the s positions."""
 
     def layers(self) -> list[int]:
@@ -137,7 +137,7 @@ class PatchSweep(ABC):
     def steps(self) -> Iterator[int]:
         batch, start = self.base.batch_size, self.first_position()
         if any(u.position is not None and u.position < start for u in self.units):
-            raise ValueError(f"a unit patches a position before {start}, which this engine does not recompute")
+            raise ValueError(f"a unit patches a position before {start}, which this sweep does not recompute")
         rows_per_call = self.rows_per_call()
         order = sorted(range(len(self.units)), key=lambda i: self.units[i].layer)
         residual: torch.Tensor | None = None
@@ -233,7 +233,7 @@ class PatchSweep(ABC):
 
 @dataclass(kw_only=True)
 class BridgePatchSweep(PatchSweep):
-    """The generic engine: every block called through the backend on every position, the patch applied as an
+    """The generic sweep: every block called through the backend on every position, the patch applied as an
     edit at its point. Works for any model the local backend runs."""
 
     max_rows_per_call: int = 512

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.text.tokens import Batch, token_strings
 from mcp_interp.errors import InputError

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from mcp_interp import limits
+import mcp_interp.limits as limits
 from mcp_interp.errors import InputError
 
 

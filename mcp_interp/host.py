@@ -24,10 +24,11 @@ from typing import ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
-from mcp_interp.engines import LoadOptions
+from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.loader.options import LoadOptions
+from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.errors import InterpError, ModelLoadError
 from mcp_interp.ledger import Ledger
-from mcp_interp.models import LoadedModel, load_model
 from mcp_interp.schemas.common import ModelRef
 from mcp_interp.store import Store
 
@@ -74,7 +75,7 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-class Session:
+class ModelHost:
     def __init__(
         self,
         model_name: str,

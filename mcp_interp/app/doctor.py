@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlparse
 
-from mcp_interp.models import EMBEDDED_NAME, TINY_NAME, cache_dir, embedded_cache_folder, embedded_gguf_path
+from mcp_interp.core.engine.backend.loader.embedded import embedded_cache_folder, embedded_gguf_path
+from mcp_interp.folders import cache_dir
+from mcp_interp.names import EMBEDDED_NAME, TINY_NAME
 
 TORCH_PIN = "torch==2.13.0"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's plain torch on Linux is a multi-GB CUDA build
@@ -80,7 +82,7 @@ def detect_install(dist: metadata.Distribution | None = None, prefix: Path | Non
         try:
             dist = metadata.distribution(DIST)
         except metadata.PackageNotFoundError:
-            return Install("checkout", str(Path(__file__).resolve().parent.parent))
+            return Install("checkout", str(Path(__file__).resolve().parents[2]))
     try:
         direct = json.loads(dist.read_text("direct_url.json") or "{}")
     except json.JSONDecodeError:
@@ -141,8 +143,8 @@ def run_doctor(model: str) -> int:
     if model == EMBEDDED_NAME and gguf is None and not converted:
         print(f"model {model}: cannot load — run `{install.embedded_fix()}` (see above), or try --model {TINY_NAME}.")
         return 1
+    from mcp_interp.core.engine.backend.loader.load import load_model
     from mcp_interp.errors import ModelLoadError
-    from mcp_interp.models import load_model
 
     started = time.perf_counter()
     try:

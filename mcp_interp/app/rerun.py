@@ -12,7 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_interp.api import Session
+from mcp_interp.app.api import Session
+from mcp_interp.errors import FingerprintMismatch
 from mcp_interp.ledger import Entry
 
 
@@ -54,10 +55,6 @@ class Row:
 
 
 HEADER = f"{'call':>5}  {'tool':<24} {'key number':<40} {'recorded':>14} {'recomputed':>14}  ok"
-
-
-class FingerprintMismatch(RuntimeError):
-    pass
 
 
 class Rerun:

@@ -1,4 +1,4 @@
-"""Which engine runs the model, and where its weights sit: the options past one device, all TransformerLens' own.
+"""Which backend runs the model, and where its weights sit: the options past one device, all TransformerLens' own.
 
 * ``transformers`` (default) — ``TransformerBridge.boot_transformers`` over a local torch model. With a placement
   (``device_map``, ``max_memory``, ``offload_folder``) the bridge loads the checkpoint itself and accelerate places it
@@ -8,22 +8,16 @@
   protocol (captures at hook points, ``suppress``/``scale``/``add``/``set`` edits) on any CPU; what CI tests the
   remote path with.
 * ``vllm`` — ``RemoteBridge.boot_vllm``: vLLM with tensor and pipeline parallelism (``pip install
-  'mcp-interp[vllm]'``, a GPU machine). No gradients and no attention patterns.
+  'mcp-interp[vllm]'``). No gradients and no attention patterns.
 
 Both ways of loading read a checkpoint folder (or a hub name) rather than an in-memory model, so ``tiny`` is saved
-to a cache folder first, and the weights' fingerprint is read from the checkpoint (``checkpoint_fingerprint``): the
-same number ``models.weights_fingerprint`` gives the model loaded in memory.
+to a cache folder first, and the weights' fingerprint is read from the checkpoint (``fingerprints``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, get_args
 
 import torch
@@ -32,12 +26,13 @@ from mcp_interp.errors import ModelLoadError
 from mcp_interp.schemas.common import BackendName
 
 BACKENDS: tuple[BackendName, ...] = get_args(BackendName)
+
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How to run the model: the engine and, for ``transformers``, its placement; for ``vllm``, its parallelism."""
+    """How to run the model: the backend and, for ``transformers``, its placement; for ``vllm``, its parallelism."""
 
     backend: BackendName = "transformers"
     device_map: str | dict[str, Any] | None = None  # a strategy name or {module: device}, as accelerate takes it
@@ -46,7 +41,7 @@ class LoadOptions:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
-    extra: dict[str, Any] = field(default_factory=dict)  # passed on to the engine's boot as keyword arguments
+    extra: dict[str, Any] = field(default_factory=dict)  # passed on to the backend's boot as keyword arguments
 
     @property
     def placed(self) -> bool:
@@ -119,80 +114,11 @@ def max_memory_option(text: str | None) -> dict[Any, str] | None:
     return {int(k) if isinstance(k, str) and k.isdigit() else k: str(v) for k, v in value.items()}
 
 
-# --- checkpoints ---------------------------------------------------------------------------------------------
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def checkpoint_fingerprint(folder: Path, dtype: torch.dtype) -> str:
-    """``models.weights_fingerprint`` of the model in ``folder`` as ``from_pretrained`` would load it in ``dtype``, read
-    tensor by tensor from its safetensors files (the model itself may be on disk or on another machine).
-
-    The parameters are named and ordered as the HF model names them (a skeleton built on the meta device, tied
-    parameters once) and each is read from the checkpoint under that name. A checkpoint that stores a parameter under
-    another name (legacy key renames) cannot be matched this way: its files' bytes are hashed instead, and the
-    fingerprint then differs from the in-memory model's (said in the error of any check that compares them)."""
-    from safetensors import safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise ModelLoadError(f"{folder} has no .safetensors weights: the placed and remote engines read safetensors.")
-    where: dict[str, Path] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            where.update(dict.fromkeys(handle.keys(), file))
-    config = AutoConfig.from_pretrained(str(folder))
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(config)
-    skeleton.tie_weights()
-    names = [name for name, _ in skeleton.named_parameters()]
-    if any(name not in where for name in names):
-        return _files_digest(files)
-    digest = hashlib.blake2b(digest_size=8)
-    with contextlib.ExitStack() as stack:
-        handles = {file: stack.enter_context(safe_open(str(file), framework="pt")) for file in files}
-        for name in names:
-            tensor = handles[where[name]].get_tensor(name).to(dtype).contiguous()
-            digest.update(name.encode())
-            digest.update(tensor.view(torch.uint8).numpy().data)
-    return digest.hexdigest()
-
-
-def _files_digest(files: list[Path]) -> str:
-    digest = hashlib.blake2b(digest_size=8)
-    for file in files:
-        with open(file, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def hub_folder(name: str) -> Path:
-    """The local snapshot of a hub model (downloaded now unless HF_HUB_OFFLINE=1, then from the cache)."""
-    from huggingface_hub import snapshot_download
-
+def parse_dtype(dtype: str) -> torch.dtype:
     try:
-        return Path(
-            snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"])
-        )
-    except Exception as exc:  # offline and not cached, a typo, a gated repo: say which
-        raise ModelLoadError(f"Model {name!r} could not be found on the hub or in its cache: {exc}") from exc
-
-
-def save_atomically(folder: Path, save: Any) -> Path:
-    """``save(staging)`` into a fresh folder renamed to ``folder`` once complete (a concurrent writer's copy wins)."""
-    if (folder / "config.json").is_file():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
-    try:
-        save(staging)
-        try:
-            os.rename(staging, folder)
-        except OSError:
-            if not (folder / "config.json").is_file():
-                raise
-    finally:
-        import shutil
-
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+        return _DTYPES[dtype]
+    except KeyError:
+        raise ModelLoadError(f"Unknown dtype {dtype!r}. Use one of: {', '.join(_DTYPES)}.") from None

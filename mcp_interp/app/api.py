@@ -27,23 +27,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
-from mcp_interp.cli import default_output_dir
+from mcp_interp.errors import ToolCallError
+from mcp_interp.folders import default_output_dir
+from mcp_interp.host import ModelHost
 from mcp_interp.ledger import Ledger
 from mcp_interp.mcp.server import FAMILIES, build_server
 from mcp_interp.mcp.toolkit import Toolkit
 from mcp_interp.names import EMBEDDED_NAME
-from mcp_interp.session import Session as ModelSession
 from mcp_interp.store import parse_uri
 
 NOT_METHODS = frozenset({"job_status", "job_cancel"})  # about background jobs, which a method never starts
-
-
-class ToolCallError(RuntimeError):
-    """A tool refused or failed; the message is the tool's error text (what was wrong and how to fix it)."""
-
-    def __init__(self, tool: str, message: str) -> None:
-        super().__init__(message)
-        self.tool = tool
 
 
 class _Quiet:
@@ -99,29 +92,29 @@ class Session:
         output_dir: str | Path | None = None,
         device: str = "cpu",
         dtype: str = "float32",
-        model_session: ModelSession | None = None,
+        host: ModelHost | None = None,
     ) -> None:
-        self.model_session = model_session or ModelSession(
+        self.host = host or ModelHost(
             model, Path(output_dir) if output_dir is not None else default_output_dir(), device=device, dtype=dtype
         )
-        self.server = build_server(self.model_session)
-        self.toolkit = Toolkit(self.model_session)
+        self.server = build_server(self.host)
+        self.toolkit = Toolkit(self.host)
         # The calls run on an event loop of the session's own thread, not the caller's: a caller that already runs
         # one (Jupyter's kernel, an async application) cannot run another in its thread.
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-interp-api", daemon=True)
         self._thread.start()
-        self.model_session.start_loading()
+        self.host.start_loading()
 
     @property
     def ledger(self) -> Ledger:
         """Every call made through this session, in order (the server's ledger: ``mcp_interp.ledger``)."""
-        return self.model_session.ledger
+        return self.host.ledger
 
     @property
     def fingerprint(self) -> str:
         """The loaded weights' fingerprint (waits for the model)."""
-        return self.model_session.wait_loaded().fingerprint
+        return self.host.wait_loaded().fingerprint
 
     def call(self, tool: str, **arguments: Any) -> Any:
         """Call the tool ``tool`` with ``arguments`` (as a client would send them); its typed result."""
@@ -149,7 +142,7 @@ class Session:
         """The stored bytes behind a URI a result names (``figure://…`` a PNG, ``direction://…`` JSON, …); a URI
         that is not stored (never, or evicted) raises ``LookupError``."""
         stored = parse_uri(uri)
-        return self.model_session.store.get(stored.kind, stored.id)
+        return self.host.store.get(stored.kind, stored.id)
 
     def close(self) -> None:
         if self._loop.is_closed():

@@ -17,16 +17,14 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
+from mcp_interp.errors import HttpConfigError
+
 log = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 TOKEN_ENV = "MCP_INTERP_AUTH_TOKEN"
-
-
-class HttpConfigError(ValueError):
-    """The HTTP options are unsafe or inconsistent; the message says how to fix them."""
 
 
 def is_loopback(host: str) -> bool:

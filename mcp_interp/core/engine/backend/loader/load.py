@@ -1,0 +1,211 @@
+"""How a model is obtained: the names users type, turned into a booted backend.
+
+Four kinds of name are understood (see ``names.describe_model_names``):
+
+* ``smollm2-135m`` — the embedded default (``embedded``);
+* ``tiny`` — a seeded random Llama for tests (``tiny``);
+* a local folder holding an HF model, or a path to a ``.gguf`` file (``hf``);
+* anything else is passed to the Hugging Face hub (``gpt2``, …).
+
+Every model is loaded as an HF model with eager attention and booted with ``TransformerBridge.boot_transformers``
+in its default mode, whose logits equal HF's — or, with ``LoadOptions`` naming another backend or a placement,
+loaded by that backend from its checkpoint folder (``checkpoints``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mcp_interp.core.engine.backend.base import Backend
+from mcp_interp.core.engine.backend.loader.checkpoints import checkpoint_folder, model_source
+from mcp_interp.core.engine.backend.loader.embedded import _load_embedded
+from mcp_interp.core.engine.backend.loader.fingerprints import checkpoint_fingerprint, weights_fingerprint
+from mcp_interp.core.engine.backend.loader.hf import _load_hub, _load_local
+from mcp_interp.core.engine.backend.loader.options import LoadOptions, parse_dtype
+from mcp_interp.core.engine.backend.loader.tiny import build_tiny
+from mcp_interp.core.engine.backend.local import LocalBackend
+from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.errors import ModelLoadError
+from mcp_interp.names import EMBEDDED_HF_NAME, EMBEDDED_NAME, TINY_NAME
+from mcp_interp.schemas.common import ModelSource
+
+
+def load_model(
+    name: str, device: str = "cpu", dtype: str = "float32", options: LoadOptions | None = None
+) -> LoadedModel:
+    """Load and boot the model called ``name``; raise ``ModelLoadError`` with a fix if it fails. ``options`` choose
+    another backend or a placement (``backends``); without them the model is loaded in memory on ``device``."""
+    torch_dtype = parse_dtype(dtype)
+    _check_device(device)
+    if options is not None:
+        options.check()
+        if options.backend != "transformers" or options.placed:
+            return load_elsewhere(name, device, dtype, options)
+    started = time.perf_counter()
+    source: ModelSource
+    if name == TINY_NAME:
+        source = "tiny"
+        hf_model, tokenizer = build_tiny()
+        boot_name = "tiny-llama"
+    elif name == EMBEDDED_NAME:
+        source = "embedded"
+        hf_model, tokenizer = _load_embedded(torch_dtype)
+        boot_name = EMBEDDED_HF_NAME
+    elif Path(name).expanduser().exists():
+        source = "local"
+        hf_model, tokenizer = _load_local(Path(name).expanduser(), torch_dtype)
+        boot_name = str(Path(name).expanduser().resolve())
+    else:
+        source = "hub"
+        hf_model, tokenizer = _load_hub(name, torch_dtype)
+        boot_name = name
+    return boot(name, source, boot_name, hf_model, tokenizer, device, dtype, started)
+
+
+def load_elsewhere(name: str, device: str, dtype: str, options: LoadOptions) -> LoadedModel:
+    """Load ``name`` on another backend or with a placement (``backends``): the backend loads the checkpoint itself."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    started = time.perf_counter()
+    torch_dtype = parse_dtype(dtype)
+    source = model_source(name)
+    folder = checkpoint_folder(name, source)
+    config = AutoConfig.from_pretrained(str(folder))
+    if dtype != "float32" and getattr(config, "model_type", None) in FLOAT32_ONLY:
+        raise ModelLoadError(f"--dtype {dtype} is not supported for {config.model_type} models: "
+                             f"{FLOAT32_ONLY[config.model_type]}. Load it with --dtype float32.")  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    fingerprint = checkpoint_fingerprint(folder, torch_dtype)
+    backend: Backend
+    if options.backend == "transformers":
+        from transformer_lens.model_bridge import TransformerBridge
+
+        bridge = TransformerBridge.boot_transformers(
+            str(folder), tokenizer=tokenizer, dtype=torch_dtype, device_map=options.device_map,
+            max_memory=options.max_memory, offload_folder=options.offload_folder, **options.extra,
+        )  # fmt: skip
+        bridge.eval()
+        device = input_device(getattr(bridge.original_model, "hf_device_map", None) or {}, device)
+        backend = LocalBackend(bridge, device)
+    else:
+        from mcp_interp.core.engine.backend.remote import RemoteBackend
+
+        backend = RemoteBackend(_boot_remote(folder, tokenizer, torch_dtype, options), options.backend, config,
+                                batched=False)  # fmt: skip
+        device = "cpu"
+    return LoadedModel(
+        name=name,
+        source=source,
+        backend=backend,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=dtype,
+        load_seconds=time.perf_counter() - started,
+        fingerprint=fingerprint,
+        options=options,
+    )
+
+
+def _boot_remote(folder: Path, tokenizer: Any, torch_dtype: torch.dtype, options: LoadOptions) -> Any:
+    """TransformerLens' RemoteBridge on Inspect's HF provider or on vLLM."""
+    from transformer_lens.model_bridge.remote_bridge import RemoteBridge
+
+    if options.backend == "inspect":
+        if importlib.util.find_spec("inspect_ai") is None:
+            raise ModelLoadError("--backend inspect needs inspect-ai: pip install 'mcp-interp[inspect]'.")
+        return RemoteBridge.boot_inspect(str(folder), tokenizer=tokenizer, dtype=torch_dtype, **options.extra)
+    if importlib.util.find_spec("vllm") is None:
+        raise ModelLoadError(
+            "--backend vllm needs vLLM and a GPU: pip install 'mcp-interp[vllm]' on a machine with CUDA."
+        )
+    # Position-scoped edits (a patch at one position, an ablation of some positions) need the compiled path's
+    # per-position buffers (about 2x the hooks' resident memory); the context is bounded by what a request may send.
+    extra = {"enable_position_interventions": True, "max_model_len": 4096, **options.extra}
+    return RemoteBridge.boot_vllm(
+        str(folder), tokenizer=tokenizer, dtype=torch_dtype, tensor_parallel_size=options.tensor_parallel_size,
+        pipeline_parallel_size=options.pipeline_parallel_size,
+        gpu_memory_utilization=options.gpu_memory_utilization, **extra,
+    )  # fmt: skip
+
+
+def input_device(device_map: dict[str, Any], default: str) -> str:
+    """Where a placed model's inputs go: the device of its embedding (CPU when that sits on disk or CPU)."""
+    for module, where in device_map.items():
+        if "embed" in module:
+            if isinstance(where, int):
+                return f"cuda:{where}"
+            return "cpu" if str(where) in ("cpu", "disk") else str(where)
+    return default
+
+
+def boot(
+    name: str,
+    source: ModelSource,
+    boot_name: str,
+    hf_model: Any,
+    tokenizer: Any,
+    device: str = "cpu",
+    dtype: str = "float32",
+    started: float | None = None,
+) -> LoadedModel:
+    """Boot an HF causal LM (eager attention) as a TransformerBridge in its default mode.
+
+    Also the way tests wrap a hand-modified HF model (e.g. a known-answer construction).
+    """
+    torch_dtype = parse_dtype(dtype)
+    started = time.perf_counter() if started is None else started
+    _check_dtype_supported(hf_model, dtype)
+    hf_model = hf_model.to(device=device, dtype=torch_dtype).eval()
+    # Before booting: the bridge wraps the HF modules in place, which renames parameters.
+    fingerprint = weights_fingerprint(hf_model)
+    from transformer_lens.model_bridge import TransformerBridge
+
+    bridge = TransformerBridge.boot_transformers(
+        boot_name, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=torch_dtype
+    )
+    bridge.eval()
+    return LoadedModel(
+        name=name,
+        source=source,
+        backend=LocalBackend(bridge, device),
+        tokenizer=tokenizer,
+        device=device,
+        dtype=dtype,
+        load_seconds=time.perf_counter() - started,
+        fingerprint=fingerprint,
+    )
+
+
+# Architectures whose reduced-precision forward fails inside TransformerLens (model_type → what goes wrong).
+FLOAT32_ONLY = {
+    "olmo2": (
+        "OLMo-2's rotary embedding comes out in float32 and TransformerLens 4.3's attention bridge does not cast the "
+        "rotated queries/keys back, so the first forward fails with 'expected m1 and m2 to have the same dtype'"
+    ),
+}
+
+
+def _check_dtype_supported(hf_model: Any, dtype: str) -> None:
+    """Refuse, before booting, a reduced precision the bridge cannot run for this architecture (an error at load
+    beats one at every tool call)."""
+    model_type = getattr(getattr(hf_model, "config", None), "model_type", None)
+    if dtype != "float32" and model_type in FLOAT32_ONLY:
+        raise ModelLoadError(
+            f"--dtype {dtype} is not supported for {model_type} models: {FLOAT32_ONLY[model_type]}. "
+            "Load it with --dtype float32."
+        )
+
+
+def _check_device(device: str) -> None:
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"--device {device} was asked for but torch sees no CUDA device "
+            f"(torch {torch.__version__}). Use --device cpu, or install a CUDA build of torch."
+        )
+    if device != "cpu" and not device.startswith(("cuda", "mps")):
+        raise ModelLoadError(f"Unknown device {device!r}. Use cpu, cuda, cuda:N or mps.")
