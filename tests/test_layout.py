@@ -519,3 +519,127 @@ def test_parsing_and_scoring_do_no_io() -> None:
     assert not GRAPH[f"{ENGINE}.text.answers"] & {f"{ENGINE}.ablation.targets", *loaders}
     assert not GRAPH[f"{ENGINE}.ablation.targets"] & loaders
     assert loaders <= GRAPH[f"{ENGINE}.references"]
+
+
+# --- the house: entry points on top, the loader in the engine, one resolver, one place for errors and types ---------
+
+
+def test_nothing_but_the_entry_points_imports_the_package_root() -> None:
+    importers = sorted(name for name, targets in GRAPH.items() if ROOT in targets)
+    assert [name for name in importers if layer_of(name) < layer_of(ROOT)] == []
+
+
+def test_the_walk_counts_lazy_and_function_level_imports() -> None:
+    planted = (
+        "import importlib\n"
+        "def later():\n"
+        "    from mcp_interp.app import api\n"
+        "    return importlib.import_module('mcp_interp.host')\n"
+        "from mcp_interp import __version__\n"
+    )
+    found = imports_in(planted, "mcp_interp.core.graphs.planted")
+    assert {"mcp_interp.app.api", "mcp_interp.host", ROOT} <= found
+    saved = {k: set(v) for k, v in GRAPH.items()}
+    try:  # a circle closed only by a lazy import is still a circle
+        GRAPH["mcp_interp.core.engine.jobs"].add("mcp_interp.app.api")
+        assert any({"mcp_interp.core.engine.jobs", "mcp_interp.app.api"} <= set(c) for c in cycles())
+    finally:
+        GRAPH.clear()
+        GRAPH.update(saved)
+
+
+def loose_top_level_modules(modules: set[str]) -> list[str]:
+    """Top-level modules that are neither base utilities nor the host nor the root's own ``__init__``/``__main__``:
+    an entry point or a loader left loose at the top."""
+    allowed = {*FLOORS[1], "mcp_interp.host", ROOT, "mcp_interp.__main__"}
+    return sorted(
+        m for m in modules if m.count(".") == 1 and m not in allowed and (PACKAGE / m.split(".")[1]).suffix == ""
+    )
+
+
+def test_the_entry_points_live_together_and_the_loader_inside_the_engine() -> None:
+    assert {f"mcp_interp.app.{name}" for name in ENTRY_POINTS} <= set(MODULES)
+    top = {m for m in MODULES if m.count(".") == 1 and not (PACKAGE / m.split(".")[1]).is_dir()}  # modules, not folders
+    assert loose_top_level_modules(top) == []
+    assert "mcp_interp.core.engine.backend.loader.load" in MODULES
+    assert not {"mcp_interp.models", "mcp_interp.engines", "mcp_interp.session", "mcp_interp.cli"} & set(MODULES)
+    assert loose_top_level_modules({"mcp_interp.cli", "mcp_interp.models", "mcp_interp.store"}) == [
+        "mcp_interp.cli",
+        "mcp_interp.models",
+    ]
+
+
+EXCEPTION_BASES = {"Exception", "BaseException", "ValueError", "RuntimeError", "LookupError", "TypeError", "KeyError"}
+
+
+def exceptions_outside_errors(modules: dict[str, str]) -> list[str]:
+    """Classes deriving from an exception (a builtin one, or one named ``…Error``) outside ``errors.py``."""
+    found = []
+    for name, source in modules.items():
+        if name == "mcp_interp.errors":
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases}
+                if bases & EXCEPTION_BASES or any(b.endswith(("Error", "Exception")) for b in bases):
+                    found.append(f"{name}.{node.name}")
+    return found
+
+
+def test_exceptions_live_in_errors_py() -> None:
+    sources = {name: path.read_text(encoding="utf-8") for name, path in MODULES.items()}
+    assert exceptions_outside_errors(sources) == []
+    planted = {"mcp_interp.store": "class NotFound(LookupError): ...\nclass Bad(InputError): ...\nclass Ok: ..."}
+    assert exceptions_outside_errors(planted) == ["mcp_interp.store.NotFound", "mcp_interp.store.Bad"]
+
+
+def type_definitions(source: str) -> set[str]:
+    """Classes and type aliases a module defines at its top level (``X = Literal[...]``, ``X = A | B``,
+    ``X = Annotated[...]``)."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Subscript | ast.BinOp):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = ast.unparse(node.value)
+            if value.startswith(("Literal[", "Annotated[")) or isinstance(node.value, ast.BinOp):
+                names.update(t.id for t in targets if isinstance(t, ast.Name) and t.id[:1].isupper())
+    return names
+
+
+def test_each_type_is_defined_once_in_the_package() -> None:
+    types = {name: type_definitions(path.read_text(encoding="utf-8")) for name, path in MODULES.items()}
+    assert names_defined_twice(types) == {}
+    planted = {**types, "planted.a": {"ModelSource"}, "planted.b": {"ModelSource"}}
+    assert "ModelSource" in names_defined_twice(planted)
+    assert type_definitions('A = Literal["x"]\nB = int | str\nC = 3\nclass D: ...\n') == {"A", "B", "D"}
+
+
+REFERENCES = f"{ENGINE}.references"
+READERS_OF_REFERENCES = {f"{ENGINE}.dictionaries.saelens", f"{ENGINE}.dictionaries.transcoder_format"}
+
+
+def resolver_violations(graph: dict[str, set[str]]) -> list[str]:
+    """References are resolved in one layer, by one module: only ``core.engine.references`` imports the dictionaries'
+    loaders, and nothing outside ``core/`` imports it (adapters pass the store's lookup in; core resolves)."""
+    found = []
+    for name, targets in graph.items():
+        if name != REFERENCES and name not in READERS_OF_REFERENCES and targets & READERS_OF_REFERENCES:
+            found.append(f"{name} loads a dictionary itself")
+        if REFERENCES in targets and core_place(name) is None:
+            found.append(f"{name} resolves references outside core")
+    return found
+
+
+def test_references_are_resolved_in_one_layer_by_one_module() -> None:
+    assert resolver_violations(GRAPH) == []
+    planted = {
+        f"{MCP}.toolkit": {REFERENCES},
+        f"{CORE}.features.units": {f"{ENGINE}.dictionaries.saelens", REFERENCES},
+        f"{CORE}.lens.steer": {REFERENCES},  # allowed
+    }
+    assert resolver_violations(planted) == [
+        f"{MCP}.toolkit resolves references outside core",
+        f"{CORE}.features.units loads a dictionary itself",
+    ]

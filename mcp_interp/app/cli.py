@@ -13,20 +13,11 @@ import os
 import sys
 from pathlib import Path
 
+from mcp_interp.folders import default_output_dir
 from mcp_interp.names import EMBEDDED_NAME, describe_model_names
 from mcp_interp.version import __version__
 
 DEFAULT_MODEL = EMBEDDED_NAME
-
-
-def default_output_dir() -> Path:
-    """Where figures/reports are written: ``$MCP_INTERP_OUTPUT`` or the user data folder."""
-    override = os.environ.get("MCP_INTERP_OUTPUT")
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("mcp-interp")) / "output"
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ are written once, in the server's instructions."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, WithJsonSchema
 
@@ -24,16 +24,18 @@ from mcp_interp.schemas.common import (
 Prompts = Annotated[list[str], Field(description="Read at each prompt's last token.")]
 # The intervention and component unions are published by shape (validated in full on arrival, errors naming the
 # fix): their fields are in the server's instructions, and inlined they were a fifth of the tool definitions.
+# Each field's own schema, but for the components (strings or objects) and the positions ('all', 'last' or a list).
+_COMPACT = {
+    "ablate": {"type": "array", "items": {"type": ["string", "object"]}},
+    "positions": {"type": ["string", "array"]},
+}
 INTERVENTION_SHAPE = {
     "type": ["object", "null"],
     "properties": {
-        "ablate": {"type": "array", "items": {"type": ["string", "object"]}},
-        "method": TypeAdapter(AblationMethod).json_schema(),
-        "positions": {"type": ["string", "array"]},
-        "seed": {"type": "integer"},
-        "reference_prompts": {"type": "array", "items": {"type": "string"}},
+        name: _COMPACT.get(name) or TypeAdapter(Any if field.annotation is None else field.annotation).json_schema()
+        for name, field in Intervention.model_fields.items()
     },
-    "required": ["ablate"],
+    "required": [name for name, field in Intervention.model_fields.items() if field.is_required()],
 }
 OptionalIntervention = Annotated[
     Intervention | None,

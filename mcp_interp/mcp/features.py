@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from mcp_interp.core.engine.references import encode_direction
 from mcp_interp.core.features import figures as features_figures
 from mcp_interp.core.features.examples import FeatureExamplesJob
 from mcp_interp.core.features.explanations import ScoreExplanationJob
@@ -68,7 +67,9 @@ async def probe(
     assert measurement is not None
     links = []
     for row, direction in zip(measurement.layers, job.directions, strict=True):
-        row.direction_uri, _ = kit.store("direction", encode_direction(direction), f"probe direction L{row.layer}")
+        row.direction_uri, _ = kit.store(
+            "direction", direction.model_dump_json().encode(), f"probe direction L{row.layer}"
+        )
     rows = measurement.layers
     title = f"probe ({method}, position {position!r}): {' vs '.join(measurement.labels)} — {job.model.name}"
     measurement.figure_uri, link = await kit.figure(
@@ -180,7 +181,7 @@ def direction(direction_id: str, ctx: ToolContext) -> str:
     return Toolkit.of(ctx).read("direction", direction_id).decode("utf-8")
 
 
-Feature = Annotated[FeatureSpec, Field(description=FEATURE_DESCRIPTION)]
+FeatureArgument = Annotated[FeatureSpec, Field(description=FEATURE_DESCRIPTION)]
 # score_explanation stores quizzes and scores and marks a quiz scored (a second scoring is refused): not read-only, not
 # idempotent, nothing destroyed.
 FILES_SCORES = ToolAnnotations(
@@ -191,7 +192,7 @@ Corpus = Annotated[str | None, Field(description="Shipped: 'wordnet_examples' (d
 
 @family.tool(background=True)
 async def feature_examples(
-    feature: Feature,
+    feature: FeatureArgument,
     ctx: ToolContext,
     texts: Annotated[list[str] | None, Field(description="Instead of the corpus.")] = None,
     corpus: Corpus = None,
@@ -270,7 +271,7 @@ def quiz_record(kit: Toolkit, quiz_id: str | None) -> tuple[str | None, dict[str
 
 @family.tool(annotations=FILES_SCORES)
 async def score_explanation(
-    feature: Feature,
+    feature: FeatureArgument,
     explanation: str,
     ctx: ToolContext,
     activating_texts: list[str] | None = None,

@@ -57,9 +57,11 @@ async def ablate_head(
     spec = Intervention(
         ablate=names, method=method, positions=positions, seed=seed, reference_prompts=reference_prompts or []
     )
-    return await Toolkit.of(ctx).run(
-        ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect, random_draws, summary=ablation_summary
-    )
+    kit = Toolkit.of(ctx)
+    return await kit.run(
+        ctx, AblateHeadResult, ablate_heads, prompts, spec, correct, incorrect, random_draws, kit.direction_lookup,
+        summary=ablation_summary,
+    )  # fmt: skip
 
 
 @family.tool(view="heads-heatmap", background=True)

@@ -11,15 +11,13 @@ from pydantic import Field
 
 import mcp_interp.figures as figures
 from mcp_interp.core.engine.backend.model import LoadedModel
-from mcp_interp.core.engine.references import load_direction
 from mcp_interp.core.lens.attention import attention as measure_attention
-from mcp_interp.core.lens.concept import concept_from_direction, concept_from_words
 from mcp_interp.core.lens.dla import dla as measure_dla
 from mcp_interp.core.lens.figures import attention_plot, dla_plot, logit_lens_plot
 from mcp_interp.core.lens.induction import induction as measure_induction
 from mcp_interp.core.lens.logit_lens import layer_label
 from mcp_interp.core.lens.logit_lens import logit_lens as measure_logit_lens
-from mcp_interp.core.lens.steer import SteerJob
+from mcp_interp.core.lens.steer import SteerJob, steer_job
 from mcp_interp.mcp.arguments import MostRandomDraws
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import ToolContext, Toolkit
@@ -157,18 +155,10 @@ async def steer(
     kit = Toolkit.of(ctx)
 
     def make(model: LoadedModel) -> SteerJob:
-        uri = direction if isinstance(direction, str) else None
-        stored = load_direction(uri, kit.direction_lookup, model) if uri is not None else None
-        judged = None
-        if isinstance(concept, str) and concept.startswith("direction://"):
-            judged = concept_from_direction(model, load_direction(concept, kit.direction_lookup, model), concept)
-        elif concept is not None:
-            judged = concept_from_words(model, [concept] if isinstance(concept, str) else list(concept))
-        return SteerJob(
-            model=model, prompt=prompt, positive=positive, negative=negative, layer=layer,
-            coefficient=coefficient, max_new_tokens=max_new_tokens, seed=seed, direction=stored,
-            direction_uri=uri, sae=sae, transcoders=transcoders, feature=feature, random_draws=random_draws,
-            vector=None if isinstance(direction, str) else direction, concept=judged,
+        return steer_job(
+            model, kit.direction_lookup, direction, concept, prompt=prompt, positive=positive, negative=negative,
+            layer=layer, coefficient=coefficient, max_new_tokens=max_new_tokens, seed=seed, sae=sae,
+            transcoders=transcoders, feature=feature, random_draws=random_draws,
         )  # fmt: skip
 
     job, started = await kit.measured_job(ctx, make)

@@ -111,9 +111,11 @@ async def ablate(
     spec = Intervention(
         ablate=targets, method=method, positions=positions, seed=seed, reference_prompts=reference_prompts or []
     )
-    return await Toolkit.of(ctx).run(
-        ctx, AblateResult, ablate_targets, prompts, spec, correct, incorrect, random_draws, summary=ablation_summary
-    )
+    kit = Toolkit.of(ctx)
+    return await kit.run(
+        ctx, AblateResult, ablate_targets, prompts, spec, correct, incorrect, random_draws, kit.direction_lookup,
+        summary=ablation_summary,
+    )  # fmt: skip
 
 
 @family.tool()

@@ -73,9 +73,11 @@ async def logit_diff(
     def summary(r: LogitDiffResult) -> str:
         return f"logit_diff ({r.answer_kind}): {_score('logit difference', r.logit_diff)}.{_notes(r)}"
 
-    return await Toolkit.of(ctx).run(
-        ctx, LogitDiffResult, readouts.logit_diff, prompts, correct, incorrect, intervention, summary=summary
-    )
+    kit = Toolkit.of(ctx)
+    return await kit.run(
+        ctx, LogitDiffResult, readouts.logit_diff, prompts, correct, incorrect, intervention, kit.direction_lookup,
+        summary=summary,
+    )  # fmt: skip
 
 
 @family.tool()
@@ -93,8 +95,9 @@ async def kl(
     def summary(r: KLResult) -> str:
         return f"kl: {_score('KL (nats)', r.kl)}.{_notes(r)}"
 
-    return await Toolkit.of(ctx).run(
-        ctx, KLResult, readouts.kl, prompts, compare_prompts, intervention, summary=summary
+    kit = Toolkit.of(ctx)
+    return await kit.run(
+        ctx, KLResult, readouts.kl, prompts, compare_prompts, intervention, kit.direction_lookup, summary=summary
     )
 
 
@@ -107,6 +110,8 @@ async def answer_rank(
     def summary(r: AnswerRankResult) -> str:
         return f"answer_rank: {_score('rank', r.rank)}; {_score('log-prob', r.log_prob)}.{_notes(r)}"
 
-    return await Toolkit.of(ctx).run(
-        ctx, AnswerRankResult, readouts.answer_rank, prompts, correct, intervention, summary=summary
-    )
+    kit = Toolkit.of(ctx)
+    return await kit.run(
+        ctx, AnswerRankResult, readouts.answer_rank, prompts, correct, intervention, kit.direction_lookup,
+        summary=summary,
+    )  # fmt: skip

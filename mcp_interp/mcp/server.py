@@ -32,9 +32,10 @@ from mcp_interp.mcp import (
 from mcp_interp.mcp.argument_errors import Server
 from mcp_interp.mcp.family import Family
 from mcp_interp.mcp.toolkit import Toolkit
+from mcp_interp.schemas.common import TARGET_FORMS
 from mcp_interp.version import __version__
 
-INSTRUCTIONS = """\
+INSTRUCTIONS_TEMPLATE = """\
 mcp-interp runs mechanistic-interpretability measurements on a transformer loaded in this server.
 Start with `model_info` (the model, its layers and heads, how text is tokenized) and `tokenize`.
 
@@ -43,9 +44,7 @@ Conventions, the same in every tool:
   tokenizers want the leading space, ' Mary'); one token is read from the logits, several tokens or
   {"any_of": [...]} by teacher-forced log-probability (`answer_kind` in the result says which).
   Minimal pairs need equal token lengths.
-- Components: 'L9H3' (a head), 'L28MLP', 'L12ATTN', 'L28N17' or 'L28N17,403' (neurons), {layer,
-  direction} (a residual direction: floats or 'direction://…'), {sae, features} (SAE features: a
-  SAELens folder or cached hub id), {transcoders, layer, features} (transcoder features).
+- Components: {components}.
 - Interventions (`intervention`, and `ablate`'s fields): {"ablate": [components], "method": "zero" |
   "mean" (the prompts' mean at the same distance from the end; `reference_prompts` to average others) |
   "resample" (another prompt's, seeded), "positions": "all" | "last" | [indices], "seed"}.
@@ -61,6 +60,9 @@ Conventions, the same in every tool:
 - Verdicts come from p-values: a direction, SAE feature, steering vector or circuit is ranked among
   random stand-ins matched on what matters, p = (1 + #{random ≥ real}) / (n + 1).
 """
+INSTRUCTIONS = INSTRUCTIONS_TEMPLATE.replace(
+    "{components}", "; ".join(f"{form} ({gloss})" for form, gloss in TARGET_FORMS.items())
+)
 
 FAMILIES: tuple[Family, ...] = (
     readouts.family,

@@ -35,7 +35,6 @@ from pydantic import BaseModel
 
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
-from mcp_interp.core.engine.references import resolve_references
 from mcp_interp.errors import InputError, InterpError, NotFound, NumericalError
 from mcp_interp.figures import Plot
 from mcp_interp.host import ModelHost
@@ -108,18 +107,12 @@ class Toolkit:
     async def measure(
         self, ctx: ToolContext, result_type: type[R], fn: Callable[..., Measurement], *args: Any, locked: bool = True
     ) -> R:
-        """``fn(model, *args)`` → a measurement, with provenance.
-
-        An ``intervention``'s references (``direction://…``, SAE and transcoder folders) are resolved here, on the
-        model thread, by the one resolver (``references.resolve_references``), so every tool that takes an
-        ``intervention`` accepts them all."""
+        """``fn(model, *args)`` → a measurement, with provenance, run on the model thread: references an argument
+        names (``direction://…``, SAE and transcoder folders) are resolved there, by the core function, through the
+        one resolver (``core.engine.references``; a tool passes ``direction_lookup`` for direction:// URIs)."""
         model = await self.model(ctx)
         started = time.perf_counter()
-
-        def measure(model: LoadedModel, *args: Any) -> Measurement:
-            return fn(model, *(resolve_references(arg, model, self.direction_lookup) for arg in args))
-
-        measurement = await self.call(measure, model, *args, locked=locked)
+        measurement = await self.call(fn, model, *args, locked=locked)
         return self.with_provenance(result_type, measurement, started)
 
     async def run(

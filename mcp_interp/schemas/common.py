@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Score(BaseModel):
@@ -99,7 +99,22 @@ class AnyOf(BaseModel):
 AnswerSpec = str | AnyOf
 
 
-class DirectionRef(BaseModel):
+class ExactRef(BaseModel):
+    # A reference is recognised by its exact set of keys (an extra key is an error, not another kind of reference).
+    model_config = ConfigDict(extra="forbid")
+
+
+class HeadRef(ExactRef):
+    layer: int
+    head: int
+
+
+class NeuronsRef(ExactRef):
+    layer: int
+    neurons: list[int]
+
+
+class DirectionRef(ExactRef):
     layer: int = Field(description="Its resid_post.")
     direction: list[float] | str = Field(description="d_model floats, or 'direction://…'.")
 
@@ -127,22 +142,31 @@ class StoredDirection(BaseModel):
     data_hash: str = Field(description="sha256 of the texts, labels and position rule it was fitted on.")
 
 
-class SaeFeaturesRef(BaseModel):
+class SaeFeaturesRef(ExactRef):
     sae: str = Field(description="An SAELens-format folder.")
     features: list[int]
 
 
-class TranscoderFeaturesRef(BaseModel):
+class TranscoderFeaturesRef(ExactRef):
     transcoders: str = Field(description="circuit-tracer format: a folder or a cached hub id.")
     layer: int
     features: list[int]
 
 
-TargetSpec = str | DirectionRef | SaeFeaturesRef | TranscoderFeaturesRef
-TARGETS_DESCRIPTION = (
-    "Removed together: 'L9H3', 'L28MLP', 'L12ATTN', 'L28N17[,403]', {layer, direction}, {sae, features}, "
-    "{transcoders, layer, features}."
-)
+TargetSpec = str | HeadRef | NeuronsRef | DirectionRef | SaeFeaturesRef | TranscoderFeaturesRef
+"""A component an intervention removes: the string forms parse as a head, an MLP, an attention layer or neurons; the
+objects are the ``*Ref`` models. ``TARGET_FORMS`` spells each form once for every text that lists them."""
+
+TARGET_FORMS: dict[str, str] = {
+    "'L9H3'": "a head; also {layer, head}",
+    "'L28MLP'": "an MLP's output",
+    "'L12ATTN'": "an attention layer's output",
+    "'L28N17[,403]'": "MLP neurons; also {layer, neurons}",
+    "{layer, direction}": "a resid_post direction: d_model floats or 'direction://…'",
+    "{sae, features}": "SAE features: a SAELens folder or cached hub id",
+    "{transcoders, layer, features}": "transcoder features",
+}
+TARGETS_DESCRIPTION = "Removed together: " + ", ".join(TARGET_FORMS) + "."
 METHOD_DESCRIPTION = "zero; mean: batch mean at the same position; resample: another prompt's (equal lengths)."
 
 

@@ -14,17 +14,17 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_interp.schemas.common import DirectionRef, Measurement, Provenance
+from mcp_interp.schemas.common import DirectionRef, ExactRef, Measurement, Provenance
 
 FeatureKind = Literal["neuron", "direction", "sae", "transcoder"]
 
 
-class SaeFeatureRef(BaseModel):
+class SaeFeatureRef(ExactRef):
     sae: str
     feature: int
 
 
-class TranscoderFeatureRef(BaseModel):
+class TranscoderFeatureRef(ExactRef):
     transcoders: str
     layer: int
     feature: int

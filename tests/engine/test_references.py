@@ -1,5 +1,6 @@
-"""References (direction://, SAE and transcoder folders) are resolved by one resolver on the model thread, before an
-intervention is parsed; parsing does no I/O, and every tool that takes an intervention accepts every reference."""
+"""References (direction://, SAE and transcoder folders) are resolved by one resolver on the model thread, in the same
+pass that parses an intervention's typed targets; parsing alone does no I/O, and every tool that takes an intervention
+accepts every reference."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from mcp_interp.core.engine.ablation.targets import FeaturesTarget, ablation_from_spec
+from mcp_interp.core.engine.ablation.targets import FeaturesTarget, parse_target
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries import saelens
-from mcp_interp.core.engine.references import LoadedSaeFeatures, resolve_references
+from mcp_interp.core.engine.references import resolve_intervention
 from mcp_interp.schemas.common import Intervention
 from tests.features.test_probe import places
 from tests.features.test_sae import random_weights, write_sae
@@ -22,18 +23,21 @@ from tests.helpers import assert_valid_structured, tools_by_name
 TEXT = "when mary and john went to the store , john gave a drink to mary"
 
 
-def test_parsing_an_unresolved_sae_reference_is_refused_without_reading_it(tiny: LoadedModel, tmp_path: Path) -> None:
+def test_parsing_an_unresolved_sae_reference_is_refused_without_reading_it(
+    tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = write_sae(tmp_path / "sae", random_weights(16, seed=1), hook="blocks.1.hook_resid_post")
     spec = Intervention(ablate=[{"sae": str(folder), "features": [3]}])  # type: ignore[list-item]
-    with pytest.raises(TypeError, match="resolve_references"):
-        ablation_from_spec(spec, tiny.cfg, tiny)
-    resolved = resolve_references(spec, tiny)
-    (loaded,) = resolved.ablate
-    assert isinstance(loaded, LoadedSaeFeatures) and loaded.sae.d_sae == 16
-    parsed = ablation_from_spec(resolved, tiny.cfg, tiny)
+    reads: list[str] = []
+    real = saelens._read
+    monkeypatch.setattr(saelens, "_read", lambda *a, **k: reads.append("read") or real(*a, **k))
+    with pytest.raises(TypeError, match="resolve_target"):
+        parse_target(spec.ablate[0], tiny)  # type: ignore[arg-type]
+    assert reads == []  # parsing reads nothing
+    parsed = resolve_intervention(spec, tiny)
     assert parsed is not None and isinstance(parsed.targets[0], FeaturesTarget)
-    assert parsed.targets[0].features == (3,)
-    assert resolve_references(resolved, tiny).ablate == resolved.ablate  # resolving twice loads nothing more
+    assert parsed.targets[0].features == (3,) and parsed.targets[0].sae.d_sae == 16
+    assert reads == ["read"]
 
 
 @pytest.mark.anyio

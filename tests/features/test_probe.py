@@ -480,23 +480,23 @@ def test_direction_ablation_equals_a_hand_projection_hook(tiny: LoadedModel) -> 
 
 
 def test_directions_sharing_a_layer_are_kept_apart_and_orthonormalised(tiny: LoadedModel) -> None:
-    from mcp_interp.core.engine.ablation.targets import ablation_from_spec
+    from mcp_interp.core.engine.references import resolve_intervention
     from mcp_interp.schemas.common import Intervention
 
     first, second = [1.0] + [0.0] * 63, [1.0, 1.0] + [0.0] * 62
     spec = Intervention(ablate=[{"layer": 2, "direction": first}, {"layer": 2, "direction": second}])  # type: ignore[list-item]
-    ablation = ablation_from_spec(spec, tiny.bridge.cfg, tiny)
+    ablation = resolve_intervention(spec, tiny)
     assert ablation is not None and len(ablation.targets) == 2
     vectors = [t.direction for t in ablation.targets]
     assert vectors[0] is not None and vectors[1] is not None
     assert vectors[0].tolist() == first and vectors[1].tolist() == [0.0, 1.0] + [0.0] * 62
     duplicate = Intervention(ablate=[{"layer": 2, "direction": first}, {"layer": 2, "direction": [2.0] + [0.0] * 63}])  # type: ignore[list-item]
-    deduplicated = ablation_from_spec(duplicate, tiny.bridge.cfg, tiny)
+    deduplicated = resolve_intervention(duplicate, tiny)
     assert deduplicated is not None and len(deduplicated.targets) == 1  # the same unit vector twice
     third = [0.0, 3.0] + [0.0] * 62
     same = Intervention(ablate=[{"layer": 2, "direction": v} for v in (first, second, third)])  # type: ignore[misc]
     with pytest.raises(InputError, match="linearly dependent"):
-        ablation_from_spec(same, tiny.bridge.cfg, tiny)
+        resolve_intervention(same, tiny)
 
 
 def test_steer_with_a_stored_direction(tiny: LoadedModel) -> None:
@@ -529,17 +529,17 @@ def test_steer_with_a_stored_direction(tiny: LoadedModel) -> None:
 
 
 def test_stored_directions_are_checked_against_the_loaded_weights(tiny: LoadedModel) -> None:
-    from mcp_interp.core.engine.references import encode_direction, load_direction
+    from mcp_interp.core.engine.references import load_direction
     from mcp_interp.errors import NotFound
 
     job = run_probe(tiny, layers=[2])
-    data = encode_direction(job.directions[0])
+    data = job.directions[0].model_dump_json().encode()
     loaded = load_direction("direction://" + "a" * 32, lambda _id: data, tiny)
     assert loaded.vector == job.directions[0].vector and loaded.layer == 2
 
     foreign = job.directions[0].model_copy(update={"model_fingerprint": "f" * 64, "model_name": "other"})
     with pytest.raises(InputError, match="fitted on model 'other'"):
-        load_direction("direction://" + "a" * 32, lambda _id: encode_direction(foreign), tiny)
+        load_direction("direction://" + "a" * 32, lambda _id: foreign.model_dump_json().encode(), tiny)
 
     def missing(_id: str) -> bytes:
         raise NotFound("No direction with id 'b…'.")
@@ -549,12 +549,12 @@ def test_stored_directions_are_checked_against_the_loaded_weights(tiny: LoadedMo
     with pytest.raises(InputError, match="not a direction URI"):
         load_direction("figure://" + "a" * 32, missing, tiny)
 
-    from mcp_interp.core.engine.references import resolve_references
+    from mcp_interp.core.engine.references import resolve_intervention
     from mcp_interp.schemas.common import Intervention
 
     elsewhere = Intervention(ablate=[{"layer": 1, "direction": "direction://" + "a" * 32}])  # type: ignore[list-item]
     with pytest.raises(InputError, match="fitted on layer 2's resid_post, but the target names layer 1"):
-        resolve_references(elsewhere, tiny, lambda _id: data)
+        resolve_intervention(elsewhere, tiny, lambda _id: data)
 
 
 # --- end to end over stdio -------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 * ``backend/`` — the TransformerLens layer and the seam: the only code that runs the model (``bridge``: hook names and
   reaches into the bridge; ``sites``: where a value is read or written; ``forward``: captured forward passes;
-  ``capabilities``: what the architecture supports);
+  ``capabilities``: what the architecture supports), the loaded model (``model``) and its ``loader``;
 * ``patching/`` — exact activation patching (``sweep``, ``suffix_sweep``) and the one patching job over them (``job``),
   its first-order estimate (``first_order``), minimal pairs (``pairs``) and answers of several tokens (``rows``);
 * ``ablation/`` — what is ablated and how (``targets``), its measured effect (``effect``) and the random stand-ins it
@@ -13,6 +13,7 @@
   the attention sink sits (``conventions``);
 * ``numbers/`` — metrics at the answer (``metrics``), the same for many patched rows (``row_readouts``), recovered
   fractions (``scores``), verdict statistics (``stats``);
-* ``directions`` — stored directions (``direction://``), as every intervention and ``steer`` take them;
+* ``references`` — the one resolver of what a request names outside itself: stored directions (``direction://``), SAE
+  folders, transcoder sets; it turns an ``intervention`` into the core ``Ablation``;
 * ``jobs`` — the long-job contract.
 """

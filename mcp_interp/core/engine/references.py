@@ -1,29 +1,39 @@
-"""References to what lives outside the request — stored directions, SAE and transcoder folders — resolved to loaded
-objects by one resolver, before anything is parsed.
+"""References to what lives outside the request — stored directions, SAE and transcoder folders — resolved here, the
+one place that reads them, and nowhere else.
 
-Why one step of its own: reading a dictionary's weights is I/O (and a large one can take seconds). Done here, on the
-model thread inside the measurement or job (the toolkit builds jobs there too), it never blocks the server's event
-loop, it happens once per request, and parsing an intervention (``ablation.targets``) does none.
+Why one module of its own: reading a dictionary's weights is I/O (a large one can take seconds). Resolved here, on the
+model thread inside the measurement or job (the toolkit builds jobs there too), a reference never blocks the server's
+event loop and is read once per request; parsing a target (``ablation.targets``) and scoring an answer do no I/O.
+Everything that names a reference — an ``intervention``'s targets, a feature to name (``features.units``), a
+direction or dictionary to steer along, a transcoder set to trace — is resolved through this module.
 
 * ``direction://{id}`` — a direction a probe found, stored as JSON (``schemas.common.StoredDirection``): the unit
   vector in one layer's output residual stream, the statistics of the texts' projections onto it, and the fingerprint
   of the weights it was fitted on. Wherever a raw vector is accepted — ``{"layer": 12, "direction": "direction://…"}``
   — the URI is replaced by its vector; a direction fitted on other weights (same shape is not same model) or an
   unknown id is refused. Resolving one needs ``lookup`` (the server's store).
-* ``{"sae": folder, "features": [...]}`` — the SAE is loaded (``dictionaries.saelens``) into ``LoadedSaeFeatures``.
+* ``{"sae": folder, "features": [...]}`` — the SAE is loaded (``dictionaries.saelens``).
 * ``{"transcoders": folder or hub id, "layer": l, "features": [...]}`` — the set is loaded
-  (``dictionaries.transcoder_format``) into ``LoadedTranscoderFeatures``.
+  (``dictionaries.transcoder_format``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
+import mcp_interp.limits as limits
+from mcp_interp.core.engine.ablation.targets import (
+    Ablation,
+    Target,
+    ablation_of,
+    parse_target,
+    sae_target,
+    transcoder_targets,
+)
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
 from mcp_interp.core.engine.dictionaries.saelens import load_sae
@@ -35,6 +45,7 @@ from mcp_interp.schemas.common import (
     Intervention,
     SaeFeaturesRef,
     StoredDirection,
+    TargetSpec,
     TranscoderFeaturesRef,
 )
 
@@ -42,8 +53,8 @@ DIRECTION_SCHEME = "direction://"
 Lookup = Callable[[str], bytes]  # id → the stored JSON; raises LookupError for an unknown id
 
 
-def encode_direction(direction: StoredDirection) -> bytes:
-    return direction.model_dump_json().encode("utf-8")
+def is_direction_uri(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(DIRECTION_SCHEME)
 
 
 def load_direction(uri: str, lookup: Lookup, model: LoadedModel) -> StoredDirection:
@@ -69,54 +80,46 @@ def load_direction(uri: str, lookup: Lookup, model: LoadedModel) -> StoredDirect
     return direction
 
 
-@dataclass(frozen=True)
-class LoadedSaeFeatures:
-    """An SAE-features target with its dictionary loaded (``source``: the folder it was named by)."""
-
-    sae: SparseAutoencoder
-    features: Any  # as the caller gave them: checked when the target is parsed
-    source: str
+def sae_dictionary(folder: str, model: LoadedModel) -> SparseAutoencoder:
+    """The SAELens-format dictionary in ``folder`` (or a cached hub id), loaded for ``model`` (cached with it)."""
+    return load_sae(folder, model)
 
 
-@dataclass(frozen=True)
-class LoadedTranscoderFeatures:
-    """A transcoder-features target with its set loaded."""
-
-    transcoders: Transcoders
-    layer: Any
-    features: Any
+def transcoder_set(source: str, model: LoadedModel) -> Transcoders:
+    """The circuit-tracer transcoders in ``source`` (a folder or a cached hub id), loaded for ``model``."""
+    return load_transcoders(source, model)
 
 
-def resolve_references(spec: Any, model: LoadedModel, lookup: Lookup | None = None) -> Any:
-    """``spec`` (an ``Intervention``; anything else is returned unchanged) with every reference in its targets
-    resolved: ``direction://`` URIs to their vectors (with ``lookup``), SAE and transcoder folders to loaded
-    dictionaries. Targets already resolved, and targets that name no reference, pass through as they are."""
-    if not isinstance(spec, Intervention):
-        return spec
-    return spec.model_copy(update={"ablate": [_resolved(t, model, lookup) for t in spec.ablate]})
+def resolve_intervention(
+    spec: Intervention | None, model: LoadedModel, lookup: Lookup | None = None
+) -> Ablation | None:
+    """The core ``Ablation`` of a tool's ``intervention``, every reference resolved and every target parsed in one
+    pass over the typed targets pydantic produced; None passes through. ``lookup`` (the server's store) resolves
+    ``direction://`` URIs; without it they are refused with the fix."""
+    if spec is None:
+        return None
+    if not spec.ablate:
+        raise InputError("An ablation needs components in `ablate`, e.g. {'ablate': ['L9H3', 'L28MLP']}.")
+    limits.check("max_heads", len(spec.ablate), "Number of ablation targets")
+    return ablation_of([target for item in spec.ablate for target in resolve_target(item, model, lookup)], spec)
 
 
-def _resolved(target: Any, model: LoadedModel, lookup: Lookup | None) -> Any:
-    if isinstance(target, DirectionRef | SaeFeaturesRef | TranscoderFeaturesRef):
-        target = target.model_dump()
-    if not isinstance(target, Mapping):
-        return target
-    keys = set(target)
-    if keys == {"layer", "direction"} and isinstance(target["direction"], str):
-        if not target["direction"].startswith(DIRECTION_SCHEME):
-            return target  # not a reference: parsing says what a direction must be
+def resolve_target(spec: TargetSpec, model: LoadedModel, lookup: Lookup | None = None) -> list[Target]:
+    """The target(s) one component names: one, except a transcoder set's features, which are one per layer they write
+    to. References are loaded here; everything else is parsed by ``targets.parse_target``."""
+    if isinstance(spec, SaeFeaturesRef):
+        return [sae_target(sae_dictionary(spec.sae, model), spec.features)]
+    if isinstance(spec, TranscoderFeaturesRef):
+        require(model.backend, "transcoder_targets")  # read at one point, written at another: a local model
+        return transcoder_targets(transcoder_set(spec.transcoders, model), spec.layer, spec.features)
+    if isinstance(spec, DirectionRef) and isinstance(spec.direction, str) and is_direction_uri(spec.direction):
         if lookup is None:
             raise InputError(
-                f"{target['direction']} is a stored direction, which only the server's store holds; pass its vector "
+                f"{spec.direction} is a stored direction, which only the server's store holds; pass its vector "
                 "(the direction:// resource's `vector`) when calling mcp_interp without the server."
             )
-        return {"layer": target["layer"], "direction": _vector_at(target["layer"], target["direction"], lookup, model)}
-    if keys == {"sae", "features"}:
-        return LoadedSaeFeatures(load_sae(target["sae"], model), target["features"], str(target["sae"]))
-    if keys == {"transcoders", "layer", "features"}:
-        return LoadedTranscoderFeatures(load_transcoders(target["transcoders"], model), target["layer"],
-                                        target["features"])  # fmt: skip
-    return target
+        spec = DirectionRef(layer=spec.layer, direction=_vector_at(spec.layer, spec.direction, lookup, model))
+    return [parse_target(spec, model)]
 
 
 def steered_feature(

@@ -27,9 +27,9 @@ import torch
 import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_edits
-from mcp_interp.core.engine.dictionaries.saelens import load_sae
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers.metrics import token_losses
+from mcp_interp.core.engine.references import sae_dictionary
 from mcp_interp.core.engine.text.tokens import Batch, encode, token_ids, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.sae import (
@@ -107,7 +107,7 @@ def sae_report(model: LoadedModel, text: str, folder: str, top_k: int = 10) -> t
         raise InputError(f"`top_k` must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}.")
     if not isinstance(text, str):
         raise InputError(f"`text` must be one string, got {type(text).__name__}; `sae_features` takes a list.")
-    sae = load_sae(folder, model)
+    sae = sae_dictionary(folder, model)
     batch = encode(model.tokenizer, [text], model.device)
     n = batch.lengths[0]
     tokens = token_strings(model.tokenizer, batch.ids(0))
@@ -299,7 +299,7 @@ def sae_feature_steps(
         raise InputError("`features` is empty: pass feature ids, e.g. [1234, 77].")
     if len(features) > MAX_FEATURES:
         raise InputError(f"`features` has {len(features)} ids; at most {MAX_FEATURES} per call. Split the request.")
-    sae = load_sae(folder, model)
+    sae = sae_dictionary(folder, model)
     bad = [f for f in features if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < sae.d_sae]
     if bad:
         raise InputError(

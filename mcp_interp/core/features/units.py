@@ -20,25 +20,32 @@ import hashlib
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import BaseModel
+from pydantic import TypeAdapter, ValidationError
 
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.loader.options import parse_dtype
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_mlp_post, hook_out
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
-from mcp_interp.core.engine.dictionaries.saelens import load_sae
-from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
-from mcp_interp.core.engine.references import DIRECTION_SCHEME, Lookup, load_direction
+from mcp_interp.core.engine.references import Lookup, is_direction_uri, load_direction, sae_dictionary, transcoder_set
 from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.errors import InputError
-from mcp_interp.schemas.naming import FEATURE_DESCRIPTION, FeatureInfo, FeatureKind, OutputTokens, TokenEffect
+from mcp_interp.schemas.common import DirectionRef
+from mcp_interp.schemas.naming import (
+    FEATURE_DESCRIPTION,
+    FeatureInfo,
+    FeatureKind,
+    FeatureSpec,
+    OutputTokens,
+    SaeFeatureRef,
+    TokenEffect,
+    TranscoderFeatureRef,
+)
 
 NEURON_NAME = re.compile(r"^\s*L(\d+)N(\d+)\s*$", re.IGNORECASE)
 DICTIONARY_ROWS = 1024  # tokens encoded at once by a dictionary ([rows, d_sae] floats)
@@ -152,21 +159,22 @@ class NamedTranscoderFeature(NamedFeature):
         return torch.stack(rows).sum(dim=0).detach(), f"its decoder row(s) at {spread} (MLP-output writes)"
 
 
-def parse_feature(spec: Any, model: LoadedModel, lookup: Lookup | None = None) -> NamedFeature:
-    """The feature ``spec`` names, checked against the model, its references loaded; an ``InputError`` saying what
-    is wrong and what is accepted otherwise."""
-    if isinstance(spec, BaseModel):
-        spec = spec.model_dump()
+def parse_feature(spec: FeatureSpec | Any, model: LoadedModel, lookup: Lookup | None = None) -> NamedFeature:
+    """The feature ``spec`` names (as the tools' argument types it; a plain dict from Python is typed first), checked
+    against the model, its references resolved; an ``InputError`` saying what is wrong and what is accepted
+    otherwise."""
+    if not isinstance(spec, str | DirectionRef | SaeFeatureRef | TranscoderFeatureRef):
+        try:
+            spec = FEATURE_SPEC.validate_python(spec)
+        except ValidationError:
+            raise InputError(f"`feature` {spec!r} is not a feature; give one of: {FEATURE_DESCRIPTION}") from None
     if isinstance(spec, str):
         return _neuron(spec, model)
-    if not isinstance(spec, Mapping):
-        raise InputError(f"`feature` {spec!r} is not a feature; give one of: {FEATURE_DESCRIPTION}")
-    keys = set(spec)
-    if keys == {"layer", "direction"}:
-        return _direction(spec["layer"], spec["direction"], model, lookup)
-    if keys == {"sae", "feature"}:
-        sae = load_sae(spec["sae"], model)
-        feature = _index(spec["feature"], sae.d_sae, "SAE feature", f"this SAE has d_sae = {sae.d_sae}")
+    if isinstance(spec, DirectionRef):
+        return _direction(spec.layer, spec.direction, model, lookup)
+    if isinstance(spec, SaeFeatureRef):
+        sae = sae_dictionary(spec.sae, model)
+        feature = _index(spec.feature, sae.d_sae, "SAE feature", f"this SAE has d_sae = {sae.d_sae}")
         return NamedSaeFeature(
             kind="sae",
             key=f"sae {sae.folder} #{feature}",
@@ -176,25 +184,26 @@ def parse_feature(spec: Any, model: LoadedModel, lookup: Lookup | None = None) -
             sae=sae,
             feature=feature,
         )
-    if keys == {"transcoders", "layer", "feature"}:
-        transcoders = load_transcoders(spec["transcoders"], model)
-        layer = _index(spec["layer"], transcoders.n_layers, "layer", f"the transcoders have {transcoders.n_layers}")
-        feature = _index(
-            spec["feature"],
-            transcoders.d_transcoder,
-            "transcoder feature",
-            f"each layer has {transcoders.d_transcoder}",
-        )
-        return NamedTranscoderFeature(
-            kind="transcoder",
-            key=f"transcoders {transcoders.folder} L{layer} #{feature}",
-            description=f"feature {feature} of layer {layer} of {transcoders.describe()}: its encoder activation",
-            layer=layer,
-            point=transcoders.input_hooks[layer],
-            transcoders=transcoders,
-            feature=feature,
-        )
-    raise InputError(f"`feature` {dict(spec)!r} has keys {sorted(keys)}; give one of: {FEATURE_DESCRIPTION}")
+    transcoders = transcoder_set(spec.transcoders, model)
+    layer = _index(spec.layer, transcoders.n_layers, "layer", f"the transcoders have {transcoders.n_layers}")
+    feature = _index(
+        spec.feature,
+        transcoders.d_transcoder,
+        "transcoder feature",
+        f"each layer has {transcoders.d_transcoder}",
+    )
+    return NamedTranscoderFeature(
+        kind="transcoder",
+        key=f"transcoders {transcoders.folder} L{layer} #{feature}",
+        description=f"feature {feature} of layer {layer} of {transcoders.describe()}: its encoder activation",
+        layer=layer,
+        point=transcoders.input_hooks[layer],
+        transcoders=transcoders,
+        feature=feature,
+    )
+
+
+FEATURE_SPEC: TypeAdapter[FeatureSpec] = TypeAdapter(FeatureSpec)
 
 
 def _index(value: Any, size: int, what: str, why: str) -> int:
@@ -231,7 +240,7 @@ def _direction(layer: Any, direction: Any, model: LoadedModel, lookup: Lookup | 
     n_layers, d_model = int(model.cfg.n_layers), int(model.cfg.d_model)
     layer = _index(layer, n_layers, "layer", f"this model has {n_layers} layers")
     if isinstance(direction, str):
-        if not direction.startswith(DIRECTION_SCHEME) or lookup is None:
+        if not is_direction_uri(direction) or lookup is None:
             raise InputError(f"`direction` {direction[:80]!r}: give d_model floats or a direction:// URI from probe.")
         stored = load_direction(direction, lookup, model)
         if stored.layer != layer:

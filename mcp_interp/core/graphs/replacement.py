@@ -37,8 +37,8 @@ import torch
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import FINAL_NORM_OUT, HOOK_EMBED
-from mcp_interp.core.engine.dictionaries.transcoder_format import load_transcoders
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
+from mcp_interp.core.engine.references import transcoder_set
 from mcp_interp.core.engine.text.tokens import encode, token_strings
 from mcp_interp.errors import InputError
 
@@ -281,7 +281,7 @@ def prepare(model: LoadedModel, prompt: str, transcoders: str) -> Prepared:
     """Load the transcoders, tokenize ``prompt`` by the server's rule, run it and find its nodes."""
     if not isinstance(prompt, str) or not prompt:
         raise InputError("`prompt` must be one non-empty string (a graph explains one next-token prediction).")
-    loaded = load_transcoders(transcoders, model)
+    loaded = transcoder_set(transcoders, model)
     batch = encode(model.tokenizer, [prompt], model.device)
     n_tokens = batch.lengths[0]
     if n_tokens > MAX_GRAPH_TOKENS:

@@ -10,6 +10,7 @@ from mcp_interp.core.engine.ablation.targets import Ablation
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import stats
+from mcp_interp.core.engine.references import Lookup
 from mcp_interp.schemas.common import Intervention
 from mcp_interp.schemas.heads import AblateHeadMeasurement
 
@@ -21,11 +22,12 @@ def ablate_heads(
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
     random_draws: int = stats.MOST_DRAWS,
+    lookup: Lookup | None = None,
 ) -> AblateHeadMeasurement:
     """``ablate`` restricted to heads (the ``ablate_head`` tool), with the heads ranked among random heads of the same
     layers (``random_baseline``)."""
     require(model.backend, "ablate_head")
-    parsed = parsed_ablation(model, ablation)
+    parsed = parsed_ablation(model, ablation, lookup)
     outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
     measurement = AblateHeadMeasurement(heads=[str(h) for h in parsed.heads], **dict(outcome))
     baseline = component_baseline(model, prompts, parsed, correct, incorrect, random_draws)

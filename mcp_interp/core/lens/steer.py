@@ -35,9 +35,9 @@ from mcp_interp.core.engine.dictionaries.transcoders import TranscoderFeature
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.numbers.metrics import kl_divergence
-from mcp_interp.core.engine.references import steered_feature
+from mcp_interp.core.engine.references import Lookup, is_direction_uri, load_direction, steered_feature
 from mcp_interp.core.engine.text.tokens import encode
-from mcp_interp.core.lens.concept import Concept, greedy_rows
+from mcp_interp.core.lens.concept import Concept, concept_from_direction, concept_from_words, greedy_rows
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.common import StoredDirection
 from mcp_interp.schemas.lens import ConceptBaseline, SteerMeasurement
@@ -86,6 +86,30 @@ def greedy(model: LoadedModel, ids: list[int], max_new_tokens: int, edits: list[
     for _ in greedy_steps(model, ids, max_new_tokens, edits, out, "greedy"):
         pass
     return out
+
+
+def steer_job(
+    model: LoadedModel,
+    lookup: Lookup | None,
+    direction: str | list[float] | None,
+    concept: list[str] | str | None,
+    **arguments: Any,
+) -> SteerJob:
+    """The job for the ``steer`` tool's arguments, its references resolved (on the model thread, where the toolkit
+    builds jobs): a ``direction://`` to steer along, and a concept that is a ``direction://`` or words."""
+    uri = direction if isinstance(direction, str) else None
+    stored = load_direction(uri, lookup, model) if uri is not None and lookup is not None else None
+    if uri is not None and stored is None:
+        raise InputError(f"{uri} is a stored direction, which only the server's store holds; pass its vector instead.")
+    judged = None
+    if isinstance(concept, str) and is_direction_uri(concept):
+        if lookup is None:
+            raise InputError(f"{concept} is a stored direction, which only the server's store holds.")
+        judged = concept_from_direction(model, load_direction(concept, lookup, model), concept)
+    elif concept is not None:
+        judged = concept_from_words(model, [concept] if isinstance(concept, str) else list(concept))
+    vector = None if isinstance(direction, str) else direction
+    return SteerJob(model=model, direction=stored, direction_uri=uri, vector=vector, concept=judged, **arguments)
 
 
 @dataclass(kw_only=True)

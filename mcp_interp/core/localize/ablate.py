@@ -12,6 +12,7 @@ from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_abla
 from mcp_interp.core.engine.ablation.targets import Ablation
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import stats
+from mcp_interp.core.engine.references import Lookup
 from mcp_interp.core.engine.text.components import position_mask
 from mcp_interp.core.engine.text.tokens import encode
 from mcp_interp.schemas.ablation import DirectionProjection, RandomBaseline
@@ -32,10 +33,11 @@ def ablate(
     correct: str | Sequence[str] | None = None,
     incorrect: str | Sequence[str] | None = None,
     random_draws: int = stats.MOST_DRAWS,
+    lookup: Lookup | None = None,
 ) -> AblateMeasurement:
     """Every metric before and after ablating any targets (heads, MLPs, attention layers, neurons, directions, SAE
     features); with directions or features, ``random_draws`` energy-matched random stand-ins and the rank p-value."""
-    parsed = parsed_ablation(model, ablation)
+    parsed = parsed_ablation(model, ablation, lookup)
     outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
     measurement = AblateMeasurement(targets=[str(t) for t in parsed.targets], **dict(outcome))
     if parsed.directions:

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mcp_interp.core.engine.ablation.targets import Ablation, ablation_from_spec, prepare_ablation
+from mcp_interp.core.engine.ablation.targets import Ablation, prepare_ablation
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job, drain
 from mcp_interp.core.engine.numbers.metrics import token_losses
-from mcp_interp.core.engine.references import Lookup, resolve_references
+from mcp_interp.core.engine.references import Lookup, resolve_intervention
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import Batch, encode, encode_ids, token_strings
 from mcp_interp.errors import InputError
@@ -93,8 +93,7 @@ class LossJob(Job[LossMeasurement]):
                 "token to predict from another. Pass longer texts."
             )
         span = _span(batch, self.positions)
-        intervention = resolve_references(self.intervention, model, self.lookup)
-        ablation = ablation_from_spec(intervention, model.cfg, model)
+        ablation = resolve_intervention(self.intervention, model, self.lookup)
         chunks = [
             list(range(i, min(i + TEXTS_PER_STEP, len(batch.texts))))
             for i in range(0, len(batch.texts), TEXTS_PER_STEP)

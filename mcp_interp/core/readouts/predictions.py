@@ -13,15 +13,13 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.ablation.targets import (
-    Ablation,
     PreparedAblation,
-    ablation_from_spec,
     logits_at_answers,
     prepare_ablation,
 )
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.core.engine.references import resolve_references
+from mcp_interp.core.engine.references import Lookup, resolve_intervention
 from mcp_interp.core.engine.text.answers import (
     Answer,
     answer_kind,
@@ -47,13 +45,12 @@ from mcp_interp.schemas.readouts import (
 )
 
 
-def _ablation(model: LoadedModel, intervention: Intervention | None) -> Ablation | None:
-    return ablation_from_spec(resolve_references(intervention, model), model.cfg, model)
-
-
-def _prepared(model: LoadedModel, batch: Batch, intervention: Intervention | None) -> PreparedAblation | None:
-    """The intervention made concrete once for the prompts (its replacements shared by every metric read from them)."""
-    ablation = _ablation(model, intervention)
+def _prepared(
+    model: LoadedModel, batch: Batch, intervention: Intervention | None, lookup: Lookup | None
+) -> PreparedAblation | None:
+    """The intervention resolved and made concrete once for the prompts (its replacements shared by every metric read
+    from them)."""
+    ablation = resolve_intervention(intervention, model, lookup)
     return None if ablation is None else prepare_ablation(model, batch, ablation)
 
 
@@ -68,12 +65,13 @@ def logit_diff(
     correct: Any,
     incorrect: Any,
     intervention: Intervention | None = None,
+    lookup: Lookup | None = None,
 ) -> LogitDiffMeasurement:
     batch = encode(model.tokenizer, prompts, model.device)
     n = len(batch.texts)
     good = resolve_answer_specs(model.tokenizer, correct, n, "correct")
     bad = resolve_answer_specs(model.tokenizer, incorrect, n, "incorrect")
-    ablation = _prepared(model, batch, intervention)
+    ablation = _prepared(model, batch, intervention, lookup)
     logits = logits_at_answers(model, batch, ablation)
     top1 = _top1(model, logits)
     sequences = any(a.kind != "token" for a in good + bad)
@@ -145,6 +143,7 @@ def kl(
     prompts: Sequence[str],
     compare_prompts: Sequence[str] | None = None,
     intervention: Intervention | None = None,
+    lookup: Lookup | None = None,
 ) -> KLMeasurement:
     """KL(P‖Q): P = clean run on ``prompts``; Q = run on ``compare_prompts`` (default: the same
     prompts) under ``intervention`` (default: none). At least one of the two must be given."""
@@ -157,7 +156,7 @@ def kl(
     diffs = validate_pairs(model.tokenizer, prompts, compare, ("prompts", "compare_prompts"))
     batch_p = encode(model.tokenizer, prompts, model.device)
     batch_q = encode(model.tokenizer, compare, model.device)
-    ablation = _ablation(model, intervention)
+    ablation = resolve_intervention(intervention, model, lookup)
     logits_p = logits_at_answers(model, batch_p)
     logits_q = logits_at_answers(model, batch_q, ablation)
     score = metrics.kl_divergence(logits_p, logits_q)
@@ -193,11 +192,12 @@ def answer_rank(
     prompts: Sequence[str],
     correct: Any,
     intervention: Intervention | None = None,
+    lookup: Lookup | None = None,
 ) -> AnswerRankMeasurement:
     batch = encode(model.tokenizer, prompts, model.device)
     n = len(batch.texts)
     answers = resolve_answer_specs(model.tokenizer, correct, n, "correct")
-    ablation = _prepared(model, batch, intervention)
+    ablation = _prepared(model, batch, intervention, lookup)
     logits = logits_at_answers(model, batch, ablation)
     sequences = any(a.kind != "token" for a in answers)
     # A set is ranked by its best-ranked member's first token.

@@ -16,13 +16,12 @@ import torch
 from mcp_interp.core.engine.ablation.targets import (
     Ablation,
     PreparedAblation,
-    ablation_from_spec,
     logits_at_answers,
     prepare_ablation,
 )
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.core.engine.references import resolve_references
+from mcp_interp.core.engine.references import Lookup, resolve_intervention
 from mcp_interp.core.engine.text.answers import (
     Answer,
     answer_kind,
@@ -40,11 +39,12 @@ LOGIT_DIFF_MOVED = 0.5  # nats of log-odds: a change worth reporting
 KL_SMALL = 0.1  # nats
 
 
-def parsed_ablation(model: LoadedModel, ablation: Ablation | Intervention) -> Ablation:
-    """The core ``Ablation`` of a tool's arguments (an ``Intervention``), or the ``Ablation`` itself."""
+def parsed_ablation(model: LoadedModel, ablation: Ablation | Intervention, lookup: Lookup | None = None) -> Ablation:
+    """The core ``Ablation`` of a tool's arguments (an ``Intervention``, resolved once here), or the ``Ablation``
+    itself."""
     if isinstance(ablation, Ablation):
         return ablation
-    parsed = ablation_from_spec(resolve_references(ablation, model), model.cfg, model)  # a tool's arguments
+    parsed = resolve_intervention(ablation, model, lookup)
     assert parsed is not None
     return parsed
 

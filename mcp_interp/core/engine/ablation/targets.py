@@ -27,14 +27,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite
 from mcp_interp.core.engine.backend.points import hook_attn_out, hook_mlp_out, hook_mlp_post, hook_out, hook_z
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders
 from mcp_interp.core.engine.numbers.metrics import at_answer_positions
-from mcp_interp.core.engine.references import LoadedSaeFeatures, LoadedTranscoderFeatures
 from mcp_interp.core.engine.text.components import (
     Head,
     parse_block_part,
@@ -48,10 +46,10 @@ from mcp_interp.schemas.ablation import MeanOver
 from mcp_interp.schemas.common import (
     AblationMethod,
     DirectionRef,
+    HeadRef,
     Intervention,
+    NeuronsRef,
     PositionsSpec,
-    SaeFeaturesRef,
-    TranscoderFeaturesRef,
 )
 
 
@@ -517,95 +515,67 @@ def check_reference_lengths(batch: Batch, reference: Batch, mask: torch.Tensor) 
             )
 
 
-def parse_target(spec: Any, cfg: Any, model: Any = None) -> Target:
-    """One target from its tool spelling (see ``schemas.common.TARGETS_DESCRIPTION``), checked against
-    the model's config (layers, heads, MLP width, d_model). No I/O: SAE and transcoder targets arrive loaded
-    (``references.resolve_references``)."""
-    if isinstance(spec, DirectionRef | SaeFeaturesRef | TranscoderFeaturesRef):
-        spec = spec.model_dump()
-    if isinstance(spec, LoadedSaeFeatures):
-        return sae_target(spec)
-    if isinstance(spec, LoadedTranscoderFeatures):
-        raise InputError("Transcoder feature targets expand to one target per output layer: use `parse_targets`.")
-    if isinstance(spec, Mapping) and set(spec) in ({"sae", "features"}, {"transcoders", "layer", "features"}):
-        raise TypeError(f"{dict(spec)!r} names a dictionary that was not loaded: call resolve_references first")
+def parse_target(spec: str | HeadRef | NeuronsRef | DirectionRef, model: Any) -> Target:
+    """One target from the typed spelling pydantic produced (``schemas.common.TargetSpec``, a direction already a
+    vector), checked against the model (``LoadedModel``: its layers, heads, MLP width, d_model, and whether the
+    architecture has heads and neurons to remove). Dictionary features are built by ``sae_target`` and
+    ``transcoder_targets`` from their loaded dictionaries; references are resolved before (``references``)."""
+    cfg = model.cfg
     if isinstance(spec, str):
         block_part = parse_block_part(spec, cfg.n_layers)
         if block_part is not None:
             return BlockOutputTarget(*block_part)
         neurons = parse_neurons(spec, cfg.n_layers, int(cfg.d_mlp or 0))
         if neurons is not None:
-            if model is not None:
-                require(model.backend, "neuron_targets")  # mixture-of-experts blocks have no layer of neurons
+            require(model.backend, "neuron_targets")  # mixture-of-experts blocks have no layer of neurons
             return NeuronsTarget(*neurons)
         head = parse_head(spec, cfg.n_layers, cfg.n_heads)
-        if model is not None:
-            require(model.backend, "head_targets")
+        require(model.backend, "head_targets")
         return HeadTarget(head.layer, head.head)
-    if isinstance(spec, Mapping) and set(spec) == {"layer", "head"}:
-        head = parse_head(dict(spec), cfg.n_layers, cfg.n_heads)
-        if model is not None:
-            require(model.backend, "head_targets")
+    if isinstance(spec, HeadRef):
+        head = parse_head({"layer": spec.layer, "head": spec.head}, cfg.n_layers, cfg.n_heads)
+        require(model.backend, "head_targets")
         return HeadTarget(head.layer, head.head)
-    if isinstance(spec, Mapping) and set(spec) == {"layer", "neurons"}:
-        if model is not None:
-            require(model.backend, "neuron_targets")
-        layer, neurons, d_mlp = _layer(spec["layer"], cfg, spec), spec["neurons"], int(cfg.d_mlp)
-        if not isinstance(neurons, list) or not neurons:
-            raise InputError(f"Target {dict(spec)!r}: `neurons` must be a non-empty list of neuron indices.")
-        bad = [n for n in neurons if not isinstance(n, int) or not 0 <= n < d_mlp]
+    if isinstance(spec, NeuronsRef):
+        require(model.backend, "neuron_targets")
+        layer, d_mlp = _layer(spec.layer, cfg, spec), int(cfg.d_mlp)
+        if not spec.neurons:
+            raise InputError(f"Target {spec.model_dump()!r}: `neurons` must be a non-empty list of neuron indices.")
+        bad = [n for n in spec.neurons if not 0 <= n < d_mlp]
         if bad:
             raise InputError(
-                f"Target {dict(spec)!r}: neuron {bad[0]} is out of range; layer {layer}'s MLP has neurons "
+                f"Target {spec.model_dump()!r}: neuron {bad[0]} is out of range; layer {layer}'s MLP has neurons "
                 f"0..{d_mlp - 1}."
             )
-        return NeuronsTarget(layer, tuple(sorted(set(neurons))))
-    if isinstance(spec, Mapping) and set(spec) == {"layer", "direction"}:
-        layer = _layer(spec["layer"], cfg, spec)
-        if isinstance(spec["direction"], str):
-            raise InputError(
-                f"Target at layer {layer}: {spec['direction'][:100]!r} is not a vector. A stored direction is named "
-                "'direction://<32 hex>' (from `probe`); anything else must be a list of d_model floats."
-            )
-        vector = torch.tensor(spec["direction"], dtype=torch.float32)
-        if vector.ndim != 1 or vector.numel() != cfg.d_model:
-            raise InputError(
-                f"Target at layer {layer}: the direction has {vector.numel()} numbers but this model's residual "
-                f"stream has d_model = {cfg.d_model}; pass a vector of exactly {cfg.d_model} floats."
-            )
-        norm = float(vector.norm())
-        if not norm > 0 or norm != norm or norm == float("inf"):
-            raise InputError(f"Target at layer {layer}: the direction must be a finite non-zero vector.")
-        return DirectionTarget(layer, vector / norm)
-    raise InputError(
-        f"Target {spec!r} is not one of: 'L9H3' (a head), 'L28MLP', 'L12ATTN', 'L28N17' or 'L28N17,403' (neurons), "
-        "{'layer': 12, 'direction': [...]}, {'sae': '<folder>', 'features': [12]}, "
-        "{'transcoders': '<folder or hub id>', 'layer': 3, 'features': [12]}."
-    )
+        return NeuronsTarget(layer, tuple(sorted(set(spec.neurons))))
+    if not isinstance(spec, DirectionRef):
+        raise TypeError(f"{type(spec).__name__} names a dictionary, which is loaded by references.resolve_target")
+    layer = _layer(spec.layer, cfg, spec)
+    if isinstance(spec.direction, str):
+        raise InputError(
+            f"Target at layer {layer}: {spec.direction[:100]!r} is not a vector. A stored direction is named "
+            "'direction://<32 hex>' (from `probe`); anything else must be a list of d_model floats."
+        )
+    vector = torch.tensor(spec.direction, dtype=torch.float32)
+    if vector.ndim != 1 or vector.numel() != cfg.d_model:
+        raise InputError(
+            f"Target at layer {layer}: the direction has {vector.numel()} numbers but this model's residual "
+            f"stream has d_model = {cfg.d_model}; pass a vector of exactly {cfg.d_model} floats."
+        )
+    norm = float(vector.norm())
+    if not norm > 0 or norm != norm or norm == float("inf"):
+        raise InputError(f"Target at layer {layer}: the direction must be a finite non-zero vector.")
+    return DirectionTarget(layer, vector / norm)
 
 
-def parse_targets(spec: Any, cfg: Any, model: Any = None) -> list[Target]:
-    """``parse_target``, plus transcoder features ``{transcoders, layer, features}``, which are one target per layer
-    they write to (a per-layer transcoder's: one)."""
-    if isinstance(spec, LoadedTranscoderFeatures):
-        if model is not None:
-            require(model.backend, "transcoder_targets")  # read at one point, written at another: a local model
-        return transcoder_targets(spec)
-    return [parse_target(spec, cfg, model)]
-
-
-def transcoder_targets(spec: LoadedTranscoderFeatures) -> list[Target]:
-    """A transcoder set's features of one layer, as one target per output layer."""
-    transcoders, layer, features = spec.transcoders, spec.layer, spec.features
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < transcoders.n_layers:
+def transcoder_targets(transcoders: Transcoders, layer: int, features: list[int]) -> list[Target]:
+    """A transcoder set's features of one layer, as one target per output layer (a per-layer transcoder's: one)."""
+    if not 0 <= layer < transcoders.n_layers:
         raise InputError(
             f"Transcoder target (layer {layer!r}, features {features!r}): layer {layer!r} does not exist; the "
             f"transcoders have layers 0..{transcoders.n_layers - 1}."
         )
-    bad = [
-        f for f in features if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < transcoders.d_transcoder
-    ]
-    if not features or bad:
+    if not features or any(not 0 <= f < transcoders.d_transcoder for f in features):
         raise InputError(
             f"Transcoder features {features!r}: give a non-empty list of feature ids 0..{transcoders.d_transcoder - 1}."
         )
@@ -618,46 +588,37 @@ def transcoder_targets(spec: LoadedTranscoderFeatures) -> list[Target]:
     ]
 
 
-def sae_target(spec: LoadedSaeFeatures) -> FeaturesTarget:
+def sae_target(sae: SparseAutoencoder, features: list[int]) -> FeaturesTarget:
     """SAE features as one target."""
-    sae = spec.sae
     if sae.site == "resid_mid":
         raise InputError(
             f"SAE at {sae.saelens_hook}: feature interventions at resid_mid are not supported (the bridge's "
             "hook_resid_mid only feeds the MLP). Use an SAE at resid_pre/resid_post, attn_out, mlp_out or z."
         )
-    features = spec.features
-    bad = [f for f in features if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < sae.d_sae]
-    if not features or bad:
+    if not features or any(not 0 <= f < sae.d_sae for f in features):
         raise InputError(
             f"SAE features {features!r}: give a non-empty list of feature ids 0..{sae.d_sae - 1} for this SAE."
         )
     return FeaturesTarget(sae=sae, features=tuple(sorted(set(features))), source=sae.folder)
 
 
-def _layer(layer: Any, cfg: Any, spec: Any) -> int:
-    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < cfg.n_layers:
+def _layer(layer: int, cfg: Any, spec: Any) -> int:
+    if not 0 <= layer < cfg.n_layers:
+        shown = spec.model_dump() if hasattr(spec, "model_dump") else spec
         raise InputError(
-            f"Target {spec!r}: layer {layer!r} does not exist; this model has layers 0..{cfg.n_layers - 1}."
+            f"Target {shown!r}: layer {layer!r} does not exist; this model has layers 0..{cfg.n_layers - 1}."
         )
     return layer
 
 
-def ablation_from_spec(spec: Intervention | None, cfg: Any, model: Any = None) -> Ablation | None:
-    """The core ``Ablation`` for a tool's ``intervention`` (or the ablation an ``ablate`` tool describes with the same
-    fields), its references already resolved; None passes through. ``model`` (the ``LoadedModel``) lets neuron targets
-    check the architecture has neurons."""
-    if spec is None:
-        return None
-    if not spec.ablate:
-        raise InputError("An ablation needs components in `ablate`, e.g. {'ablate': ['L9H3', 'L28MLP']}.")
-    limits.check("max_heads", len(spec.ablate), "Number of ablation targets")
-    targets: dict[tuple[Any, ...], Target] = {}
-    for item in spec.ablate:
-        for target in parse_targets(item, cfg, model):
-            targets.setdefault(target.key(), target)  # equal targets (a direction's vector counts) are ablated once
+def ablation_of(targets: list[Target], spec: Intervention) -> Ablation:
+    """The core ``Ablation`` of an intervention whose targets are parsed (and their references resolved): equal
+    targets (a direction's vector counts) removed once, directions sharing a layer made orthonormal."""
+    unique: dict[tuple[Any, ...], Target] = {}
+    for target in targets:
+        unique.setdefault(target.key(), target)
     return Ablation(
-        orthonormal_directions(list(targets.values())),
+        orthonormal_directions(list(unique.values())),
         spec.method,
         spec.positions,
         spec.seed,
