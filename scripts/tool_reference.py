@@ -122,9 +122,18 @@ def default_of(name: str, schema: dict[str, Any], required: set[str]) -> str:
     return "—"
 
 
+def family_page(family: str) -> str | None:
+    """The page that explains a family's tools: ``docs/tools/<family>.md``, else the conventions page (the tools that
+    follow handles: figures, jobs), when it exists."""
+    for page in (f"tools/{family}.md", "conventions.md"):
+        if (DOCS / page).is_file():
+            return page
+    return None
+
+
 def family_link(family: str) -> str:
-    page = DOCS / "tools" / f"{family}.md"
-    return f"[{family}](tools/{family}.md)" if page.is_file() else family
+    page = family_page(family)
+    return f"[{family}]({page})" if page else family
 
 
 def render_tool(tool: dict[str, Any]) -> list[str]:
@@ -204,8 +213,9 @@ def render(surface: Surface) -> str:
     ]
     for family, tools in order.items():
         lines += [f"## {family}", ""]
-        if (DOCS / "tools" / f"{family}.md").is_file():
-            lines += [f"How these work and what was measured: [tools/{family}.md](tools/{family}.md).", ""]
+        page = family_page(family)
+        if page:
+            lines += [f"How these work and what was measured: [{page}]({page}).", ""]
         for tool in tools:
             lines += render_tool(tool)
     lines += ["## Prompts", "", "| prompt | arguments | description |", "| --- | --- | --- |"]
