@@ -56,12 +56,12 @@ async def _listed(list_page: Any, field: str) -> list[dict[str, Any]]:
 async def _read_surface() -> Surface:
     from mcp import Client
 
+    from mcp_interp.host import ModelHost
     from mcp_interp.mcp.server import FAMILIES, build_server
-    from mcp_interp.session import Session
 
     families = {tool.__name__: family.name for family in FAMILIES for tool in family.tools}
     with tempfile.TemporaryDirectory() as out:
-        async with Client(build_server(Session("tiny", Path(out)))) as client:
+        async with Client(build_server(ModelHost("tiny", Path(out)))) as client:
             return Surface(
                 tools=await _listed(client.list_tools, "tools"),
                 instructions=client.instructions or "",

@@ -36,8 +36,9 @@ SCRIPT_PATH = re.compile(r"\bscripts/([a-z0-9_.-]+\.(?:py|sh))\b")  # lower case
 
 
 def markdown_pages(root: Path) -> list[Path]:
-    """``README.md`` and every Markdown page under ``docs/``, sorted."""
+    """``README.md``, every Markdown page under ``docs/`` and the folder notes (``mcp_interp/**/AGENTS.md``), sorted."""
     pages = sorted((root / "docs").rglob("*.md")) if (root / "docs").is_dir() else []
+    pages += sorted((root / "mcp_interp").rglob("AGENTS.md")) if (root / "mcp_interp").is_dir() else []
     readme = root / "README.md"
     return ([readme] if readme.is_file() else []) + pages
 

@@ -37,7 +37,7 @@ class Install:
     PEP 376 ``INSTALLER``): an editable checkout, a pip or ``uv pip`` install (of a wheel, a URL or the index), a
     ``uv tool install`` environment, a ``uvx`` one, or a checkout on ``sys.path`` with no distribution at all.
 
-    Every fix installs torch's CPU build, as README § "Install as a tool" does."""
+    Every fix installs torch's CPU build, as docs/install.md does."""
 
     mode: InstallMode
     source: str  # the checkout folder (editable, checkout) or what to install again: a wheel path, a URL, the name

@@ -28,7 +28,7 @@ def compact_schema(schema: Any, shared: frozenset[str] = frozenset(), output: bo
     """A JSON schema, equivalent for validation, in fewer bytes: without pydantic's ``title`` keywords (they restate
     the property names); ``anyOf`` of plain types as one ``type`` list (``{"type": ["number", "null"]}``); in an
     output schema without ``default`` (a result states every value) and, inside the definitions named in ``shared``,
-    without descriptions (shared output types are described once, in the server's instructions and the README).
+    without descriptions (shared output types are described once, in the server's instructions and docs/conventions.md).
     Property *names* are kept whatever they are called, "title" included."""
     if isinstance(schema, list):
         return [compact_schema(item, shared, output) for item in schema]
@@ -89,7 +89,7 @@ SHARED_OUTPUT_TYPES = frozenset({"Score", "FigureInfo", "DirectionProjection", "
 # Fields every result has, described once in the server's instructions, not in each tool's output schema.
 COMMON_RESULT_FIELDS = frozenset({"notes", "result_uri", "run_id", "elapsed_s", "figure_uri"})
 # Every result carries the ModelRef of the weights that produced it; its shape is published once, in model_info's
-# schema (and in the README), and elsewhere as an object.
+# schema (and in docs/conventions.md), and elsewhere as an object.
 MODEL_REF = {"type": "object", "description": "Which weights produced this (name, source, fingerprint, dtype, "
              "device, versions), as in model_info."}  # fmt: skip
 
@@ -106,7 +106,7 @@ def compact_tool_schemas(server: MCPServer[Any], name: str) -> None:
         for field_name in COMMON_RESULT_FIELDS & set(schema.get("properties", {})):
             schema["properties"][field_name].pop("description", None)
         # A result's own fields keep their descriptions; the nested types (rows, cells, nodes) are published by shape
-        # only: they were half of tools/list, and their meanings are in mcp_interp/schemas and the README.
+        # only: they were half of tools/list, and their meanings are in mcp_interp/schemas and docs/.
         defs = schema.get("$defs", {})
         for def_name in defs:
             if not (name == "model_info" and def_name == "ModelRef"):

@@ -8,7 +8,7 @@ Conventions: ``rank`` counts tokens with a strictly larger logit (0 = top-1, tie
 *succeeds* when the scored answer is the strict top-1 (margin > 0); a ``margin gain`` is an
 edited minus the unedited margin of the target answer (logits, > 0 = toward the target). The
 output schemas are kept under 4 KB each (a client loads all 30 tools' schemas at once), so field
-descriptions are short and say a sign, range or unit once; the README and ``core/swap`` say why.
+descriptions are short and say a sign, range or unit once; docs/tools/swap.md and ``core/swap`` say why.
 """
 
 from __future__ import annotations

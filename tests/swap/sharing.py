@@ -4,7 +4,7 @@ What is shared in a real benchmark, and so in these simulations:
 
 * the trials: every (function, source, target) of the corpus file (``corpus.trial_keys``) whose source and target
   prompts the model answers (``require_target_known``, the default) — on SmolLM2-135M-Instruct 13 of the 16
-  ``capitals_languages`` prompts and 7 of the 16 ``countries`` ones (measured; the README's table), so a target is
+  ``capitals_languages`` prompts and 7 of the 16 ``countries`` ones (measured; docs/tools/swap.md), so a target is
   the real arm of 5–6 prompts per function, in both functions;
 * the layers: 29 editable layers, and a trial executes only where its source atom is active (the default benchmark
   executed 996 of 2 088 slots, so each (function, source, layer) is active with probability 0.48 here);

@@ -78,7 +78,7 @@ def cpu_torch_links(tmp_path: Path, timings: dict[str, float]) -> Path:
     )
     assert done.returncode == 0, done.stderr
     url = json.loads(report.read_text())["install"][0]["download_info"]["url"]
-    assert "%2Bcpu" in url or "+cpu" in url, f"pip would install {url}, not a CPU build; see README (Install as a tool)"
+    assert "%2Bcpu" in url or "+cpu" in url, f"pip would install {url}, not a CPU build; see docs/install.md"
     if url.startswith("file:"):
         return Path(unquote(urlparse(url).path)).parent
     links = tmp_path / "torch-wheel"
