@@ -83,7 +83,10 @@ PatchDirectionArgument = Annotated[
     PatchDirection, Field(description="denoise: corrupt run, clean patched in; noise: the reverse.")
 ]
 PatchMethodArgument = Annotated[PatchMethod, Field(description="attribution: a first-order estimate (fast).")]
-PatchMetricArgument = Annotated[PatchMetric, Field(description="kl needs no answers; log_prob needs `correct`.")]
+PatchMetricArgument = Annotated[
+    PatchMetric,
+    Field(description="kl needs no answers; log_prob `correct` only; prob_diff: P(correct) − P(incorrect)."),
+]
 VerifyTop = Annotated[int, Field(ge=0, le=64, description="With attribution: rerun the top items exactly.")]
 Top = Annotated[int, Field(ge=1, le=1000, description="Ranked items returned (all in result://).")]
 Background = Annotated[bool, Field(description="Return a job:// handle at once (job_status).")]

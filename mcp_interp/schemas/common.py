@@ -78,7 +78,8 @@ PositionsSpec = Literal["all", "last"] | list[int]
 # ``typing.get_args``.
 PatchDirection = Literal["denoise", "noise"]  # denoise: corrupt run, clean patched in; noise: the reverse
 PatchMethod = Literal["exact", "attribution"]  # attribution: the first-order (gradient) estimate of exact
-PatchMetric = Literal["logit_diff", "log_prob", "kl"]  # what patching reads at the answer
+PatchMetric = Literal["logit_diff", "log_prob", "prob_diff", "kl"]  # what patching reads at the answer
+# prob_diff: P(correct) − P(incorrect), each a token, a sequence or a set's summed probability (in [−1, 1])
 AblationMethod = Literal["zero", "mean", "resample"]  # what replaces an ablated component's part
 AnswerKind = Literal["token", "sequence", "set"]  # one token; several, teacher-forced; {any_of: [...]}
 Granularity = Literal["edge", "node"]  # a circuit counted in edges, or in nodes (heads, MLPs: all their edges)

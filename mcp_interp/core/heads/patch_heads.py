@@ -15,7 +15,7 @@ from typing import Any
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.core.engine.numbers.scores import SMALL_GAP, TOP_WITH_EXAMPLES, directed_score, finite, ranked_scores
+from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, directed_score, finite, gap_is_small, ranked_scores
 from mcp_interp.core.engine.patching.job import CellContext, PatchingJob, PatchOutcome
 from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.components import Head, PositionSpec, parse_heads, position_mask
@@ -107,7 +107,7 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
     def _notes(self, outcome: PatchOutcome) -> list[str]:
         notes = []
         gap = float((outcome.clean - outcome.corrupt).mean())
-        if (self.metric == "logit_diff" and abs(gap) < SMALL_GAP) or gap == 0:
+        if gap_is_small(self.metric, gap):
             notes.append(
                 f"The clean−corrupt gap of {self.metric} is only {gap:+.3f}: recovered fractions divide by it "
                 "and are unstable; choose pairs the model separates more clearly."

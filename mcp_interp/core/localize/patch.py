@@ -142,7 +142,7 @@ class PatchJob(PatchingJob[PatchMeasurement]):
         cells = []
         for layer in layers:
             per_row = (context.attribution.terms[layer] * context.mask.unsqueeze(-1)).sum(dim=1)  # [rows, d_mlp]
-            per_neuron = self.plan.fold(context.base_rows, per_row.T).mean(dim=-1)  # [d_mlp]
+            per_neuron = self.plan.to_pairs(per_row.T).mean(dim=-1)  # [d_mlp]
             top = per_neuron.abs().topk(min(self.top_neurons, per_neuron.numel())).indices
             cells += [Unit(layer, int(n)) for n in sorted(top.tolist())]
         return cells

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.core.engine.numbers.scores import SMALL_GAP, TOP_WITH_EXAMPLES, directed_score, finite, ranked_scores
+from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, directed_score, finite, gap_is_small, ranked_scores
 from mcp_interp.core.engine.patching.job import PatchOutcome
 from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, token_strings
@@ -123,7 +123,7 @@ class PatchReport:
     def notes(self, clean_m: torch.Tensor, corrupt_m: torch.Tensor, first_diff: int, width: int) -> list[str]:
         notes = []
         gap = float((clean_m - corrupt_m).mean())
-        if (self.metric == "logit_diff" and abs(gap) < SMALL_GAP) or gap == 0:
+        if gap_is_small(self.metric, gap):
             notes.append(
                 f"The clean−corrupt gap of {self.metric} is only {gap:+.3f}: scores divide by it and are unstable; "
                 "choose pairs the model separates more clearly."

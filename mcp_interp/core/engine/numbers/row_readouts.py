@@ -6,7 +6,9 @@ patching), and the same from logits (``from_logits``, differentiable, used by at
 
 * ``logit_diff`` — logit(correct) − logit(incorrect), unbounded;
 * ``log_prob`` — log P(correct), ≤ 0;
-* ``kl`` — KL(clean‖run) in nats, ≥ 0 and 0 for the clean run: needs no answer at all.
+* ``kl`` — KL(clean‖run) in nats, ≥ 0 and 0 for the clean run: needs no answer at all;
+* the log-probabilities of several tokens per row (``TokenLogProbsReadout``), from which ``patching.rows`` builds the
+  metrics of sets and sequences (``prob_diff`` among them).
 
 Full-vocabulary readouts are computed in chunks of rows so memory stays bounded.
 """
@@ -100,6 +102,19 @@ class LogProbReadout(_FullVocabulary):
     def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
         return log_probs.gather(1, self.correct[prompts].unsqueeze(1)).squeeze(1)
+
+
+class TokenLogProbsReadout(_FullVocabulary):
+    """log P(t) of every token row r reads (``reads[r]``, ``[rows, K]``; an unused slot, −1, reads 0), float64: the
+    teacher-forced rows of answers that are sets or sequences (``patching.rows``), folded into a pair metric there."""
+
+    def __init__(self, backend: Any, reads: torch.Tensor) -> None:
+        self.backend, self.reads = backend, reads
+
+    def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
+        tokens = self.reads[prompts].to(logits.device)
+        return log_probs.gather(1, tokens.clamp(min=0)).masked_fill(tokens < 0, 0.0)
 
 
 class KLReadout(_FullVocabulary):

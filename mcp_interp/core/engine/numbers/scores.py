@@ -22,6 +22,16 @@ from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.schemas.common import PatchDirection, Score
 
 SMALL_GAP = 0.5  # |clean − corrupt| logit difference below which fractions are unstable
+SMALL_PROB_GAP = 0.05  # the same for prob_diff (probability mass, in [−1, 1])
+
+
+def gap_is_small(metric: str, gap: float) -> bool:
+    """Whether a clean − corrupt gap is too small for fractions of it to be stable: below ``SMALL_GAP`` in logit
+    difference, ``SMALL_PROB_GAP`` in probability difference, or exactly 0 for any metric."""
+    limit = {"logit_diff": SMALL_GAP, "prob_diff": SMALL_PROB_GAP}.get(metric, 0.0)
+    return abs(gap) < limit or gap == 0
+
+
 TOP_WITH_EXAMPLES = 10  # ranked items that carry per-example values in a result
 
 

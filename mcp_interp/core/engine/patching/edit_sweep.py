@@ -44,7 +44,7 @@ class EditPatchSweep:
 
     def steps(self) -> Iterator[int]:
         batch = int(self.base_ids.shape[0])
-        values = torch.empty(len(self.units), batch, dtype=torch.float64)
+        values: torch.Tensor | None = None
         layers = sorted({u.layer for u in self.units})
         for layer in layers:
             members = [i for i, u in enumerate(self.units) if u.layer == layer]
@@ -59,9 +59,11 @@ class EditPatchSweep:
                 prompts = torch.arange(batch).repeat(len(chunk))
                 with torch.inference_mode():
                     metric = self.metric(answer, prompts).to(torch.float64)
-                values[chunk] = metric.view(len(chunk), batch)
+                if values is None:  # [units, batch] or, when each row reads several tokens, [units, batch, K]
+                    values = torch.empty(len(self.units), batch, *metric.shape[1:], dtype=torch.float64)
+                values[chunk] = metric.view(len(chunk), batch, *metric.shape[1:])
             yield layer
-        self.values = values
+        self.values = values if values is not None else torch.empty(len(self.units), batch, dtype=torch.float64)
 
     def _edit(self, layer: int, units: list[Unit]) -> Set:
         """One ``set`` for ``units`` (stacked: unit j's copy of the batch is rows j·batch…): the base value with each

@@ -8,6 +8,7 @@ approximation otherwise — cheap, and labelled as such wherever it is reported.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ def attribution_terms(
     source: dict[int, torch.Tensor],
     answer_positions: torch.Tensor,
     residual_metric: RowMetric,
+    objective: Callable[[torch.Tensor], torch.Tensor] = torch.sum,
 ) -> Attribution:
     """First-order terms of (patched − base) metric at each layer of ``source``, per prompt and position.
 
@@ -74,7 +76,9 @@ def attribution_terms(
     assert run.final is not None
     with torch.enable_grad():
         rows = run.final[torch.arange(batch), answer_positions]
-        total = residual_metric(rows, torch.arange(batch)).sum()  # prompts are independent: per-prompt grads
+        # The rows' values folded into the sum of the pair metrics (``rows.RowPlan.objective``; a plain sum when each
+        # row is a pair): pairs are independent, so each row's gradient is its own pair's.
+        total = objective(residual_metric(rows, torch.arange(batch)))
     grads = backend.backward(total, [grads_at[layer] for layer in layers])
     terms = {}
     for layer, grad in zip(layers, grads, strict=True):

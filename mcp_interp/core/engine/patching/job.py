@@ -32,7 +32,7 @@ from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import site_hook
 from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.jobs import Job, R
-from mcp_interp.core.engine.numbers.row_readouts import LogProbReadout, Readout, make_readout
+from mcp_interp.core.engine.numbers.row_readouts import Readout, TokenLogProbsReadout, make_readout
 from mcp_interp.core.engine.numbers.scores import ranked_scores
 from mcp_interp.core.engine.patching.edit_sweep import ChosenEditSweep, edit_sweep
 from mcp_interp.core.engine.patching.first_order import Attribution, attribution_terms
@@ -179,8 +179,9 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         attribution = None
         if self.method == "attribution" or self.cells_need_attribution():
             attribution = attribution_terms(
-                backend, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual
-            )
+                backend, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual,
+                self.plan.objective,
+            )  # fmt: skip
         with torch.inference_mode():
             if base_run is not None:
                 base_rows_m = answer_metric(readout, base_run, base)
@@ -199,7 +200,14 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         cells = self.cells(context)
         if self.cells_need_attribution():
             yield "attribution over every candidate: cells chosen"
-        limits.check("max_patch_rows", len(cells) * rows, "Patched runs (cells × pairs × answer tokens)")
+        # Only the patched runs this method performs count: exact runs every cell at or after the first differing
+        # position (the others are the base run, not run); attribution runs none, but its verified top cells.
+        performed = (
+            sum(1 for c in cells if c.position is None or c.position >= first_diff)
+            if self.method == "exact"
+            else min(self.verify_top, len(cells))
+        )
+        limits.check("max_patch_rows", performed * rows, "Patched runs (cells run × answer rows)")
         verified = None
         if self.method == "exact":
             assert base_run is not None
@@ -208,7 +216,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             patched = self.plan.combine(patched_rows)
         else:
             assert attribution is not None
-            patched = base_m + self.plan.fold(base_rows_m, _estimates(attribution.terms, cells, mask))
+            patched = base_m + self.plan.to_pairs(_estimates(attribution.terms, cells, mask))
             yield "attribution: one forward per input and one backward"
             if self.verify_top:
                 order = ranked_scores(patched, clean_m, corrupt_m, self.direction)[: self.verify_top]
@@ -239,17 +247,17 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         require_choice("direction", self.direction, PatchDirection)
         require_choice("method", self.method, PatchMethod)
         require_choice("metric", self.metric, PatchMetric)
-        if self.metric in ("logit_diff", "log_prob") and self.correct is None:
+        if self.metric != "kl" and self.correct is None:
             raise InputError(f"metric {self.metric!r} needs `correct`; or use metric 'kl', which needs no answer.")
-        if self.metric == "logit_diff" and self.incorrect is None:
-            raise InputError("metric 'logit_diff' needs `incorrect` too; or use 'log_prob' or 'kl'.")
+        if self.metric in ("logit_diff", "prob_diff") and self.incorrect is None:
+            raise InputError(f"metric {self.metric!r} needs `incorrect` too; or use 'log_prob' or 'kl'.")
 
     def _answers(self, n: int) -> tuple[list[Answer] | None, list[Answer] | None]:
         tokenizer = self.model.tokenizer
         good = bad = None
-        if self.metric in ("logit_diff", "log_prob"):
+        if self.metric != "kl":
             good = resolve_answer_specs(tokenizer, self.correct, n, "correct")
-        if self.metric == "logit_diff":
+        if self.metric in ("logit_diff", "prob_diff"):
             bad = resolve_answer_specs(tokenizer, self.incorrect, n, "incorrect")
         return good, bad
 
@@ -263,21 +271,24 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         """One row per pair, or one per answer token when some answer is several tokens or a set."""
         good, bad = self._answers(n)
         self._token_answers = (good, bad)
-        if good is None or all(a.kind == "token" for a in good + (bad or [])):
+        answers = good + (bad or []) if good is not None else []
+        if good is None or (self.metric != "prob_diff" and all(a.kind == "token" for a in answers)):
             return RowPlan.identity(n)
-        self.notes.append(
-            "Some answer is several tokens or a set: each pair is patched once per answer token (prompt + the "
-            "answer's earlier tokens, teacher-forced), and the metric is rebuilt from those log-probs "
-            f"({'log P(correct) − log P(incorrect)' if bad is not None else 'log P(correct)'}); positions are "
-            "the prompt's."
-        )
-        self.notes.extend(spacing_notes(self.model.tokenizer, good + (bad or [])))
-        return RowPlan.sequences(good, bad)
+        plan = RowPlan.answers(self.metric, good, bad)
+        if any(a.kind != "token" for a in answers):
+            formula = {"logit_diff": "log P(correct) − log P(incorrect)", "log_prob": "log P(correct)",
+                       "prob_diff": "P(correct) − P(incorrect)"}[self.metric]  # fmt: skip
+            self.notes.append(
+                f"Answers that are sets or several tokens are read from {plan.n_rows} rows for {n} pairs (each pair's "
+                "prompt, and the prompt followed by the earlier tokens of a multi-token alternative, teacher-forced; "
+                f"a set is its members' summed probability), folded into {formula}; positions are the prompt's."
+            )
+        self.notes.extend(spacing_notes(self.model.tokenizer, answers))
+        return plan
 
     def _readout(self, clean_logits: torch.Tensor | None) -> Readout:
-        if not self.plan.is_identity:
-            assert self.plan.targets is not None
-            return LogProbReadout(self.model.backend, self.plan.targets)
+        if self.plan.reads is not None:
+            return TokenLogProbsReadout(self.model.backend, self.plan.reads)
         good, bad = self._token_answers
         correct = torch.tensor([a.first_token for a in good]) if good is not None else None
         incorrect = torch.tensor([a.first_token for a in bad]) if bad is not None else None
@@ -310,7 +321,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         """Patched metric per cell and row, ``[len(cells), rows]``; no-op cells copy the base run."""
         with torch.inference_mode():
             base_values = answer_metric(readout, base_run, base)
-        patched = base_values.repeat(len(cells), 1)
+        patched = base_values.unsqueeze(0).repeat(len(cells), *([1] * base_values.dim()))
         run = [i for i, c in enumerate(cells) if c.position is None or c.position >= first_diff]
         if not run:
             return patched

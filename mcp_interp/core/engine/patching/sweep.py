@@ -178,7 +178,7 @@ class PatchSweep(ABC):
             else:
                 final = residual[torch.arange(residual.shape[0]), self.answer_positions[rows_prompt] - start]
             row_values = self.metric(final, rows_prompt)
-        values = torch.empty(len(self.units), batch, dtype=row_values.dtype)
+        values = torch.empty(len(self.units), batch, *row_values.shape[1:], dtype=row_values.dtype)
         values[rows_unit, rows_prompt] = row_values
         self.values = values
 
