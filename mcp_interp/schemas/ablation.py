@@ -16,6 +16,7 @@ class MetricSet(BaseModel):
     logit_diff: Score | None = Field(
         default=None, description="logit(correct) − logit(incorrect); null when no answers were given."
     )
+    prob_diff: Score | None = Field(default=None, description="P(correct) − P(incorrect), in [−1, 1]; null likewise.")
     log_prob: Score = Field(description="log P(answer), ≤ 0.")
     rank: Score = Field(description="Rank of the answer; 0 = top-1; saturates at 0.")
 

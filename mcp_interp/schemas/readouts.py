@@ -103,18 +103,16 @@ class LogitDiffExample(BaseModel):
     prompt: str
     correct: str
     incorrect: str
-    correct_id: int
-    incorrect_id: int
+    correct_id: int | None = Field(description="The answer's (first) token id; null for a set (see `correct`).")
+    incorrect_id: int | None
     logit_diff: float = Field(
         description="logit(correct) − logit(incorrect); > 0 prefers correct. For sequence answers: "
         "log P(correct) − log P(incorrect) of the teacher-forced sequences."
     )
     correct_log_prob: float | None = Field(
-        default=None, description="Sequence answers only: log P(correct | prompt), teacher-forced, ≤ 0."
+        default=None, description="log P(correct | prompt) (teacher-forced; a set: its members' summed), ≤ 0."
     )
-    incorrect_log_prob: float | None = Field(
-        default=None, description="Sequence answers only: log P(incorrect | prompt), teacher-forced, ≤ 0."
-    )
+    incorrect_log_prob: float | None = Field(default=None, description="The same for `incorrect`.")
     top1_token: str = Field(description="The model's most likely next token at the answer position.")
     top1_id: int
     answer_position: int = Field(description="Index of the last real token (where the prediction is read).")
@@ -126,6 +124,9 @@ class LogitDiffMeasurement(Measurement):
     logit_diff: Score = Field(
         description="logit(correct) − logit(incorrect) at the answer position; positive means "
         "the model prefers the correct answer; unbounded; 0 = indifferent."
+    )
+    prob_diff: Score | None = Field(
+        default=None, description="P(correct) − P(incorrect) (a set: its members' summed probability), in [−1, 1]."
     )
     examples: list[LogitDiffExample]
 

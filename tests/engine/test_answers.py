@@ -50,7 +50,15 @@ def test_sequence_logit_diff_is_the_difference_of_teacher_forced_log_probs(tiny:
 
 def test_single_token_answers_keep_the_logit_path(tiny: LoadedModel) -> None:
     token = readouts.logit_diff(tiny, PROMPTS, "mary", "john")
-    assert token.answer_kind == "token" and token.examples[0].correct_log_prob is None
+    assert token.answer_kind == "token"
+    for prompt, example in zip(PROMPTS, token.examples, strict=True):  # log P and P(correct) − P(incorrect) by hand
+        assert example.correct_log_prob == pytest.approx(hand_sequence_log_prob(tiny, prompt, "mary"), abs=1e-5)
+    assert token.prob_diff is not None
+    expected = [
+        math.exp(hand_sequence_log_prob(tiny, p, "mary")) - math.exp(hand_sequence_log_prob(tiny, p, "john"))
+        for p in PROMPTS
+    ]
+    assert token.prob_diff.per_example == pytest.approx(expected, abs=1e-6)
     # The same answers as one-member sets go through the sequence path: log P(a) − log P(b) = logit difference.
     as_sets = readouts.logit_diff(tiny, PROMPTS, AnyOf(any_of=["mary"]), AnyOf(any_of=["john"]))
     assert as_sets.answer_kind == "set"

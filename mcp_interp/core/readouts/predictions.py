@@ -23,8 +23,8 @@ from mcp_interp.core.engine.references import Lookup, resolve_intervention
 from mcp_interp.core.engine.text.answers import (
     Answer,
     answer_kind,
-    answer_log_probs,
     describe,
+    read_log_probs,
     resolve_answer_specs,
     spacing_notes,
 )
@@ -75,10 +75,8 @@ def logit_diff(
     logits = logits_at_answers(model, batch, ablation)
     top1 = _top1(model, logits)
     sequences = any(a.kind != "token" for a in good + bad)
-    good_lp = bad_lp = None
+    good_lp, bad_lp = read_log_probs(model.backend, batch, logits, [good, bad], ablation)
     if sequences:
-        good_lp = answer_log_probs(model.backend, batch, good, ablation)
-        bad_lp = answer_log_probs(model.backend, batch, bad, ablation)
         score = metrics.score_of(good_lp - bad_lp)
     else:
         score = metrics.logit_difference(logits, [a.first_token for a in good], [a.first_token for a in bad])
@@ -87,11 +85,11 @@ def logit_diff(
             prompt=batch.texts[i],
             correct=describe(model.tokenizer, good[i]),
             incorrect=describe(model.tokenizer, bad[i]),
-            correct_id=good[i].first_token,
-            incorrect_id=bad[i].first_token,
+            correct_id=good[i].first_token if good[i].kind != "set" else None,
+            incorrect_id=bad[i].first_token if bad[i].kind != "set" else None,
             logit_diff=score.per_example[i],
-            correct_log_prob=float(good_lp[i]) if good_lp is not None else None,
-            incorrect_log_prob=float(bad_lp[i]) if bad_lp is not None else None,
+            correct_log_prob=float(good_lp[i]),
+            incorrect_log_prob=float(bad_lp[i]),
             top1_token=top1[i][1],
             top1_id=top1[i][0],
             answer_position=int(batch.answer_positions[i]),
@@ -116,13 +114,20 @@ def logit_diff(
     not_top = [i for i in range(n) if top1[i][0] not in {alt[0] for alt in good[i].alternatives}]
     if not_top:
         listed = ", ".join(f"{i}: {top1[i][1]!r}" for i in not_top[:8])
+        sets = any(a.kind == "set" for a in good)
+        what = (
+            "No member of the correct set (its first token)"
+            if sets
+            else f"The correct answer{FIRST_TOKEN if sequences else ''}"
+        )
         notes.append(
-            f"The correct answer{FIRST_TOKEN if sequences else ''} is not the model's top-1 in {len(not_top)} "
+            f"{what} is not the model's top-1 in {len(not_top)} "
             f"of {n} examples ({listed}{', ...' if len(not_top) > 8 else ''}); a positive logit difference "
             "there only says correct beats incorrect, not that the model would say it."
         )
     return LogitDiffMeasurement(
         logit_diff=score,
+        prob_diff=metrics.score_of(good_lp.exp() - bad_lp.exp()),
         examples=examples,
         notes=notes,
         intervention=ablation.describe() if ablation else None,
@@ -204,7 +209,7 @@ def answer_rank(
     first = [_best_first_token(logits[i], a) for i, a in enumerate(answers)]
     rank = metrics.answer_ranks(logits, first)
     if sequences:
-        log_prob = metrics.score_of(answer_log_probs(model.backend, batch, answers, ablation))
+        log_prob = metrics.score_of(read_log_probs(model.backend, batch, logits, [answers], ablation)[0])
     else:
         log_prob = metrics.answer_logprob(logits, first)
     top1 = _top1(model, logits)

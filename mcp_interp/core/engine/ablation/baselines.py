@@ -40,7 +40,7 @@ from mcp_interp.core.engine.ablation.targets import (
 from mcp_interp.core.engine.backend.forward import Capture
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers import metrics, stats
-from mcp_interp.core.engine.text.answers import Answer, answer_log_probs, resolve_answer_specs
+from mcp_interp.core.engine.text.answers import Answer, read_log_probs, resolve_answer_specs
 from mcp_interp.core.engine.text.components import position_mask
 from mcp_interp.core.engine.text.tokens import Batch, encode
 from mcp_interp.schemas.ablation import RandomBaseline
@@ -123,15 +123,14 @@ class Effect:
 
     def value(self, model: LoadedModel, batch: Batch, logits: torch.Tensor, prepared: PreparedAblation | None) -> float:
         """The statistic's mean over prompts (logit difference or log-prob of the tracked answer)."""
-        if not self.sequences:
+        if all(a.kind == "token" for a in self.tracked + (self.bad or [])):
             first = [a.first_token for a in self.tracked]
             if self.bad is not None:
                 return metrics.logit_difference(logits, first, [a.first_token for a in self.bad]).value
             return metrics.answer_logprob(logits, first).value
-        good = answer_log_probs(model.backend, batch, self.tracked, prepared)
-        if self.bad is not None:
-            good = good - answer_log_probs(model.backend, batch, self.bad, prepared)
-        return float(good.mean())
+        lists = [self.tracked] if self.bad is None else [self.tracked, self.bad]
+        log_probs = read_log_probs(model.backend, batch, logits, lists, prepared)  # a set of single tokens: no forward
+        return float((log_probs[0] - log_probs[1] if self.bad is not None else log_probs[0]).mean())
 
 
 def effect_of(model: LoadedModel, batch: Batch, clean: torch.Tensor, correct: Any, incorrect: Any) -> Effect:
@@ -143,7 +142,9 @@ def effect_of(model: LoadedModel, batch: Batch, clean: torch.Tensor, correct: An
     if good is None:
         good = [Answer(model.tokenizer.decode([int(i)]), ((int(i),),), "token") for i in clean.argmax(dim=-1)]
     with_bad = bad if correct is not None and bad is not None else None
-    sequences = any(a.kind != "token" for a in good + (with_bad or []))
+    # Teacher-forced rows only when some alternative is several tokens: a set of single tokens is read from the
+    # stacked answer logits like a single token (``read_log_probs``).
+    sequences = any(len(alt) > 1 for a in good + (with_bad or []) for alt in a.alternatives)
     return Effect("logit_diff" if with_bad is not None else "log_prob", good, with_bad, sequences)
 
 

@@ -25,8 +25,8 @@ from mcp_interp.core.engine.references import Lookup, resolve_intervention
 from mcp_interp.core.engine.text.answers import (
     Answer,
     answer_kind,
-    answer_log_probs,
     describe,
+    read_log_probs,
     resolve_answer_specs,
     spacing_notes,
 )
@@ -97,20 +97,21 @@ def ablation_outcome(
 
     def metric_set(logits: torch.Tensor, with_ablation: PreparedAblation | None) -> MetricSet:
         first = [a.first_token for a in tracked]
-        if not sequences:
-            diff = None
-            if bad is not None and good is not None:
+        both = bad is not None and good is not None
+        lists = [tracked, bad] if both and bad is not None else [tracked]
+        log_probs = read_log_probs(model.backend, batch, logits, lists, with_ablation)
+        diff = prob_diff = None
+        if both:
+            if sequences:
+                diff = metrics.score_of(log_probs[0] - log_probs[1])
+            else:
+                assert bad is not None
                 diff = metrics.logit_difference(logits, first, [a.first_token for a in bad])
-            return MetricSet(
-                logit_diff=diff,
-                log_prob=metrics.answer_logprob(logits, first),
-                rank=metrics.answer_ranks(logits, first),
-            )
-        log_prob = answer_log_probs(model.backend, batch, tracked, with_ablation)
-        diff = None
-        if bad is not None and good is not None:
-            diff = metrics.score_of(log_prob - answer_log_probs(model.backend, batch, bad, with_ablation))
-        return MetricSet(logit_diff=diff, log_prob=metrics.score_of(log_prob), rank=metrics.answer_ranks(logits, first))
+            prob_diff = metrics.score_of(log_probs[0].exp() - log_probs[1].exp())
+        return MetricSet(
+            logit_diff=diff, prob_diff=prob_diff, log_prob=metrics.score_of(log_probs[0]),
+            rank=metrics.answer_ranks(logits, first),
+        )  # fmt: skip
 
     before, after = metric_set(clean, None), metric_set(ablated, prepared)
     kl = metrics.kl_divergence(clean, ablated)

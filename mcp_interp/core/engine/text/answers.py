@@ -8,7 +8,8 @@ always has. Anything else is scored by its teacher-forced log-probability:
     log P(t1…tn | prompt) = Σ_k log P(t_k | prompt, t_<k)
 
 read from one forward of the prompt followed by t1…t(n-1), and a set by the log of its summed
-probability, log Σ_a P(a | prompt) (a log-sum-exp over the alternatives). Both are ≤ 0, in nats.
+probability, log Σ_a P(a | prompt) (a log-sum-exp over the alternatives). Both are ≤ 0, in nats. A set of single
+tokens costs one forward whatever its size: alternatives that share a prefix share their rows.
 
 Why this is the sequence counterpart of the logit difference: for two single tokens,
 log P(a) − log P(b) = logit(a) − logit(b) (the normaliser cancels), so the difference of
@@ -199,34 +200,73 @@ class RowEdits(Protocol):
 def answer_log_probs(
     backend: Any, batch: Batch, answers: Sequence[Answer], ablation: RowEdits | None = None
 ) -> torch.Tensor:
-    """log P(answer_i | prompt_i) per prompt, float64, teacher-forced (see the module docstring).
+    """log P(answer_i | prompt_i) per prompt, float64, teacher-forced (see the module docstring)."""
+    return answers_log_probs(backend, batch, [answers], ablation)[0]
 
-    One forward over every (prompt, alternative) row: the prompt's real tokens followed by all but
-    the alternative's last token, right-padded. An ``ablation`` is one prepared on the prompt batch (its mean and
-    resample replacements come from the prompts' own clean run), applied to each row as ``hooks_for`` says.
-    """
-    rows: list[tuple[int, tuple[int, ...]]] = [(i, alt) for i, a in enumerate(answers) for alt in a.alternatives]
-    lengths = batch.lengths
-    sequences = [batch.ids(i) + list(alt[:-1]) for i, alt in rows]
+
+def answers_log_probs(
+    backend: Any, batch: Batch, answer_lists: Sequence[Sequence[Answer]], ablation: RowEdits | None = None
+) -> list[torch.Tensor]:
+    """log P(answer | prompt) per prompt for each list of answers (e.g. the correct and the incorrect ones), from one
+    forward over the distinct rows they need: prompt i followed by a prefix of an alternative, right-padded. Rows are
+    shared wherever alternatives share a prefix, so single-token answers — a set of any size among them — are read
+    from prompt i's own row: one forward for all of them. An ``ablation`` is one prepared on the prompt batch (its mean
+    and resample replacements come from the prompts' own clean run), applied to each row as ``edits_for`` says."""
+    rows: dict[tuple[int, tuple[int, ...]], int] = {}
+    for answers in answer_lists:
+        for i, answer in enumerate(answers):
+            for alt in answer.alternatives:
+                for k in range(len(alt)):
+                    rows.setdefault((i, tuple(alt[:k])), len(rows))
+    keys = list(rows)
+    sequences = [batch.ids(i) + list(prefix) for i, prefix in keys]
     max_tokens = limits.current().max_tokens
-    too_long = [(i, len(s)) for (i, _), s in zip(rows, sequences, strict=True) if len(s) > max_tokens]
+    too_long = [(i, len(s)) for (i, _), s in zip(keys, sequences, strict=True) if len(s) > max_tokens]
     if too_long:
         i, n = too_long[0]
         raise InputError(
             f"Prompt {i} followed by its answer is {n} tokens, over the server's limit of {max_tokens} (max_tokens): "
             "shorten the prompt or the answer, or raise --max-tokens."
         )
-    extended = batch_of_ids(sequences, [lengths[i] - 1 for i, _ in rows], batch.input_ids.device)
-    edits = ablation.edits_for([i for i, _ in rows]) if ablation is not None else []
+    extended = batch_of_ids(sequences, [len(s) - 1 for s in sequences], batch.input_ids.device)
+    edits = ablation.edits_for([i for i, _ in keys]) if ablation is not None else []
     logits = backend.logits(extended.input_ids, edits)
-    per_row = []
-    for r, (i, alt) in enumerate(rows):
-        start = lengths[i] - 1  # the prediction of the answer's first token
-        log_probs = torch.log_softmax(logits[r, start : start + len(alt)].to(torch.float64), dim=-1)
-        per_row.append(log_probs.gather(1, torch.tensor(alt, device=logits.device).unsqueeze(1)).sum())
-    values = torch.stack(per_row)
-    owners = torch.tensor([i for i, _ in rows])
-    return torch.stack([torch.logsumexp(values[owners == i], dim=0) for i in range(len(answers))])
+    at = torch.tensor([len(s) - 1 for s in sequences], device=logits.device)
+    log_probs = torch.log_softmax(logits[torch.arange(len(keys), device=logits.device), at].to(torch.float64), dim=-1)
+    out = []
+    for answers in answer_lists:
+        per_prompt = []
+        for i, answer in enumerate(answers):
+            alternatives = [
+                sum(
+                    (log_probs[rows[(i, tuple(alt[:k]))], token] for k, token in enumerate(alt)),
+                    log_probs.new_zeros(()),
+                )
+                for alt in answer.alternatives
+            ]
+            per_prompt.append(torch.logsumexp(torch.stack(alternatives), dim=0))
+        out.append(torch.stack(per_prompt))
+    return out
+
+
+def read_log_probs(
+    backend: Any,
+    batch: Batch,
+    logits: torch.Tensor,
+    answer_lists: Sequence[Sequence[Answer]],
+    ablation: RowEdits | None = None,
+) -> list[torch.Tensor]:
+    """``answers_log_probs``, read from ``logits`` (``[batch, vocab]`` at the answer positions, of the same run) when
+    every alternative is one token — a set of any size then costs no forward beyond the one already made."""
+    if any(len(alt) != 1 for answers in answer_lists for a in answers for alt in a.alternatives):
+        return answers_log_probs(backend, batch, answer_lists, ablation)
+    log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
+    return [
+        torch.stack(
+            [torch.logsumexp(log_probs[i, [alt[0] for alt in a.alternatives]], dim=0) for i, a in enumerate(answers)]
+        )
+        for answers in answer_lists
+    ]
 
 
 def batch_of_ids(sequences: list[list[int]], answer_positions: list[int], device: Any) -> Batch:
