@@ -14,6 +14,7 @@ from mcp_interp.schemas.common import (
     AblationMethod,
     AnswerSpec,
     Intervention,
+    PairMetric,
     PatchDirection,
     PatchMethod,
     PatchMetric,
@@ -42,11 +43,17 @@ OptionalIntervention = Annotated[
     WithJsonSchema(INTERVENTION_SHAPE),
     Field(description='e.g. {"ablate": ["L9H3", "L28MLP"], "method": "mean"}.'),
 ]
-Answers = Annotated[str | list[str], Field(description="One single-token answer for all prompts, or one per prompt.")]
-OtherAnswers = Annotated[str | list[str], Field(description="Like `correct`.")]
 # Answers of any length are published by shape only (validated in full when a call arrives): the nested union
 # of strings and {any_of} objects, inlined in a dozen tools, was a tenth of the model-facing definitions.
 ANSWER_SHAPE = {"type": ["string", "array", "object"]}
+Answers = Annotated[
+    AnswerSpec | list[AnswerSpec],
+    WithJsonSchema(ANSWER_SHAPE),
+    Field(description="One token or {any_of: [tokens]}, for all prompts or one per prompt."),
+]
+OtherAnswers = Annotated[
+    AnswerSpec | list[AnswerSpec], WithJsonSchema(ANSWER_SHAPE), Field(description="Like `correct`.")
+]
 SequenceAnswers = Annotated[
     AnswerSpec | list[AnswerSpec],
     WithJsonSchema(ANSWER_SHAPE),
@@ -83,7 +90,9 @@ PatchDirectionArgument = Annotated[
     PatchDirection, Field(description="denoise: corrupt run, clean patched in; noise: the reverse.")
 ]
 PatchMethodArgument = Annotated[PatchMethod, Field(description="attribution: a first-order estimate (fast).")]
+PairMetricArgument = Annotated[PairMetric, Field(description="prob_diff: P(correct) − P(incorrect).")]
 PatchMetricArgument = Annotated[
+    PairMetric,
     PatchMetric,
     Field(description="kl needs no answers; log_prob `correct` only; prob_diff: P(correct) − P(incorrect)."),
 ]

@@ -28,7 +28,8 @@ from mcp_interp.mcp.arguments import (
     Background,
     CleanPrompts,
     CorruptPrompts,
-    OtherAnswers,
+    OtherSequenceAnswers,
+    PairMetricArgument,
     Top,
 )
 from mcp_interp.mcp.family import Family
@@ -59,7 +60,7 @@ async def edge_attribution(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
-    incorrect: OtherAnswers,
+    incorrect: OtherSequenceAnswers,
     ctx: ToolContext,
     method: Annotated[
         EdgeAttributionMethod,
@@ -68,6 +69,7 @@ async def edge_attribution(
     ig_steps: Annotated[int, Field(description="1 to 64.")] = 5,
     top_k: Annotated[int, Field(description="Edges listed and drawn, by |score|.")] = 50,
     granularity: Annotated[Granularity, Field(description="node: writers' totals only.")] = "edge",
+    metric: PairMetricArgument = "logit_diff",
     background: Background = False,
 ) -> Annotated[CallToolResult, EdgeAttributionResult]:
     """Edge attribution patching over the residual-stream graph (embeddings, heads, MLPs → each head's q, each
@@ -95,7 +97,7 @@ async def path_patch(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
-    incorrect: OtherAnswers,
+    incorrect: OtherSequenceAnswers,
     sender: Annotated[str, Field(description="A head 'L5H1' or an MLP 'L5MLP'.")],
     ctx: ToolContext,
     receivers: Annotated[
@@ -105,6 +107,7 @@ async def path_patch(
     component: Annotated[
         ReceiverInput, Field(description="The receiver's input: 'q' (query), 'k' (key) or 'v' (value).")
     ] = "q",
+    metric: PairMetricArgument = "logit_diff",
 ) -> Annotated[CallToolResult, PathPatchResult]:
     """Exact direct path patching: the sender's clean − corrupt write added to one receiver's input only, in the
     corrupt run; the recovered fraction per receiver and a heatmap."""
@@ -170,7 +173,7 @@ async def circuit_faithfulness(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
-    incorrect: OtherAnswers,
+    incorrect: OtherSequenceAnswers,
     ctx: ToolContext,
     edges: Annotated[
         list[EdgeRef] | None,
@@ -184,6 +187,7 @@ async def circuit_faithfulness(
     held_out: HeldOut = 0.0,
     random_circuits: RandomCircuits = CIRCUIT_DRAWS,
     seed: int = 0,
+    metric: PairMetricArgument = "logit_diff",
     background: Background = False,
 ) -> Annotated[CallToolResult, CircuitFaithfulnessResult]:
     """A circuit's exact faithfulness: every edge outside it ablated, as the fraction of the clean−corrupt gap
@@ -229,7 +233,7 @@ async def find_circuit(
     clean_prompts: CleanPrompts,
     corrupt_prompts: CorruptPrompts,
     correct: Answers,
-    incorrect: OtherAnswers,
+    incorrect: OtherSequenceAnswers,
     ctx: ToolContext,
     target: Annotated[float, Field(description="Faithfulness to reach, in (0, 1].")] = 0.8,
     granularity: GranularityArgument = "edge",
@@ -239,6 +243,7 @@ async def find_circuit(
     random_circuits: RandomCircuits = CIRCUIT_DRAWS,
     seed: int = 0,
     top: Top = 20,
+    metric: PairMetricArgument = "logit_diff",
     background: Background = False,
 ) -> Annotated[CallToolResult, FindCircuitResult]:
     """Attribution, then the smallest top-k circuit (edges or nodes) whose exact faithfulness reaches `target`

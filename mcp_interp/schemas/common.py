@@ -80,6 +80,7 @@ PatchDirection = Literal["denoise", "noise"]  # denoise: corrupt run, clean patc
 PatchMethod = Literal["exact", "attribution"]  # attribution: the first-order (gradient) estimate of exact
 PatchMetric = Literal["logit_diff", "log_prob", "prob_diff", "kl"]  # what patching reads at the answer
 # prob_diff: P(correct) − P(incorrect), each a token, a sequence or a set's summed probability (in [−1, 1])
+PairMetric = Literal["logit_diff", "prob_diff"]  # what the circuit tools read: log-odds, or probability mass
 AblationMethod = Literal["zero", "mean", "resample"]  # what replaces an ablated component's part
 AnswerKind = Literal["token", "sequence", "set"]  # one token; several, teacher-forced; {any_of: [...]}
 Granularity = Literal["edge", "node"]  # a circuit counted in edges, or in nodes (heads, MLPs: all their edges)

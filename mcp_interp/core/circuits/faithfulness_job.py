@@ -24,7 +24,7 @@ from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics, stats
-from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, finite
+from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, finite, gap_is_small
 from mcp_interp.core.engine.patching.pairs import Pairs, subset_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.circuits import (
@@ -36,7 +36,7 @@ from mcp_interp.schemas.circuits import (
     NodeScore,
     SearchStep,
 )
-from mcp_interp.schemas.common import Granularity, RankBy
+from mcp_interp.schemas.common import Granularity, PairMetric, RankBy
 
 CURVE = (10, 25, 50, 100, 200)
 ATTRIBUTION_STEPS = 3  # edge attribution's progress messages (clean run, corrupt run, one gradient)
@@ -200,6 +200,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
     corrupt_prompts: Sequence[str]
     correct: Any
     incorrect: Any
+    metric: PairMetric = "logit_diff"
     edges: Sequence[Any] | None = None
     top_k: int | None = None
     granularity: Granularity = "edge"
@@ -308,6 +309,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
             )
         notes.extend(empty_note(self.ablation, fraction.value, empty))
         notes.extend(small_gap_note(ablator))
+        notes.extend(ablator.pairs.notes)
         self.result = CircuitFaithfulnessMeasurement(
             ablation=self.ablation,
             granularity=granularity,
@@ -324,12 +326,15 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         )
 
     def _pairs(self, indices: Sequence[int]) -> Pairs:
-        return subset_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect, indices)
+        return subset_pairs(
+            self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect, indices, self.metric
+        )
 
 
 def small_gap_note(ablator: Ablator) -> list[str]:
-    if abs(float((ablator.clean_m - ablator.corrupt_m).mean())) < 0.5:
-        return ["The clean−corrupt gap is small (< 0.5): fractions of it are unstable."]
+    gap = float((ablator.clean_m - ablator.corrupt_m).mean())
+    if gap_is_small(ablator.pairs.metric, gap):
+        return [f"The clean−corrupt gap of {ablator.pairs.metric} is small ({gap:+.3f}): fractions of it are unstable."]
     return []
 
 
@@ -345,6 +350,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
     corrupt_prompts: Sequence[str]
     correct: Any
     incorrect: Any
+    metric: PairMetric = "logit_diff"
     target: float = 0.8
     granularity: Granularity = "edge"
     rank_by: RankBy = "abs"
@@ -442,6 +448,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         notes.extend(overlap_note(baseline, k, self.granularity))
         notes.extend(empty_note(self.ablation, best.value, empty))
         notes.extend(small_gap_note(ablator))
+        notes.extend(ablator.pairs.notes)
         edges = sorted(self.circuit, key=lambda e: -abs(float(scores.scores[e])))
         totals = scores.scores.sum(dim=1)
         nodes = (
@@ -474,4 +481,6 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         return len(self.clean_prompts) - len(evaluating)
 
     def _pairs(self, indices: Sequence[int]) -> Pairs:
-        return subset_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect, indices)
+        return subset_pairs(
+            self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect, indices, self.metric
+        )

@@ -15,7 +15,7 @@ from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES
 from mcp_interp.core.engine.patching.pairs import prepare_pairs
 from mcp_interp.errors import InputError, require_choice
 from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeAttributionMethod, EdgeScore, NodeScore
-from mcp_interp.schemas.common import Granularity
+from mcp_interp.schemas.common import Granularity, PairMetric
 
 MAX_IG_STEPS = 64
 
@@ -41,6 +41,7 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
     corrupt_prompts: Sequence[str]
     correct: Any
     incorrect: Any
+    metric: PairMetric = "logit_diff"
     method: EdgeAttributionMethod = "eap"
     ig_steps: int = 5
     top_k: int = 50
@@ -65,7 +66,9 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
     def steps(self) -> Iterator[str]:
         require(self.model.backend, "edge_attribution")
         self._check()
-        pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
+        pairs = prepare_pairs(
+            self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect, self.metric
+        )
         integrated = self.method == "eap-ig"
         steps = self.ig_steps if integrated else 1
         run = EdgeAttribution(
@@ -83,7 +86,7 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
         checked = ranked[: min(EXACT_CHECKED, self.top_k)] if self.granularity == "edge" else []
         exact = [float(v) for v in run.exact_effects(checked).mean(dim=1)] if checked else []
         yield f"{len(checked)} top edges measured exactly"
-        self.result = self._measurement(run.result, integrated, ranked, exact, run.normed_layers)
+        self.result = self._measurement(run.result, integrated, ranked, exact, run.normed_layers, pairs.notes)
 
     def _measurement(
         self,
@@ -92,6 +95,7 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
         ranked: list[tuple[int, int]],
         exact: list[float],
         normed_layers: list[int],
+        metric_notes: list[str],
     ) -> EdgeAttributionMeasurement:
         graph, scores = result.graph, result.scores
         edges = [
@@ -109,6 +113,7 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
         notes = [
             "Edge attribution is a first-order (gradient) estimate, not a measurement: verify the edges you cite "
             "with exact path patching or a faithfulness test.",
+            *metric_notes,
         ]
         if exact:
             errors = [abs(edge.score - value) for edge, value in zip(edges, exact, strict=False)]

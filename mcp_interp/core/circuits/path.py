@@ -34,10 +34,11 @@ from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.core.engine.numbers.row_readouts import LogitDiffReadout
+from mcp_interp.core.engine.numbers.row_readouts import Readout
 from mcp_interp.core.engine.patching.pairs import prepare_pairs
 from mcp_interp.errors import InputError, require_choice
 from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverInput, ReceiverScore
+from mcp_interp.schemas.common import PairMetric
 
 _SENDER = re.compile(r"^\s*L(\d+)\s*(?:H(\d+)|(MLP))\s*$", re.IGNORECASE)
 _RECEIVER = re.compile(r"^\s*L(\d+)\s*(H|KV)(\d+)\s*$", re.IGNORECASE)
@@ -61,6 +62,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
     corrupt_prompts: Sequence[str]
     correct: Any
     incorrect: Any
+    metric: PairMetric = "logit_diff"
     sender: str
     receivers: Any = None  # None (every later head or group), "logits", or a list of names
     component: ReceiverInput = "q"
@@ -121,7 +123,9 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         require_choice("component", self.component, ReceiverInput)
         sender_layer, sender_head = self._sender()
         receivers = self._receivers(sender_layer)
-        pairs = prepare_pairs(self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect)
+        pairs = prepare_pairs(
+            self.model, self.clean_prompts, self.corrupt_prompts, self.correct, self.incorrect, self.metric
+        )
         clean, corrupt, readout = pairs.clean, pairs.corrupt, pairs.readout
         backend = self.model.backend
         writer = Writer("head", sender_layer, sender_head) if sender_head is not None else Writer("mlp", sender_layer)
@@ -137,7 +141,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
             patched = patch_readers(backend, corrupt.input_ids, corrupt.answer_positions, readout.from_logits, patches)
             yield f"{len(receivers)} receivers patched"
         self.result = self._measurement(
-            receivers, patched, clean_m, corrupt_m, writer.kind == "head" and writer.layer in maps
+            receivers, patched, clean_m, corrupt_m, writer.kind == "head" and writer.layer in maps, pairs.notes
         )
 
     def _reader(self, receiver: Receiver, n_layers: int) -> Reader:
@@ -146,7 +150,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         return Reader(self.component, receiver.layer, receiver.index)
 
     def _run(
-        self, ids: torch.Tensor, answers: torch.Tensor, readout: LogitDiffReadout, points: list[str]
+        self, ids: torch.Tensor, answers: torch.Tensor, readout: Readout, points: list[str]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         run = self.model.backend.run(ids, capture=points, mode="no_grad")
         assert run.logits is not None
@@ -161,6 +165,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         clean_m: torch.Tensor,
         corrupt_m: torch.Tensor,
         sender_normed: bool,
+        metric_notes: list[str],
     ) -> PathPatchMeasurement:
         cfg = self.model.cfg
         width = cfg.n_heads if self.component == "q" else (getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
@@ -182,7 +187,10 @@ class PathPatchJob(Job[PathPatchMeasurement]):
                 )
             )
         rows.sort(key=lambda row: -abs(row.recovered or 0.0))
-        notes = ["Exact: each receiver's run is a real forward with the sender's clean write added to that input only."]
+        notes = [
+            "Exact: each receiver's run is a real forward with the sender's clean write added to that input only.",
+            *metric_notes,
+        ]
         if sender_normed:
             notes.append(POST_NORM_NOTE)
         if float(clean_m.mean()) == float(corrupt_m.mean()):

@@ -117,6 +117,27 @@ class TokenLogProbsReadout(_FullVocabulary):
         return log_probs.gather(1, tokens.clamp(min=0)).masked_fill(tokens < 0, 0.0)
 
 
+class AnswerSetReadout(_FullVocabulary):
+    """A metric of answers that are sets of single tokens (a single token is a set of one), per row of prompt p,
+    float64 and differentiable: ``logit_diff`` = log P(correct[p]) − log P(incorrect[p]), each the log of its members'
+    summed probability (for two single tokens, the logit difference); ``prob_diff`` = P(correct[p]) − P(incorrect[p]),
+    in [−1, 1]. ``correct``/``incorrect`` are ``[prompts, members]`` token ids padded with −1."""
+
+    def __init__(self, backend: Any, correct: torch.Tensor, incorrect: torch.Tensor, metric: str) -> None:
+        self.backend, self.correct, self.incorrect, self.metric = backend, correct, incorrect, metric
+
+    def from_logits(self, logits: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
+
+        def mass(members: torch.Tensor) -> torch.Tensor:
+            tokens = members[prompts].to(logits.device)
+            picked = log_probs.gather(1, tokens.clamp(min=0)).masked_fill(tokens < 0, float("-inf"))
+            return torch.logsumexp(picked, dim=-1)
+
+        good, bad = mass(self.correct), mass(self.incorrect)
+        return good.exp() - bad.exp() if self.metric == "prob_diff" else good - bad
+
+
 class KLReadout(_FullVocabulary):
     """KL(clean‖run) = Σ_t P_clean(t) (log P_clean(t) − log P_run(t)) for rows of prompt p, nats, ≥ 0."""
 
