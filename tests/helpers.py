@@ -183,3 +183,16 @@ def teacher_forced_reference(
 
     _, cache = model.bridge.run_with_cache(clean_ids)
     return patcher(model.bridge, corrupt_ids, cache, metric).double()  # type: ignore[no-any-return]
+
+
+def assert_inline_grid(inline: Any, full: Any) -> None:
+    """A grid returned inline is the complete result's grid, whole, to 3 decimals: same shape, same nulls, each value
+    within 5e-4 of the full-precision one and with at most 3 decimals."""
+    if isinstance(full, list):
+        assert isinstance(inline, list) and len(inline) == len(full)
+        for a, b in zip(inline, full, strict=True):
+            assert_inline_grid(a, b)
+    elif full is None:
+        assert inline is None
+    else:
+        assert abs(inline - full) <= 5e-4 and abs(inline * 1000 - round(inline * 1000)) < 1e-6

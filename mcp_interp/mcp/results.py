@@ -3,8 +3,10 @@
 An assistant reads a tool's structured content into a finite context (Claude Code warns above 10k tokens and
 truncates above 25k), so every result is cut to fit while nothing is lost:
 
-1. the fields a result stores only (``Measurement.STORED``: the full grids of ``patch`` and ``patch_heads``, which
-   their figure shows and their ranked cells summarise) are null;
+1. the fields a result stores only (``Measurement.STORED``: the patched-metric grids of ``patch`` and
+   ``patch_heads``, which their scores and ranked cells summarise) are null, and its grids (``Measurement.ROUNDED``:
+   the layer × position or layer × head score maps) are returned whole, rounded to 3 decimals — a 30-layer map of
+   20 positions is about 4 KB;
 2. ranked lists a result declares (``Measurement.RANKED``: heads, edges, cells — ordered best first) keep their
    top ``top`` items (20 unless the call says otherwise);
 3. if the structured content (with the note and ``result_uri`` a cut adds) is still over ``BUDGET`` bytes, the
@@ -44,6 +46,12 @@ def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], 
         if data.get(name) is not None:
             data[name] = None
             cut.append(f"`{name}` (null here: the full grid is in the complete result and the figure)")
+    for name in getattr(type(result), "ROUNDED", ()):
+        if data.get(name) is not None:
+            rounded = _rounded(data[name])
+            if rounded != data[name]:
+                cut.append(f"`{name}` to 3 decimals")
+            data[name] = rounded
     for name in getattr(type(result), "RANKED", ()):
         rows = data.get(name)
         if isinstance(rows, list) and len(rows) > top:
@@ -71,6 +79,14 @@ def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], 
         order, words = chosen
         cut.append(_fit_rows(data, path, order, words, cut))
     return data, cut
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
 
 
 def _fits(data: dict[str, Any], cut: list[str]) -> bool:

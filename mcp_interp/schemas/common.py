@@ -52,6 +52,7 @@ class Measurement(BaseModel):
     of a list a result over the budget keeps."""
 
     RANKED: ClassVar[tuple[str, ...]] = ()
+    ROUNDED: ClassVar[tuple[str, ...]] = ()  # grids returned inline to 3 decimals (full precision: result://)
     BULKY: ClassVar[tuple[str, ...]] = ()
     STORED: ClassVar[tuple[str, ...]] = ()  # optional fields always null in a returned result (grids: result://)
 

@@ -59,7 +59,8 @@ class VerifiedHead(BaseModel):
 
 class PatchHeadsMeasurement(Measurement):
     RANKED = ("heads",)
-    STORED = ("scores", "patched_logit_diff")
+    ROUNDED = ("scores",)
+    STORED = ("patched_logit_diff",)
 
     method: PatchMethod
     approximate: bool = Field(description="True for attribution patching (a first-order estimate).")
@@ -81,11 +82,12 @@ class PatchHeadsMeasurement(Measurement):
     )
     scores: list[list[float | None]] | None = Field(
         default=None,
-        description="[n_layers][n_heads] score (see HeadScore.score); null for heads not evaluated. Always null in a "
-        "returned result: the full grid is in result_uri (result://…) and the figure.",
+        description="[n_layers][n_heads] score (see HeadScore.score); null for heads not evaluated. Inline to 3 "
+        "decimals; full precision in result_uri (result://…).",
     )
     patched_logit_diff: list[list[float | None]] | None = Field(
-        default=None, description="[n_layers][n_heads] mean patched logit difference; null like `scores`."
+        default=None,
+        description="[n_layers][n_heads] mean patched metric. Always null in a returned result: it is in result_uri.",
     )
     heads: list[HeadScore] = Field(
         description="Evaluated heads by |score|, largest first. score: a ratio of means over pairs; the top 10 carry "

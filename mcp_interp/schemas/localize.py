@@ -18,7 +18,8 @@ from mcp_interp.schemas.common import (
     Score,
 )
 
-GRID = " Always null in a returned result: the full grid is in result_uri (result://…) and the figure."
+GRID = " Inline to 3 decimals; full precision in result_uri (result://…)."
+STORED_GRID = " Always null in a returned result: the full grid is in result_uri (result://…)."
 
 Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
 
@@ -54,7 +55,9 @@ class VerifiedCell(BaseModel):
 
 class PatchMeasurement(Measurement):
     RANKED = ("cells",)
-    STORED = ("scores", "patched", "head_scores", "head_patched")
+    ROUNDED = ("scores", "head_scores")
+    BULKY = ("head_scores",)  # layer × head × position: over the budget on a large model (then in result:// only)
+    STORED = ("patched", "head_patched")
 
     component: Component
     method: PatchMethod
@@ -80,14 +83,16 @@ class PatchMeasurement(Measurement):
         description="[layer][position] score for resid_*/attn_out/mlp_out (None = not requested)." + GRID,
     )
     patched: list[list[float | None]] | None = Field(
-        default=None, description="[layer][position] mean patched metric, same layout as `scores`; null like it."
+        default=None, description="[layer][position] mean patched metric, same layout as `scores`." + STORED_GRID
     )
     head_scores: list[list[list[float | None]]] | None = Field(
-        default=None, description="[layer][head][position] score for heads_by_pos (None = not requested)." + GRID
+        default=None,
+        description="[layer][head][position] score for heads_by_pos (None = not requested). Inline to 3 decimals "
+        "when it fits; full precision in result_uri.",
     )
     head_patched: list[list[list[float | None]]] | None = Field(
         default=None,
-        description="[layer][head][position] mean patched metric, same layout as `head_scores`; null like it.",
+        description="[layer][head][position] mean patched metric, same layout as `head_scores`." + STORED_GRID,
     )
     cells: list[PatchCell] = Field(description="Cells by |score|, per-example values for the top 10.")
     verified: list[VerifiedCell] | None = Field(

@@ -9,7 +9,14 @@ from mcp import Client
 from mcp.types import ImageContent, ResourceLink
 
 from mcp_interp.figures import heatmap_size, png_size
-from tests.helpers import assert_valid_structured, complete_result, error_text, png_text, tools_by_name
+from tests.helpers import (
+    assert_inline_grid,
+    assert_valid_structured,
+    complete_result,
+    error_text,
+    png_text,
+    tools_by_name,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -44,9 +51,9 @@ async def test_patch_heads_heatmap_resource_and_get_figure(tiny_client: Client) 
     assert "not found" in error_text(bad).lower() or "no figure" in error_text(bad).lower()
     # One progress report for the clean and corrupt runs and one per layer swept (3 layers), the total known up front.
     assert [p[0] for p in progress] == [1, 2, 3, 4] and {p[1] for p in progress} == {4}
-    assert result["scores"] is None  # the grid is in the complete result
     grid = (await complete_result(tiny_client, result))["scores"]
     assert len(grid) == 3 and all(len(row) == 4 for row in grid)
+    assert_inline_grid(result["scores"], grid)  # the whole grid inline, to 3 decimals
     assert len(result["heads"]) == 12
     assert result["heads"][0]["per_example_score"] is not None
 
@@ -107,12 +114,14 @@ async def test_patch_over_mcp_grid_progress_and_labelled_heatmap(tiny_client: Cl
     assert "Columns (token@position): when@0 | mary@1 | and@2" in description
     assert "| john/mary@9 | gave@10" in description  # the differing position shows clean/corrupt
     grid = (await complete_result(tiny_client, result))["scores"]
-    assert result["scores"] is None and len(grid) == 3 and all(len(row) == 14 for row in grid)
+    assert len(grid) == 3 and all(len(row) == 14 for row in grid)
+    assert_inline_grid(result["scores"], grid)
     assert result["skipped_positions"] == list(range(9))
     assert result["cells"][0]["label"] in call.content[0].text  # type: ignore[union-attr]
     # Progress: the clean/corrupt runs, then one step per layer swept.
     assert [p[0] for p in progress] == [1, 2, 3, 4] and {p[1] for p in progress} == {4}
     head_grid = (await complete_result(tiny_client, heads))["head_scores"]
-    assert heads["head_scores"] is None and head_grid[0][0] == [None] * 14 and len(head_grid[2]) == 4
+    assert head_grid[0][0] == [None] * 14 and len(head_grid[2]) == 4
+    assert_inline_grid(heads["head_scores"], head_grid)
     assert "0..127" in error_text(bad)
     assert len(loss["texts"][0]["loss"]) == 13

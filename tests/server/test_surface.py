@@ -20,6 +20,7 @@ from tests.graphs.common import plt_weights, write_plt
 from tests.helpers import (
     EXPECTED_TOOLS,
     TEMPLATE,
+    assert_inline_grid,
     assert_valid_structured,
     complete_result,
     tiny_corpus,
@@ -162,21 +163,23 @@ async def test_a_cut_result_is_complete_one_read_away(tiny_client: Client) -> No
     never in the returned result, so even with every head returned the complete result is stored."""
     cut = (await tiny_client.call_tool("patch_heads", {**PAIR, "top": 3})).structured_content
     assert cut is not None and len(cut["heads"]) == 3 and cut["result_uri"].startswith("result://")
-    assert any(cut["result_uri"] in note and "`scores` (null here" in note for note in cut["notes"])
+    assert any(cut["result_uri"] in note and "`scores` to 3 decimals" in note for note in cut["notes"])
     full = json.loads((await tiny_client.read_resource(cut["result_uri"])).contents[0].text)
     assert len(full["heads"]) == 12 and full["heads"][:3] == cut["heads"]
-    assert cut["scores"] is None and cut["patched_logit_diff"] is None
+    assert cut["patched_logit_diff"] is None
+    assert_inline_grid(cut["scores"], full["scores"])
     assert len(full["scores"]) == 3 and all(len(row) == 4 for row in full["scores"])
     assert {(h["layer"], h["head_index"]): h["score"] for h in full["heads"]} == {
         (layer, head): score for layer, row in enumerate(full["scores"]) for head, score in enumerate(row)
     }
     uncut = (await tiny_client.call_tool("patch_heads", {**PAIR, "top": 100})).structured_content
-    assert uncut is not None and len(uncut["heads"]) == 12 and uncut["scores"] is None
+    assert uncut is not None and len(uncut["heads"]) == 12
+    assert_inline_grid(uncut["scores"], full["scores"])
     assert uncut["result_uri"].startswith("result://") and uncut["result_uri"] != cut["result_uri"]
     assert [h["score"] for h in uncut["heads"]] == [h["score"] for h in full["heads"]]
 
 
-PATCH_SIZE = 4_000  # bytes: tiny's patch (resid_pre, heads_by_pos) and patch_heads with top=5, grids in result://
+PATCH_SIZE = 5_000  # bytes: tiny's patch (resid_pre, heads_by_pos) and patch_heads with top=5, grids inline
 
 
 def top_cells(grid: Any, top: int) -> list[tuple[tuple[int, ...], float]]:
@@ -199,17 +202,19 @@ async def test_patch_results_return_their_top_cells_and_store_the_grids(tiny_cli
     result is under PATCH_SIZE, and its top cells are the top 5 of the complete grid read from result://, sorted here
     by |score|."""
     heads = (await tiny_client.call_tool("patch_heads", {**PAIR, "top": 5})).structured_content
-    assert heads is not None and heads["scores"] is None and compact(heads) <= PATCH_SIZE
+    assert heads is not None and compact(heads) <= PATCH_SIZE
     grid = (await complete_result(tiny_client, heads))["scores"]
+    assert_inline_grid(heads["scores"], grid)
     expected = top_cells(grid, 5)
     assert len(grid) * len(grid[0]) == 12 and len(expected) == 5 and abs(expected[0][1]) > abs(expected[4][1])
     assert [((h["layer"], h["head_index"]), h["score"]) for h in heads["heads"]] == expected
     for component, index in (("resid_pre", ("layer", "position")), ("heads_by_pos", ("layer", "head", "position"))):
         cut = (await tiny_client.call_tool("patch", {**PAIR, "component": component, "top": 5})).structured_content
         assert cut is not None and compact(cut) <= PATCH_SIZE, (component, compact(cut))
-        assert cut["scores"] is None and cut["patched"] is None and cut["head_scores"] is None
+        assert cut["patched"] is None and cut["head_patched"] is None
         full = await complete_result(tiny_client, cut)
         grid = full["scores" if component == "resid_pre" else "head_scores"]
+        assert_inline_grid(cut["scores" if component == "resid_pre" else "head_scores"], grid)
         expected = top_cells(grid, 5)
         assert len(expected) == 5 and abs(expected[0][1]) > 0.1, component
         assert [(tuple(c[k] for k in index), c["score"]) for c in cut["cells"]] == expected, component

@@ -233,8 +233,7 @@ def test_heads_heatmap_hover_and_click_to_attention(
     stored = served["stored"]
     hosted = host(browser, host_script, "heads-heatmap", arguments, result, theme, {"attention": attention}, stored)
     uri = result["structuredContent"]["result_uri"]
-    assert result["structuredContent"].get("scores") is None  # the returned result holds the top heads only
-    complete = json.loads(stored[uri][0]["text"])  # the grid, which the view read through the host
+    complete = json.loads(stored[uri][0]["text"])  # full precision and the patched values, read through the host
     scores = complete["scores"]
     assert hosted.page.evaluate("window.resourceReads") == [uri]
     assert hosted.frame.locator("[data-cell]").count() == len(scores) * len(scores[0]) == 3 * 4
@@ -265,7 +264,7 @@ def test_layer_position_map(browser: Any, host_script: str, served: dict[str, An
     hosted = host(browser, host_script, "layer-position", arguments, result, stored=served["stored"])
     uri = result["structuredContent"]["result_uri"]
     content = json.loads(served["stored"][uri][0]["text"])  # the grids, which the view read through the host
-    assert result["structuredContent"].get("scores") is None and hosted.page.evaluate("window.resourceReads") == [uri]
+    assert hosted.page.evaluate("window.resourceReads") == [uri]
     n_positions = len(content["tokens"])
     assert hosted.frame.locator("[data-cell]").count() == len(content["scores"]) * n_positions == 3 * n_positions
     tip = hosted.tip_after_hovering('[data-cell="L2P9"]')  # the token where the pair differs

@@ -13,9 +13,10 @@ function firstPrompt() {
   return Array.isArray(prompts) && typeof prompts[0] === "string" ? prompts[0] : null;
 }
 
-// patch_heads returns its top heads; the [layer][head] grid is in the complete result (result://), read here.
+// patch_heads returns its [layer][head] grid to 3 decimals; the complete result (result://) holds it at full
+// precision with the patched values, read here whenever there is one.
 async function draw(result) {
-  render(Array.isArray(result.scores) ? result : await session.complete(result));
+  render(result.result_uri ? await session.complete(result) : result);
 }
 
 function render(result) {

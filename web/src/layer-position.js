@@ -5,10 +5,10 @@ import { connect, diverging, el, enableTooltip, fmt, legend, spanOf, tokenLabel 
 const session = connect("layer × position map", { result: draw });
 enableTooltip();
 
-// patch returns its top cells; the grids are in the complete result (result://), read here.
+// patch returns its score grid to 3 decimals (or, when it would not fit, only its top cells); the complete result
+// (result://) holds the grids at full precision with the patched values, read here whenever there is one.
 async function draw(result) {
-  const grid = Array.isArray(result.scores) || Array.isArray(result.head_scores);
-  render(grid || result.component === "mlp_neurons" ? result : await session.complete(result));
+  render(result.result_uri && result.component !== "mlp_neurons" ? await session.complete(result) : result);
 }
 
 function render(result) {
