@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from mcp.types import CallToolResult
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from mcp_interp.core.localize.ablate import ablate as ablate_targets
 from mcp_interp.core.localize.figures import patch_plot
@@ -18,7 +18,6 @@ from mcp_interp.mcp.arguments import (
     AblationPositions,
     Background,
     CleanPrompts,
-    CorruptPrompts,
     MostRandomDraws,
     OptionalCorrect,
     OptionalIncorrect,
@@ -41,16 +40,27 @@ from mcp_interp.schemas.localize import (
     AblateResult,
     Component,
     LossResult,
+    NoiseCorruption,
     PatchResult,
 )
 
 family = Family("localize")
+# Published by shape (validated in full on arrival); its fields are described once, in the parameter's description.
+NOISE_SHAPE = {
+    "type": ["object", "null"],
+    "properties": {
+        "subjects": {"type": ["string", "array"]},
+        "positions": {"type": "array", "items": {"type": "integer"}},
+        "scale": {"type": "number"},
+        "samples": {"type": "integer"},
+        "seed": {"type": "integer"},
+    },
+}
 
 
 @family.tool(view="layer-position", background=True)
 async def patch(
     clean_prompts: CleanPrompts,
-    corrupt_prompts: CorruptPrompts,
     component: Annotated[
         Component,
         Field(
@@ -59,6 +69,14 @@ async def patch(
         ),
     ],
     ctx: ToolContext,
+    corrupt_prompts: Annotated[list[str] | None, Field(description="One per clean prompt, same token length.")] = None,
+    noise: Annotated[
+        NoiseCorruption | None,
+        WithJsonSchema(NOISE_SHAPE),
+        Field(
+            description="Instead of corrupt_prompts: {subjects | positions, scale: 3 (× embedding std), samples: 10}."
+        ),
+    ] = None,
     correct: OptionalCorrect = None,
     incorrect: OptionalIncorrect = None,
     direction: PatchDirectionArgument = "denoise",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_interp.schemas.ablation import AblationOutcome, DirectionProjection, RandomBaseline
 from mcp_interp.schemas.common import (
@@ -22,6 +22,30 @@ GRID = " Inline to 3 decimals; full precision in result_uri (result://…)."
 STORED_GRID = " Always null in a returned result: the full grid is in result_uri (result://…)."
 
 Component = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "heads_by_pos", "mlp_neurons"]
+
+
+class NoiseCorruption(BaseModel):
+    """Causal tracing's corruption (Meng et al. 2022): the corrupt run is the clean prompt with Gaussian noise added to
+    the token embeddings of some positions — the subject's tokens, found in each prompt, or fixed indices."""
+
+    model_config = ConfigDict(extra="forbid")
+    positions: list[int] | None = Field(default=None, description="Token indices noised in every prompt.")
+    subjects: str | list[str] | None = Field(
+        default=None, description="Text located in each prompt (one for all, or one per prompt); its tokens are noised."
+    )
+    scale: float = Field(default=3.0, gt=0, le=100, description="The noise's std in units of the embeddings' std.")
+    samples: int = Field(default=10, ge=1, le=100, description="Noise draws per prompt, their metrics averaged.")
+    seed: int = 0
+
+
+class NoiseInfo(BaseModel):
+    sigma: float = Field(description="Standard deviation of the Gaussian noise added to each embedding coordinate.")
+    scale: float = Field(description="sigma in units of embedding_std (ROME used 3).")
+    embedding_std: float = Field(description="Std of the token embeddings' coordinates (`std_of` says over what).")
+    std_of: str
+    samples: int = Field(description="Noise draws per prompt; every corrupt metric is their mean.")
+    seed: int
+    positions: list[list[int]] = Field(description="Per prompt: the token positions noised.")
 
 
 class PositionToken(BaseModel):
@@ -45,6 +69,9 @@ class PatchCell(BaseModel):
     patched: float = Field(description="Mean metric value of the patched run.")
     per_example_score: list[float | None] | None = Field(default=None, description="Per pair (top cells only).")
     per_example_patched: list[float] | None = Field(default=None, description="Per pair (top cells only).")
+    interval: list[float] | None = Field(
+        default=None, description="Top cells, ≥ 4 pairs: 95% bootstrap interval of `score` over the pairs."
+    )
 
 
 class VerifiedCell(BaseModel):
@@ -99,6 +126,7 @@ class PatchMeasurement(Measurement):
         default=None, description="With attribution and verify_top: exact scores of the top cells."
     )
     sweep: str | None = Field(default=None, description="How exact patched runs were computed.")
+    noise: NoiseInfo | None = Field(default=None, description="With `noise`: the corruption as run.")
     figure_uri: str | None = Field(default=None, description="Heatmap of scores, figure://…")
 
 

@@ -8,7 +8,14 @@ from typing import Any
 import torch
 
 from mcp_interp.core.engine.numbers import metrics
-from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, directed_score, finite, gap_is_small, ranked_scores
+from mcp_interp.core.engine.numbers.scores import (
+    TOP_WITH_EXAMPLES,
+    directed_score,
+    finite,
+    gap_is_small,
+    ranked_scores,
+    score_interval,
+)
 from mcp_interp.core.engine.patching.job import PatchOutcome
 from mcp_interp.core.engine.patching.sweep import Unit
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, token_strings
@@ -96,6 +103,7 @@ class PatchReport:
                     patched=float(patched[i].mean()),
                     per_example_score=[finite(v) for v in scores[i].per_example] if detailed else None,
                     per_example_patched=[float(v) for v in patched[i]] if detailed else None,
+                    interval=_interval(patched[i], clean_m, corrupt_m, self.direction) if detailed else None,
                 )
             )
         return PatchMeasurement(
@@ -117,7 +125,10 @@ class PatchReport:
             cells=rows,
             verified=verified,
             sweep=outcome.sweep,
-            notes=outcome.notes + self.notes(clean_m, corrupt_m, first_diff, len(tokens)),
+            noise=outcome.noise,
+            notes=outcome.notes
+            + self.notes(clean_m, corrupt_m, first_diff, len(tokens))
+            + _interval_note(rows, outcome),
         )
 
     def notes(self, clean_m: torch.Tensor, corrupt_m: torch.Tensor, first_diff: int, width: int) -> list[str]:
@@ -146,6 +157,33 @@ class PatchReport:
                 "distribution at the answer equals the clean one."
             )
         return notes
+
+
+def _interval(patched: torch.Tensor, clean: torch.Tensor, corrupt: torch.Tensor, direction: PatchDirection) -> Any:
+    found = score_interval(patched, clean, corrupt, direction)
+    return None if found is None else [round(found[0], 4), round(found[1], 4)]
+
+
+def _interval_note(rows: list[PatchCell], outcome: PatchOutcome) -> list[str]:
+    """Which top cells' bootstrap intervals exclude 0 (an interval over pairs, not a test corrected for the many
+    cells of a map), and how the noise corruption was run."""
+    notes = []
+    if outcome.noise is not None:
+        info = outcome.noise
+        notes.append(
+            f"Corrupt runs: each clean prompt with Gaussian noise of σ = {info.sigma:.4g} ({info.scale:g} × the std "
+            f"{info.embedding_std:.4g} of {info.std_of}) on the token embeddings at the noised positions, "
+            f"{info.samples} draws averaged (seed {info.seed})."
+        )
+    shown = [r for r in rows if r.interval is not None]
+    if shown:
+        excluding = [r.label for r in shown if r.interval is not None and (r.interval[0] > 0 or r.interval[1] < 0)]
+        notes.append(
+            f"Of the top {len(shown)} cells, {len(excluding)} have a 95% bootstrap interval over pairs that excludes 0"
+            + (f" ({'; '.join(excluding[:5])}{' …' if len(excluding) > 5 else ''})" if excluding else "")
+            + "; the intervals are per cell, not corrected for the map's many cells."
+        )
+    return notes
 
 
 def position_tokens(tokenizer: Any, clean: Batch, corrupt: Batch, diffs: list[PairDiff]) -> list[PositionToken]:

@@ -226,6 +226,10 @@ class Backend:
     def unembedding(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         raise self.refuse("weights")
 
+    def token_embeddings(self) -> torch.Tensor:
+        """The token embedding matrix ``[vocab, d_model]``."""
+        raise self.refuse("weights")
+
     def mlp_writes(self, layer: int, neurons: torch.Tensor) -> torch.Tensor | None:
         raise self.refuse("weights")
 

@@ -349,6 +349,11 @@ def mlp_output_projection(bridge: Any, layer: int) -> Any:
     return None if out is None else hf_module(out)
 
 
+def token_embedding_matrix(bridge: Any) -> torch.Tensor:
+    """The HF model's input embedding weight ``[vocab, d_model]`` (detached): what ``hook_embed`` rows are."""
+    return bridge.original_model.get_input_embeddings().weight.detach()
+
+
 def unembed_linear(bridge: Any) -> torch.nn.Linear | None:
     """The unembedding as a plain ``torch.nn.Linear`` (weight ``[vocab, d_model]``), or None.
 

@@ -128,6 +128,7 @@ FEATURES: dict[str, Feature] = {
     "local_edits": _backend_feature("local_edits"),
     "edge_points": _backend_feature("edge_points"),
     "jacobian_lens": _backend_feature("jacobian_lens"),
+    "block_calls": _backend_feature("block_calls"),
     "attention_patterns": Feature(
         "attention patterns (hook_pattern)", _backend_reads(hook_pattern, "attention patterns"), backend=True
     ),
@@ -205,6 +206,7 @@ USES: dict[str, Use] = {
         "Transcoder features still work as `ablate` targets and in `steer`.",
     ),
     "causal_swap": Use(("causal_swap_trial", "causal_swap_benchmark", "fit_lens"), None, ("jacobian_lens",), ""),
+    "patch_noise": Use(("patch",), "noise corruption", ("block_calls",), "Give `corrupt_prompts` instead."),
     "patch_attribution": Use(
         ("patch", "patch_heads"), "method='attribution'", ("gradients",), "Use method 'exact' (the default)."
     ),

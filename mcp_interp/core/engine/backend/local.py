@@ -278,6 +278,9 @@ class LocalBackend(Backend):
             return None
         return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
 
+    def token_embeddings(self) -> torch.Tensor:
+        return tl.token_embedding_matrix(self.bridge)
+
     def norm(self, layer: int | None = None, name: str = "ln_final") -> tuple[str, torch.Tensor, torch.Tensor | None]:
         """('rms' | 'layer', gain γ, bias β or None) of the final norm (``layer`` None) or block ``layer``'s norm
         ``name`` (e.g. ``ln1_post``): y = γ ⊙ centred?(x) / scale + β, in float64."""

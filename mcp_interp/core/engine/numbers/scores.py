@@ -50,6 +50,37 @@ def directed_score(
     return Score(value=1.0 - fraction.value, per_example=[1.0 - v for v in fraction.per_example])
 
 
+MIN_PAIRS_FOR_INTERVAL = 4
+BOOTSTRAP_DRAWS = 2000
+
+
+def score_interval(
+    patched: torch.Tensor,
+    clean: torch.Tensor,
+    corrupt: torch.Tensor,
+    direction: PatchDirection,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float] | None:
+    """A percentile bootstrap interval of a cell's score (the ratio of means over pairs, ``directed_score``): pairs
+    resampled with replacement ``BOOTSTRAP_DRAWS`` times; None below ``MIN_PAIRS_FOR_INTERVAL`` pairs, where a
+    resampled ratio means little, and None when the gap is 0 in too many resamples to define the interval."""
+    n = int(clean.shape[0])
+    if n < MIN_PAIRS_FOR_INTERVAL:
+        return None
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    picks = torch.randint(0, n, (BOOTSTRAP_DRAWS, n), generator=generator)
+    p, c, k = (v.detach().to("cpu", torch.float64)[picks].mean(dim=1) for v in (patched, clean, corrupt))
+    gap = c - k
+    fraction = (p - k) / gap if direction == "denoise" else (c - p) / gap
+    fraction = fraction[torch.isfinite(fraction)]
+    if fraction.numel() < 0.99 * BOOTSTRAP_DRAWS:
+        return None
+    tail = (1 - level) / 2
+    low, high = torch.quantile(fraction, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+    return float(low), float(high)
+
+
 def ranked_by_magnitude(values: Sequence[float]) -> list[int]:
     """Indices of ``values`` by decreasing |value|; NaN last."""
     return sorted(range(len(values)), key=lambda i: -abs(values[i]) if values[i] == values[i] else 0.0)

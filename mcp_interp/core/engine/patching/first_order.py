@@ -8,7 +8,7 @@ approximation otherwise — cheap, and labelled as such wherever it is reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ def attribution_terms(
     answer_positions: torch.Tensor,
     residual_metric: RowMetric,
     objective: Callable[[torch.Tensor], torch.Tensor] = torch.sum,
+    base_edits: Sequence[Edit] = (),
 ) -> Attribution:
     """First-order terms of (patched − base) metric at each layer of ``source``, per prompt and position.
 
@@ -68,7 +69,7 @@ def attribution_terms(
     def read(layer: int) -> Edit:
         return observe(site_hook(site, layer), lambda value: values_at.__setitem__(layer, value.detach()))
 
-    edits: list[Edit] = [keep(layer) for layer in layers]
+    edits: list[Edit] = [*base_edits, *(keep(layer) for layer in layers)]
     if site == "resid_mid":  # the gradient is read at attn_out, the value at resid_mid
         edits += [read(layer) for layer in layers]
     batch = base_ids.shape[0]

@@ -27,6 +27,7 @@ import torch
 
 import mcp_interp.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
+from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.backend.forward import Capture
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import site_hook
@@ -36,6 +37,7 @@ from mcp_interp.core.engine.numbers.row_readouts import Readout, TokenLogProbsRe
 from mcp_interp.core.engine.numbers.scores import ranked_scores
 from mcp_interp.core.engine.patching.edit_sweep import ChosenEditSweep, edit_sweep
 from mcp_interp.core.engine.patching.first_order import Attribution, attribution_terms
+from mcp_interp.core.engine.patching.noise import draw_noise, noised_positions
 from mcp_interp.core.engine.patching.rows import RowPlan
 from mcp_interp.core.engine.patching.suffix_sweep import ChosenSweep, best_sweep
 from mcp_interp.core.engine.patching.sweep import Unit
@@ -44,6 +46,7 @@ from mcp_interp.core.engine.text.components import PositionSpec, position_mask
 from mcp_interp.core.engine.text.tokens import Batch, PairDiff, encode, validate_pairs
 from mcp_interp.errors import InputError, require_choice
 from mcp_interp.schemas.common import AnswerKind, PatchDirection, PatchMethod, PatchMetric
+from mcp_interp.schemas.localize import NoiseCorruption, NoiseInfo
 
 
 @dataclass(kw_only=True)
@@ -76,6 +79,7 @@ class PatchOutcome:
     verified: list[tuple[int, torch.Tensor]] | None
     sweep: str | None
     notes: list[str]
+    noise: NoiseInfo | None = None
 
 
 @dataclass(kw_only=True)
@@ -84,13 +88,14 @@ class PatchingJob(Job[R], ABC, Generic[R]):
 
     model: LoadedModel
     clean_prompts: Sequence[str]
-    corrupt_prompts: Sequence[str]
+    corrupt_prompts: Sequence[str] | None
     correct: Any = None  # answers as the tools take them (``answers``): strings, {"any_of": [...]}, or a list
     incorrect: Any = None
     direction: PatchDirection = "denoise"
     method: PatchMethod = "exact"
     metric: PatchMetric = "logit_diff"
     verify_top: int = 0
+    noise: NoiseCorruption | None = None  # corrupt by Gaussian noise on the clean prompts' embeddings instead
     result: R | None = field(default=None, init=False)
     outcome: PatchOutcome | None = field(default=None, init=False)
     sweep: str | None = field(default=None, init=False)
@@ -140,24 +145,39 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         self._check()
         self.check()
         model, tokenizer, backend = self.model, self.model.tokenizer, self.model.backend
+        prompts, samples = self._pairs()
         names = ("clean_prompts", "corrupt_prompts")
-        diffs = validate_pairs(tokenizer, self.clean_prompts, self.corrupt_prompts, names)
-        clean = encode(tokenizer, self.clean_prompts, model.device)
-        corrupt = encode(tokenizer, self.corrupt_prompts, model.device)
+        diffs = validate_pairs(tokenizer, self.clean_prompts, prompts, names)
+        shown_clean = encode(tokenizer, self.clean_prompts, model.device)
+        shown_corrupt = encode(tokenizer, prompts, model.device)
+        noise = None
+        if self.noise is not None:
+            positions = noised_positions(tokenizer, self.clean_prompts, self.noise)
+            diffs = [PairDiff(i, p) for i, p in enumerate(positions)]
+        # Each pair is run `samples` times in a row (noise draws; 1 without noise), then folded back (``_fold``).
+        clean = encode(tokenizer, [t for t in self.clean_prompts for _ in range(samples)], model.device)
+        corrupt = encode(tokenizer, [t for t in prompts for _ in range(samples)], model.device)
+        if self.noise is not None:
+            noise = draw_noise(backend, corrupt, positions, self.noise)
         n, width = len(clean.texts), clean.input_ids.shape[1]
         first_diff = min((p for d in diffs for p in d.positions[:1]), default=width)
         site, layers = self.site(), self.patched_layers()
-        self.plan = self._row_plan(n)
+        self.plan = self._row_plan(n, samples)
         base_prompts = corrupt if self.direction == "denoise" else clean
         base, source = self.plan.extend(corrupt), self.plan.extend(clean)
         if self.direction == "noise":
             base, source = source, base
         rows = base.input_ids.shape[0]
+        # The corrupt side's runs carry the noise (the base run when denoising, the source run when noising).
+        corrupting: list[Edit] = [] if noise is None else [noise.edit(self.plan.row_pair, base.input_ids.shape[1])]
+        base_edits, source_edits = (corrupting, []) if self.direction == "denoise" else ([], corrupting)
+        if noise is not None:
+            require(backend, "patch_noise")
 
         if self.method == "attribution" or self.cells_need_attribution():
             require(backend, "patch_attribution")
         site_points = [site_hook(site, layer) for layer in layers]
-        source_run = backend.capture(source.input_ids, site_points)
+        source_run = backend.capture(source.input_ids, site_points, edits=source_edits)
         source_acts = {layer: source_run.acts[site_hook(site, layer)] for layer in layers}
         everyone = torch.arange(rows)
         # The base run is a traced forward for exact patching; for attribution it is the forward the
@@ -169,7 +189,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         base_run = None
         if self.method == "exact" or kl_needs_base:
             traced = self.method == "exact" and blocks
-            base_run = backend.capture(base.input_ids, [] if blocks else site_points, trace=traced)
+            base_run = backend.capture(base.input_ids, [] if blocks else site_points, edits=base_edits, trace=traced)
         clean_logits = None
         if self.metric == "kl":
             clean_run, clean_batch = (source_run, source) if self.direction == "denoise" else (base_run, base)
@@ -180,7 +200,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         if self.method == "attribution" or self.cells_need_attribution():
             attribution = attribution_terms(
                 backend, base.input_ids, site, source_acts, base.answer_positions, readout.from_residual,
-                self.plan.objective,
+                self.plan.objective, base_edits,
             )  # fmt: skip
         with torch.inference_mode():
             if base_run is not None:
@@ -221,23 +241,27 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             if self.verify_top:
                 order = ranked_scores(patched, clean_m, corrupt_m, self.direction)[: self.verify_top]
                 exact_rows = yield from self._exact(
-                    backend.capture(base.input_ids, trace=True), site, source_acts, [cells[i] for i in order], mask,
+                    backend.capture(base.input_ids, edits=base_edits, trace=True), site, source_acts,
+                    [cells[i] for i in order], mask,
                     base, readout, first_diff,
                 )  # fmt: skip
                 exact = self.plan.combine(exact_rows)
                 verified = [(i, exact[j]) for j, i in enumerate(order)]
+        if verified is not None:
+            verified = [(i, _fold(values, samples)) for i, values in verified]
         self.outcome = PatchOutcome(
             cells=cells,
-            patched=patched,
-            clean=clean_m,
-            corrupt=corrupt_m,
-            clean_batch=clean,
-            corrupt_batch=corrupt,
+            patched=_fold(patched, samples),
+            clean=_fold(clean_m, samples),
+            corrupt=_fold(corrupt_m, samples),
+            clean_batch=shown_clean,
+            corrupt_batch=shown_corrupt,
             diffs=diffs,
             first_diff=first_diff,
             verified=verified,
             sweep=self.sweep if self.method == "exact" or verified else None,
             notes=self.notes,
+            noise=None if noise is None else noise.info,
         )
         self.result = self.report(self.outcome)
 
@@ -252,13 +276,29 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         if self.metric in ("logit_diff", "prob_diff") and self.incorrect is None:
             raise InputError(f"metric {self.metric!r} needs `incorrect` too; or use 'log_prob' or 'kl'.")
 
-    def _answers(self, n: int) -> tuple[list[Answer] | None, list[Answer] | None]:
+    def _pairs(self) -> tuple[Sequence[str], int]:
+        """The corrupt prompts, and how many times each pair is run: the given pairs once, or — corrupting by noise —
+        the clean prompts themselves, once per noise draw."""
+        if self.noise is None:
+            if self.corrupt_prompts is None:
+                raise InputError(
+                    "Give `corrupt_prompts` (one per clean prompt), or `noise` to corrupt by Gaussian noise."
+                )
+            return self.corrupt_prompts, 1
+        if self.corrupt_prompts is not None:
+            raise InputError(
+                "Give `corrupt_prompts` or `noise`, not both: noise corrupts the clean prompts themselves."
+            )
+        return self.clean_prompts, self.noise.samples
+
+    def _answers(self, n: int, samples: int = 1) -> tuple[list[Answer] | None, list[Answer] | None]:
+        """The answers of the ``n`` rows (each pair's ``samples`` rows share the pair's answers)."""
         tokenizer = self.model.tokenizer
         good = bad = None
         if self.metric != "kl":
-            good = resolve_answer_specs(tokenizer, self.correct, n, "correct")
+            good = _repeated(resolve_answer_specs(tokenizer, self.correct, n // samples, "correct"), samples)
         if self.metric in ("logit_diff", "prob_diff"):
-            bad = resolve_answer_specs(tokenizer, self.incorrect, n, "incorrect")
+            bad = _repeated(resolve_answer_specs(tokenizer, self.incorrect, n // samples, "incorrect"), samples)
         return good, bad
 
     def scored_answer_kind(self) -> AnswerKind | None:
@@ -267,9 +307,9 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         good, bad = self._token_answers
         return None if good is None else answer_kind(good + (bad or []))
 
-    def _row_plan(self, n: int) -> RowPlan:
-        """One row per pair, or one per answer token when some answer is several tokens or a set."""
-        good, bad = self._answers(n)
+    def _row_plan(self, n: int, samples: int = 1) -> RowPlan:
+        """One row per pair, or the rows answers that are sets or several tokens need (``rows``)."""
+        good, bad = self._answers(n, samples)
         self._token_answers = (good, bad)
         answers = good + (bad or []) if good is not None else []
         if good is None or (self.metric != "prob_diff" and all(a.kind == "token" for a in answers)):
@@ -351,6 +391,17 @@ def answer_metric(readout: Readout, run: Capture, batch: Batch) -> torch.Tensor:
     if run.logits is not None:
         return readout.from_logits(run.logits[rows, batch.answer_positions], rows)
     return readout.from_residual(run.final[rows, batch.answer_positions], rows)
+
+
+def _repeated(answers: list[Answer], samples: int) -> list[Answer]:
+    return [a for a in answers for _ in range(samples)]
+
+
+def _fold(values: torch.Tensor, samples: int) -> torch.Tensor:
+    """Values of every run ``[..., pairs × samples]`` → per pair ``[..., pairs]``: the mean over its noise draws."""
+    if samples == 1:
+        return values
+    return values.reshape(*values.shape[:-1], -1, samples).mean(dim=-1)
 
 
 def _estimates(terms: dict[int, torch.Tensor], cells: list[Unit], mask: torch.Tensor) -> torch.Tensor:
