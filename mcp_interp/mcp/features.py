@@ -94,7 +94,8 @@ def probe_summary(result: ProbeResult) -> str:
     low, high = result.best_ci_adjusted
     text = (
         f"probe: best layer {best.layer}, held-out accuracy {best.accuracy:.3f} (Bonferroni interval [{low:.3f}, "
-        f"{high:.3f}]) on {result.n_test} texts, chance {result.chance:.3f}."
+        f"{high:.3f}]) on {result.n_test} texts, chance {result.chance:.3f}. Directions point toward "
+        f"{result.points_to!r} (from {result.labels[0]!r})."
     )
     if best.selectivity is not None and best.selectivity_ci is not None and best.selectivity_p is not None:
         control = "type-keyed control" if result.control_kind == "type_keyed" else "shuffled-label control"

@@ -7,6 +7,8 @@ truncates above 25k), so every result is cut to fit while nothing is lost:
    ``patch_heads``, which their scores and ranked cells summarise) are null, and its grids (``Measurement.ROUNDED``:
    the layer × position or layer × head score maps) are returned whole, rounded to 3 decimals — a 30-layer map of
    20 positions is about 4 KB;
+   Rows a result declares ``Measurement.SIGNIFICANT`` (a probe's per-layer rows) keep every number to 4 significant
+   digits (a p-value of 0.0099 stays 0.0099);
 2. ranked lists a result declares (``Measurement.RANKED``: heads, edges, cells — ordered best first) keep their
    top ``top`` items (20 unless the call says otherwise);
 3. if the structured content (with the note and ``result_uri`` a cut adds) is still over ``BUDGET`` bytes, the
@@ -52,6 +54,12 @@ def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], 
             if rounded != data[name]:
                 cut.append(f"`{name}` to 3 decimals")
             data[name] = rounded
+    for name in getattr(type(result), "SIGNIFICANT", ()):
+        if data.get(name) is not None:
+            condensed = _significant(data[name])
+            if condensed != data[name]:
+                cut.append(f"`{name}`'s numbers to 4 significant digits")
+            data[name] = condensed
     for name in getattr(type(result), "RANKED", ()):
         rows = data.get(name)
         if isinstance(rows, list) and len(rows) > top:
@@ -86,6 +94,16 @@ def _rounded(value: Any) -> Any:
         return round(value, 3)
     if isinstance(value, list):
         return [_rounded(v) for v in value]
+    return value
+
+
+def _significant(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, list):
+        return [_significant(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _significant(v) for k, v in value.items()}
     return value
 
 

@@ -53,6 +53,7 @@ class Measurement(BaseModel):
 
     RANKED: ClassVar[tuple[str, ...]] = ()
     ROUNDED: ClassVar[tuple[str, ...]] = ()  # grids returned inline to 3 decimals (full precision: result://)
+    SIGNIFICANT: ClassVar[tuple[str, ...]] = ()  # rows whose floats are returned to 4 significant digits
     BULKY: ClassVar[tuple[str, ...]] = ()
     STORED: ClassVar[tuple[str, ...]] = ()  # optional fields always null in a returned result (grids: result://)
 
@@ -132,6 +133,9 @@ class StoredDirection(BaseModel):
     norm: float = Field(description="Its norm before normalising.")
     method: str = Field(description="How it was found, e.g. 'probe:logistic'.")
     labels: list[str] = Field(description="It points from labels[0] toward labels[1].")
+    points_to: str | None = Field(
+        default=None, description="labels[1]: a larger projection (and a positive steer) means more like this label."
+    )
     accuracy: float | None = Field(
         default=None, description="Held-out accuracy of this direction alone (midpoint threshold), not the probe's."
     )

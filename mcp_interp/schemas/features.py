@@ -39,12 +39,14 @@ class ProbeLayer(BaseModel):
 
 
 class ProbeMeasurement(Measurement):
+    SIGNIFICANT = ("layers",)  # 30 layers' rows at full float precision were over the budget
     method: ProbeMethod = Field(
         description="logistic: L2 logistic regression, direction w/σ; diff_means: direction μ₁ − μ₀, texts "
         "classified by shrunk LDA."
     )
     position: str | int
-    labels: list[str] = Field(description="Directions point toward the second.")
+    labels: list[str] = Field(description="The two labels, sorted.")
+    points_to: str = Field(description="labels[1]: every stored direction points toward it (larger projection = it).")
     n_texts: int
     n_train: int
     n_test: int

@@ -642,9 +642,12 @@ def test_the_summary_words_selectivity_from_the_family_wise_verdict_only() -> No
             layers_beating_chance=[0],
             layers_selective=selective,
             figure_uri=None,
+            labels=["other", "place"],
+            points_to="place",
         )
 
     assert "(not shown selective)" in probe_summary(result([]))
+    assert "Directions point toward 'place' (from 'other')" in probe_summary(result([]))
     assert "(selective)" in probe_summary(result([0])) and "selective 1 of 2" in probe_summary(result([0]))
 
 
@@ -752,3 +755,17 @@ def test_the_probe_layer_order_puts_each_kind_of_important_layer_first() -> None
     rest = sorted(set(range(30)) - {28, 3, 26, 27, 25, 10}, key=lambda i: -accuracy[i])
     assert order == [28, 3, 26, 27, 25, 10, *rest]
     assert rest[:3] == [29, 24, 23] and rest[-1] == 0
+
+
+def test_a_probe_names_the_label_its_directions_point_to(tiny: LoadedModel) -> None:
+    """points_to is labels[1], in the result and in every stored direction, and it is the sign: the texts of that label
+    project higher on the stored vector than the others, computed here from the bridge's own residuals."""
+    job = run_probe(tiny, layers=[2])
+    texts, labels = places()
+    result, direction = job.result, job.directions[0]
+    assert result.points_to == result.labels[1] == direction.points_to
+    residuals = bridge_residuals(tiny, texts, [2])[:, 0]
+    projection = residuals @ np.array(direction.vector)
+    toward = projection[[str(label) == direction.points_to for label in labels]].mean()
+    away = projection[[str(label) != direction.points_to for label in labels]].mean()
+    assert toward > away
