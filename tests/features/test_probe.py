@@ -701,6 +701,7 @@ def test_a_cut_30_layer_probe_keeps_its_best_and_significant_layers() -> None:
         method="logistic",
         position="last",
         labels=["0", "1"],
+        points_to="1",
         n_texts=400,
         n_train=300,
         n_test=100,
@@ -730,13 +731,20 @@ def test_a_cut_30_layer_probe_keeps_its_best_and_significant_layers() -> None:
     n = len(kept)
     assert len(must) < n < 30 and kept == sorted(order[:n])  # in layer order
     assert {26, 27, 28, 29} <= set(kept) and kept != list(range(n))
-    assert data["layers"] == [full["layers"][layer] for layer in kept]  # rows unchanged, only chosen
+
+    def condensed(row: dict[str, Any]) -> dict[str, Any]:  # every number to 4 significant digits
+        def four(v: Any) -> Any:
+            return [four(x) for x in v] if isinstance(v, list) else float(f"{v:.4g}") if isinstance(v, float) else v
+
+        return {key: four(value) for key, value in row.items()}
+
+    assert data["layers"] == [condensed(full["layers"][layer]) for layer in kept]  # rows condensed, then chosen
     assert data["best_layer"] == 27 and data["layers_selective"] == selective
-    assert len(cut) == 1 and f"{n} of 30 rows ({', '.join(map(str, kept))})" in cut[0]
+    assert len(cut) == 2 and f"{n} of 30 rows ({', '.join(map(str, kept))})" in cut[1]
     uri = "result://" + "f" * 32
     returned = {**data, "result_uri": uri, "notes": [*data["notes"], cut_note(cut, uri)]}
     assert size(returned) <= BUDGET  # as returned, note and URI included
-    one_more = {**returned, "layers": [full["layers"][i] for i in sorted(order[: n + 1])]}
+    one_more = {**returned, "layers": [condensed(full["layers"][i]) for i in sorted(order[: n + 1])]}
     assert size(one_more) + len(", 99") > BUDGET  # the next layer would not fit, its name in the note included
     assert "the best layer by held-out accuracy, the best by selectivity" in cut[0]
 
