@@ -23,10 +23,13 @@ from mcp_interp.store import URI_PATTERN
 MAX_ENV = "MCP_INTERP_LEDGER_MAX"
 DEFAULT_MAX = 10_000
 PAGE_SIZE = 50
-MAX_KEY_NUMBERS = 200  # per entry: a result with more p-value-bearing objects keeps the first ones
+MAX_KEY_NUMBERS = 5000  # per entry (a returned result is ≤ 16 KB, so this bound is rarely reached)
 MAX_SUMMARY = 1000  # characters of a result's text summary kept in its entry
 MAX_NOTES = 8  # of a result's notes kept in its entry
-NOT_REPRODUCIBLE = frozenset({"elapsed_s"})  # wall time: recorded once per entry, never a key number
+NOT_REPRODUCIBLE = frozenset({"elapsed_s", "load_seconds"})  # wall times: recorded once per entry, never compared
+# Texts a rerun cannot reproduce or need not: its own run id, handles (renamed on a rerun), notes and summaries (they
+# quote handles and timings), paths of its temporary folder, the model's record (its fingerprint is checked apart).
+UNCOMPARED_TEXTS = frozenset({"run_id", "notes", "model", "summary", "created_at", "started_at", "finished_at"})
 SEED_WORDS = ("seed", "seeds")  # an argument named so, or ending in _seed / _seeds, anywhere in the arguments
 VERSIONED = ("torch", "transformer-lens", "mcp-interp")
 
@@ -36,27 +39,42 @@ def is_number(value: Any) -> bool:
 
 
 def key_numbers(data: Any) -> dict[str, float]:
-    """The numbers of a structured result that a rerun must reproduce, by JSON path — defined here only.
-
-    Every scalar number at the top level (but the wall time ``elapsed_s``); the ``value`` (mean) of every top-level
-    Score (``{value, per_example}``); and every scalar number of any nested object that carries a p-value (``p_value``,
-    ``…_p``: a baseline, a control, a probe's layer) or a ``verdict``, at most ``MAX_KEY_NUMBERS`` in all."""
+    """The numbers of a structured result that a rerun must reproduce, by JSON path (``heads[0].score``,
+    ``scores[2][5]``) — defined here only: every number in it but the wall times, at most ``MAX_KEY_NUMBERS``."""
     found: dict[str, float] = {}
-    if not isinstance(data, dict):
-        return found
-    for key, value in data.items():
-        if key in NOT_REPRODUCIBLE:
-            continue
-        if is_number(value):
-            found[key] = value
-        elif isinstance(value, dict) and {"value", "per_example"} <= value.keys() and is_number(value["value"]):
-            found[f"{key}.value"] = value["value"]
-    for path, obj in _objects(data, ""):
-        if path and any(key in ("p_value", "verdict") or str(key).endswith(("_p", "_p_value")) for key in obj):
-            for key, value in obj.items():
-                if is_number(value) and key not in NOT_REPRODUCIBLE and len(found) < MAX_KEY_NUMBERS:
-                    found[f"{path}.{key}"] = value
+    for path, value in _leaves(data, ""):
+        if is_number(value) and path.rsplit(".", 1)[-1] not in NOT_REPRODUCIBLE and len(found) < MAX_KEY_NUMBERS:
+            found[path] = value
     return found
+
+
+def key_texts(data: Any) -> dict[str, str | bool]:
+    """The texts and flags of a structured result a rerun must reproduce, by JSON path (the method, component,
+    labels, answers, verdicts…): every string and boolean but those ``UNCOMPARED_TEXTS`` names and handles."""
+    found: dict[str, str | bool] = {}
+    for path, value in _leaves(data, ""):
+        if isinstance(value, str | bool) and len(found) < MAX_KEY_NUMBERS:
+            last = path.rsplit(".", 1)[-1].split("[", 1)[0]
+            if last in UNCOMPARED_TEXTS or last.endswith(("_uri", "_path")) or last == "uri":
+                continue
+            if isinstance(value, str) and "://" in value:  # a handle, renamed on a rerun
+                continue
+            found[path] = value
+    return found
+
+
+def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Every scalar inside ``value`` with its JSON path, skipping the subtrees ``UNCOMPARED_TEXTS`` names."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if key in ("model", "notes"):
+                continue
+            yield from _leaves(sub, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, sub in enumerate(value):
+            yield from _leaves(sub, f"{path}[{index}]")
+    else:
+        yield path, value
 
 
 def verdicts(data: Any) -> dict[str, str]:
@@ -145,6 +163,7 @@ class Entry:
     status: str = "ok"  # ok | error
     error: str | None = None
     key_numbers: dict[str, float] = field(default_factory=dict)
+    key_texts: dict[str, str | bool] = field(default_factory=dict)
     result_uri: str | None = None
     made: dict[str, str] = field(default_factory=dict)  # URIs the result names, by JSON path
     job_uri: str | None = None  # a background call: its job; its result's numbers are filled in when it is done
@@ -203,6 +222,7 @@ class Ledger:
             entry.job_uri, entry.job_state = job["job_uri"], job.get("state")
             return  # its numbers are the job's result's (``settle``)
         entry.key_numbers = key_numbers(data)
+        entry.key_texts = key_texts(data)
         entry.verdicts = verdicts(data)
         entry.intervals = intervals(data)
         notes = data.get("notes")

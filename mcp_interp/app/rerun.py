@@ -1,9 +1,12 @@
 """What an exported investigation runs: each recorded call again through the public API (``mcp_interp.Session``), in
-order, its handles recreated, every recorded key number compared with its recomputation.
+order, its handles recreated, every number and text of its recorded result compared with its recomputation, and its
+arguments checked to be the recorded ones.
 
 The script and the notebook ``export_investigation`` writes both import this, so what "matches" means is written
-once: |recomputed − recorded| ≤ atol + rtol·|recorded|. A handle (direction://, circuit://, …) an earlier call made is
-recreated by that call's rerun, and its new URI replaces the recorded one in later arguments.
+once: a number |recomputed − recorded| ≤ atol + rtol·|recorded|, a text or flag (the method, the component, a verdict)
+equal, the arguments' sha256 the recorded one (a call edited in the script is named, not silently rerun). A handle
+(direction://, circuit://, …) an earlier call made is recreated by that call's rerun, and its new URI replaces the
+recorded one in later arguments.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 from mcp_interp.app.api import Session
 from mcp_interp.errors import FingerprintMismatch
+from mcp_interp.investigation import arguments_digest
 from mcp_interp.ledger import Entry
 
 
@@ -43,10 +47,15 @@ class Row:
     recomputed: float | None
     ok: bool
     error: str | None = None
+    checked: str | None = None  # a call's summary row: what was compared
 
     def line(self) -> str:
         if self.error is not None:
             return f"{self.call:>5}  {self.tool:<24} ERROR {self.error}"
+        if self.checked is not None:
+            return f"{self.call:>5}  {self.tool:<24} {self.checked:<71}  {'yes' if self.ok else 'NO'}"
+        if self.recorded is None:
+            return f"{self.call:>5}  {self.tool:<24} {self.key[:70]:<71}  NO"
         shown = "missing" if self.recomputed is None else f"{self.recomputed:.8g}"
         return (
             f"{self.call:>5}  {self.tool:<24} {self.key[:40]:<40} {self.recorded:>14.8g} {shown:>14}  "
@@ -76,10 +85,15 @@ class Rerun:
         self.last: Entry | None = None  # the last rerun call's ledger entry
 
     def check(self, call: dict[str, Any]) -> list[Row]:
-        """Rerun one recorded call (``{call, tool, arguments, key_numbers, made}``) and compare its key numbers."""
+        """Rerun one recorded call (``{call, tool, arguments, arguments_sha256, key_numbers, key_texts, made}``) and
+        compare everything it recorded: a summary row, then a row per mismatch."""
         self.calls += 1
         number, tool = call["call"], call["tool"]
         name = f"call {number} ({tool})"
+        failures_before = len(self.failures)
+        recorded_digest = call.get("arguments_sha256")
+        if recorded_digest is not None and arguments_digest(call["arguments"]) != recorded_digest:
+            self.failures.append(f"{name}: its arguments are not the recorded ones (they were edited after export)")
         try:
             self.session.call(tool, **substitute(call["arguments"], self.renamed))
         except Exception as exc:
@@ -97,11 +111,18 @@ class Rerun:
         rows = []
         for key, recorded in call["key_numbers"].items():
             value = entry.key_numbers.get(key)
-            ok = matches(recorded, value, self.atol, self.rtol)
-            if not ok:
+            if not matches(recorded, value, self.atol, self.rtol):
                 self.failures.append(f"{name}: {key} recorded {recorded!r}, recomputed {value!r}")
-            rows.append(Row(number, tool, key, recorded, value, ok))
-        return rows
+                rows.append(Row(number, tool, key, recorded, value, False))
+        for key, text in call.get("key_texts", {}).items():
+            again = entry.key_texts.get(key)
+            if again != text:
+                self.failures.append(f"{name}: {key} recorded {text!r}, recomputed {again!r}")
+                rows.append(Row(number, tool, f"{key}: {text!r} -> {again!r}", None, None, False))
+        texts = len(call.get("key_texts", {}))
+        checked = f"{len(call['key_numbers'])} numbers, {texts} texts" + (", arguments" if recorded_digest else "")
+        ok = len(self.failures) == failures_before
+        return [Row(number, tool, "", None, None, ok, checked=checked), *rows]
 
     def figures(self) -> list[bytes]:
         """The PNG figures the last rerun call made (its ``figure://`` URIs), for the notebook to show."""
@@ -110,7 +131,7 @@ class Rerun:
         return [self.session.read(uri) for uri in self.last.made.values() if uri.startswith("figure://")]
 
     def verdict(self) -> str:
-        what = f"{len(self.failures)} mismatches." if self.failures else "every key number matches."
+        what = f"{len(self.failures)} mismatches." if self.failures else "every number, text and argument matches."
         return f"{self.calls} calls rerun: {what}"
 
     def close(self) -> None:

@@ -7,6 +7,8 @@ notebook (``notebook``) — each reruns every call through the public API and ch
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from mcp_interp.errors import InputError
@@ -61,11 +63,18 @@ def rerun_calls(entries: list[Entry]) -> list[dict[str, Any]]:
             "call": e.call,
             "tool": e.tool,
             "arguments": {k: v for k, v in e.arguments.items() if k != "background"},
+            "arguments_sha256": arguments_digest({k: v for k, v in e.arguments.items() if k != "background"}),
             "key_numbers": e.key_numbers,
+            "key_texts": e.key_texts,
             "made": e.made,
         }
         for e in entries
     ]
+
+
+def arguments_digest(arguments: dict[str, Any]) -> str:
+    """sha256 of a call's arguments as canonical JSON: an exported rerun refuses a call whose arguments were edited."""
+    return hashlib.sha256(json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def check_format(fmt: str) -> None:

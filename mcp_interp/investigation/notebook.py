@@ -1,7 +1,7 @@
 """The investigation as a Jupyter notebook: one Markdown cell per call with what the assistant saw live (its
 summary, verdicts and notes, recorded in the ledger), one code cell rerunning it through the public API and comparing
-every key number (``rerun.Rerun``) and showing its figures, and a last cell that fails, naming each call that does
-not match — so ``jupyter execute`` (nbclient) fails exactly where the script exits 1.
+every number, text and argument (``rerun.Rerun``) and showing its figures, and a last cell that fails, naming each call
+that does not match — so ``jupyter execute`` (nbclient) fails exactly where the script exits 1.
 
 Built with ``nbformat`` (the notebook format's own library), not written as JSON by hand.
 """
@@ -32,7 +32,7 @@ rerun = Rerun(MODEL, FINGERPRINT, ATOL, RTOL)  # FingerprintMismatch when these 
 
 
 def check(call):
-    \"\"\"Rerun one recorded call, print its key numbers recorded and recomputed, show its figures.\"\"\"
+    \"\"\"Rerun one recorded call, print what it compared and every mismatch, show its figures.\"\"\"
     print(HEADER)
     for row in rerun.check(call):
         print(row.line())
@@ -53,7 +53,7 @@ def notebook(entries: list[Entry], model: str, fingerprint: str, versions: dict[
         f"{len(entries)} calls on model `{model}` (weights fingerprint `{fingerprint}`), exported {exported}; "
         f"recorded with {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}.",
         "Run every cell (`jupyter execute this.ipynb`): each call is rerun through `mcp_interp.Session` in the order "
-        "it was made, a handle an earlier call made is recreated by that call's rerun, and every key number recorded "
+        "it was made, a handle an earlier call made is recreated by that call's rerun, and every number recorded "
         f"live is compared with its recomputation (|recomputed − recorded| ≤ {ATOL:g} + {RTOL:g}·|recorded|). The "
         "last cell fails, naming each call that does not match.",
         *[f"- {note}" for note in notes],

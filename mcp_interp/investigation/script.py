@@ -1,7 +1,8 @@
 """The investigation as a self-contained Python script: it loads the same model and checks the weights'
-fingerprint, reruns each call through the public API in order (``rerun.Rerun``: handles recreated, every key number
-recorded live — embedded verbatim — compared within ``ATOL + RTOL·|recorded|``), prints a table (``--json``: one JSON
-object of the recomputed numbers) and exits 1 naming every call that does not match."""
+fingerprint, reruns each call through the public API in order (``rerun.Rerun``: handles recreated, every number and
+text of each result recorded live — embedded verbatim — compared, numbers within ``ATOL + RTOL·|recorded|``, and each
+call's arguments checked against the recorded ones), prints a table (``--json``: one JSON object of the recomputed
+numbers) and exits 1 naming every call that does not match."""
 
 from __future__ import annotations
 
@@ -31,15 +32,16 @@ TEMPLATE = '''#!/usr/bin/env python3
 """Rerun of an mcp-interp investigation: {n} calls on model {model!r} (weights fingerprint {fingerprint}),
 exported {exported}.
 
-    python this_script.py            a table: each call, its key numbers recorded and recomputed
-    python this_script.py --json     one JSON object: the recomputed key numbers, by call
+    python this_script.py            a table: each call, what it compared, and every mismatch
+    python this_script.py --json     one JSON object: the recomputed numbers, by call
 
 Each call is rerun through the public API (`mcp_interp.Session`) in the order it was made. A handle (direction://,
 circuit://, …) made by an earlier call is recreated by rerunning that call, and its new URI replaces the old one in
-later arguments. Every key number recorded live is compared with its recomputation: a match is
-|recomputed - recorded| <= ATOL + RTOL * |recorded| (exact tools; sampled baselines are drawn again from their
-recorded seeds, to the same tolerance). Exits 0 when every call matches, 1 naming each call that does not.
-The comparison is `mcp_interp.investigation.rerun`.
+later arguments. Every number and text of each result recorded live is compared with its recomputation (a number
+matches when |recomputed - recorded| <= ATOL + RTOL * |recorded|, a text when equal), and each call's arguments
+with the recorded ones (sha256), so an edited call is named. Sampled baselines are drawn again from their recorded
+seeds, to the same tolerance. Exits 0 when every call matches, 1 naming each call that does not.
+The comparison is `mcp_interp.app.rerun`.
 """
 {notes}
 import json

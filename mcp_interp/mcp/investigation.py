@@ -1,6 +1,6 @@
 """The session's record: the ``ledger://`` resource (every tool call, paged) and ``export_investigation`` (a script or
-notebook that reruns the calls through the public Python API and checks every key number, or a Markdown report of the
-claims made from their verdicts)."""
+notebook that reruns the calls through the public Python API and checks every number, text and argument, or a Markdown
+report of the claims made from their verdicts)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ async def export_investigation(
     ] = None,
     claims: Annotated[list[Claim] | None, Field(description="md: your conclusions.")] = None,
 ) -> Annotated[CallToolResult, ExportResult]:
-    """This session's calls (ledger://) as a script or notebook rerunning them via `mcp_interp.Session`, checking the
-    fingerprint and every key number (fails naming a mismatch); or a report: each claim beside its call's evidence."""
+    """This session's calls (ledger://) as a script or notebook rerunning them via `mcp_interp.Session`, checking
+    the fingerprint, every number and argument (fails naming a mismatch); or a report: claims beside their evidence."""
     kit = Toolkit.of(ctx)
     settle_jobs(kit)
     with error_boundary():
@@ -59,7 +59,8 @@ async def export_investigation(
     kind = {"py": "script", "ipynb": "notebook", "md": "report"}[format]
     uri, link = kit.store(kind, text.encode(), f"investigation {kind}")
     result = ExportResult(
-        notebook_uri=uri if format != "md" else None,
+        script_uri=uri if format == "py" else None,
+        notebook_uri=uri if format == "ipynb" else None,
         report_uri=uri if format == "md" else None,
         format=format,
         calls=[e.call for e in entries],

@@ -13,16 +13,14 @@ class Claim(BaseModel):
 
 
 class ExportResult(BaseModel):
-    notebook_uri: str | None = Field(
-        default=None,
-        description="script://… (py) or notebook://… (ipynb).",
-    )
+    script_uri: str | None = Field(default=None, description="script://… (format py).")
+    notebook_uri: str | None = Field(default=None, description="notebook://… (format ipynb).")
     report_uri: str | None = Field(default=None, description="report://… (md).")
     format: str
     calls: list[int] = Field(description="Ledger calls exported.")
     model_name: str
     fingerprint: str = Field(description="Weights' fingerprint a rerun checks.")
-    key_numbers: int = Field(description="Recorded numbers a rerun compares.")
+    key_numbers: int = Field(description="Recorded numbers a rerun compares (every number of every result).")
     claims: int = 0
     notes: list[str] = Field(
         default_factory=list, description="Calls added for their handles; handles it cannot recreate."

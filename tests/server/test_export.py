@@ -61,11 +61,12 @@ async def test_an_exported_investigation_reruns_in_a_fresh_process(tiny_client: 
     exported = await tiny_client.call_tool("export_investigation", {})
     assert not exported.is_error, exported.content
     data = exported.structured_content
-    assert data["calls"] == [1, 2, 3, 4, 5, 6] and data["notebook_uri"].startswith("script://")
+    assert data["calls"] == [1, 2, 3, 4, 5, 6] and data["script_uri"].startswith("script://")
+    assert data["notebook_uri"] is None
     assert data["fingerprint"] == live[0]["model"]["fingerprint"] and data["model_name"] == "tiny"
     expected = [expected_key_numbers(result) for result in live]
     assert data["key_numbers"] == sum(len(numbers) for numbers in expected)
-    text = (await tiny_client.read_resource(data["notebook_uri"])).contents[0].text
+    text = (await tiny_client.read_resource(data["script_uri"])).contents[0].text
     script = tmp_path / "rerun.py"
     script.write_text(text)
 
@@ -82,12 +83,13 @@ async def test_an_exported_investigation_reruns_in_a_fresh_process(tiny_client: 
     assert "baseline.p_value" in recomputed["6"]  # on the circuit the rerun's find_circuit made
 
     table = run_script(script)
-    assert table.returncode == 0 and "every key number matches" in table.stdout
+    assert table.returncode == 0 and "every number, text and argument matches" in table.stdout
 
     recorded = live[0]["logit_diff"]["value"]
-    assert text.count(repr(recorded)) == 1
+    entry = f"'logit_diff.value': {recorded!r}"
+    assert text.count(entry) == 1
     altered = tmp_path / "altered.py"
-    altered.write_text(text.replace(repr(recorded), repr(recorded + 0.25)))
+    altered.write_text(text.replace(entry, f"'logit_diff.value': {recorded + 0.25!r}"))
     broken = run_script(altered)
     assert broken.returncode == 1
     assert "MISMATCH call 1 (logit_diff): logit_diff.value" in broken.stdout
@@ -95,6 +97,17 @@ async def test_an_exported_investigation_reruns_in_a_fresh_process(tiny_client: 
         f"MISMATCH call 1 (logit_diff): logit_diff.value recorded {recorded + 0.25!r}, recomputed "
         f"{recomputed['1']['logit_diff.value']!r}"
     ]
+    # A changed method (the arguments edited, its results' numbers and `method` text then differ) fails, the call named.
+    assert text.count("'top': 3") == 1 and "'top': 3, 'method'" not in text
+    edited = tmp_path / "edited.py"
+    edited.write_text(text.replace("'top': 3", "'top': 3, 'method': 'attribution'"))
+    changed = run_script(edited)
+    assert changed.returncode == 1
+    mismatches = [line for line in changed.stdout.splitlines() if line.startswith("MISMATCH call 2 (patch_heads)")]
+    assert "MISMATCH call 2 (patch_heads): its arguments are not the recorded ones (they were edited after export)" in (
+        mismatches
+    )
+    assert "MISMATCH call 2 (patch_heads): method recorded 'exact', recomputed 'attribution'" in mismatches
 
 
 async def test_export_chooses_calls_with_the_calls_that_made_their_handles_and_refuses_bad_input(
@@ -152,7 +165,7 @@ async def test_a_smollm2_investigation_reruns_in_a_fresh_process(
             faithful = {**pair, **settings, "circuit": found["circuit_uri"]}
             live.append((await client.call_tool("circuit_faithfulness", faithful)).structured_content)
         exported = (await client.call_tool("export_investigation", {})).structured_content
-        text = (await client.read_resource(exported["notebook_uri"])).contents[0].text
+        text = (await client.read_resource(exported["script_uri"])).contents[0].text
     assert exported["calls"] == list(range(1, len(live) + 1)) and exported["fingerprint"] == embedded.fingerprint
     script = tmp_path / "rerun.py"
     script.write_text(text)
@@ -271,7 +284,7 @@ async def test_a_handle_evicted_from_the_live_store_is_rebuilt_by_the_rerun(
         with pytest.raises(Exception, match="evicted"):
             await client.read_resource(direction)
         exported = (await client.call_tool("export_investigation", {"calls": [2]})).structured_content
-        text = (await client.read_resource(exported["notebook_uri"])).contents[0].text
+        text = (await client.read_resource(exported["script_uri"])).contents[0].text
     assert exported["calls"] == [1, 2]
     assert any("Call 1 (probe) is included: it made " + direction in note for note in exported["notes"])
     script = tmp_path / "rerun.py"

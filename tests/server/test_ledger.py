@@ -40,28 +40,22 @@ PROBE = {
 
 
 def expected_key_numbers(data: dict[str, Any]) -> dict[str, float]:
-    """The definition, written out again: top-level numbers but elapsed_s, top-level Scores' means, and the numbers of
-    every nested object holding a p-value or a verdict."""
+    """The definition, written out again: every number of the result by its JSON path (``a.b[3].c``), but the wall
+    times (elapsed_s, load_seconds) and what lies under ``model`` or ``notes``."""
     numbers: dict[str, float] = {}
-    for key, value in data.items():
-        if isinstance(value, int | float) and not isinstance(value, bool) and key != "elapsed_s":
-            numbers[key] = value
-        if isinstance(value, dict) and "value" in value and "per_example" in value:
-            numbers[f"{key}.value"] = value["value"]
-
-    def walk(value: Any, path: str) -> None:
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
         if isinstance(value, dict):
-            if path and any(k == "p_value" or k == "verdict" or k.endswith("_p") for k in value):
-                for k, v in value.items():
-                    if isinstance(v, int | float) and not isinstance(v, bool):
-                        numbers[f"{path}.{k}"] = v
-            for k, v in value.items():
-                walk(v, f"{path}.{k}" if path else k)
+            stack += [(f"{path}.{k}" if path else k, v) for k, v in value.items() if k not in ("model", "notes")]
         elif isinstance(value, list):
-            for i, v in enumerate(value):
-                walk(v, f"{path}[{i}]")
-
-    walk(data, "")
+            stack += [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        elif (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and path.split(".")[-1] not in ("elapsed_s", "load_seconds")
+        ):
+            numbers[path] = value
     return numbers
 
 
