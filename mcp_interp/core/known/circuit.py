@@ -30,10 +30,21 @@ def _evaluator(overrides: Mapping[str, Mapping[int, Any]] | None = None) -> Any:
     """tracr's evaluator, memoised per label for one input, with some units' values replaced."""
     from tracr.rasp import rasp
 
-    class Evaluator(rasp.DefaultRASPEvaluator):  # type: ignore[misc]  # tracr is untyped
+    class Evaluator(rasp.DefaultRASPEvaluator):
         def __init__(self) -> None:
             super().__init__()
             self.memo: dict[str, Any] = {}
+
+        def eval_aggregate(self, sop: Any, xs: Sequence[Any]) -> Any:
+            """tracr compiles a categorical Aggregate only for a selector picking one value (or equal ones); RASP's
+            own evaluator would average several numbers, which the compiled head does not compute, so it is
+            undefined here (a ValueError, as RASP raises for non-numbers)."""
+            if rasp.is_categorical(sop):
+                values = self.evaluate(sop.sop, xs)
+                for row in self.evaluate(sop.selector, xs):
+                    if len({v for chosen, v in zip(row, values, strict=True) if chosen}) > 1:
+                        raise ValueError(f"{sop.label}: a categorical Aggregate selects several different values")
+            return super().eval_aggregate(sop, xs)
 
         def evaluate(self, expr: Any, xs: Sequence[Any]) -> Any:
             if expr.label in self.memo:
@@ -65,10 +76,16 @@ def nodes_of(program: Any) -> dict[str, Any]:
 def evaluate_all(
     program: Any, xs: Sequence[Any], overrides: Mapping[str, Mapping[int, Any]] | None = None
 ) -> dict[str, Any]:
-    """Every node's value (a list per position; a selector's, a query × key matrix) on ``xs``."""
+    """Every node's value (a list per position; a selector's, a query × key matrix) on ``xs``; a ValueError where the
+    program is undefined as compiled (a categorical Aggregate over several different values)."""
     evaluator = _evaluator(overrides)
     evaluator.evaluate(program, list(xs))
     return dict(evaluator.memo)
+
+
+def output(program: Any, xs: Sequence[Any]) -> Any:
+    """The program's value at the last position of ``xs`` as compiled (``evaluate_all``'s ValueError when undefined)."""
+    return evaluate_all(program, xs)[program.label][-1]
 
 
 def rasp_patch(program: Any, base: Sequence[Any], source: Sequence[Any], units: Iterable[NodeAt]) -> list[Any]:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_interp.core.known.circuit import KnownCircuit, ModelCircuit, known_circuit, rasp_patch, to_model
+from mcp_interp.core.known.circuit import KnownCircuit, ModelCircuit, known_circuit, output, rasp_patch, to_model
 
 
 @dataclass
@@ -60,6 +60,8 @@ def make_family(
     clean: list[list[Any]] = []
     corrupt: list[list[Any]] = []
     seen: set[tuple[Any, ...]] = set()
+    circuits: list[KnownCircuit] = []
+    answers: list[tuple[str, str]] = []
     for _ in range(tries):
         if len(clean) == pairs:
             break
@@ -70,22 +72,28 @@ def make_family(
         if key in seen:
             continue
         seen.add(key)
-        out_a, out_b = program(a)[-1], program(b)[-1]
+        try:  # a pair on which the compiled program is undefined is no known answer
+            out_a, out_b = output(program, a), output(program, b)
+            pair = known_circuit(program, a, b)
+        except ValueError:
+            continue
         if out_a is None or out_b is None or out_a == out_b:
             continue
         clean.append(a)
         corrupt.append(b)
+        circuits.append(pair)
+        answers.append((str(out_a), str(out_b)))
     if len(clean) < 2:
         return None
     circuit = KnownCircuit()
-    for a, b in zip(clean, corrupt, strict=True):
-        circuit = circuit.union(known_circuit(program, a, b))
+    for pair in circuits:
+        circuit = circuit.union(pair)
     return PairFamily(
         position=position,
         clean=clean,
         corrupt=corrupt,
-        correct=[str(program(a)[-1]) for a in clean],
-        incorrect=[str(program(b)[-1]) for b in corrupt],
+        correct=[good for good, _ in answers],
+        incorrect=[bad for _, bad in answers],
         circuit=circuit,
         model=to_model(circuit, truth),
     )

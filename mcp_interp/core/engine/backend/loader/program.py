@@ -128,13 +128,13 @@ def boot_program(
     """(bridge, tokenizer, CompiledProgram) for a compile-rasp folder."""
     from safetensors.torch import load_file
     from transformer_lens.config.transformer_bridge_config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge.sources import boot_native  # TransformerBridge.boot_native
 
     facts, vocabulary, truth = read_program(folder)
     program = facts["program"]
     tokenizer = load_tokenizer(folder, vocabulary, int(program["max_seq_len"]))
     cfg = TransformerBridgeConfig(**facts["bridge_config"])
-    bridge = TransformerBridge.boot_native(cfg, tokenizer=tokenizer, device=device, dtype=dtype,
+    bridge = boot_native(cfg, tokenizer=tokenizer, device=device, dtype=dtype,
                                            model_name=folder.name)  # fmt: skip
     state = {k: v.to(device=device, dtype=dtype) for k, v in load_file(str(folder / "model.safetensors")).items()}
     result = bridge.load_state_dict(state, strict=False)
