@@ -56,6 +56,11 @@ class SetupError(Exception):
     """``mcp-interp setup`` could not finish; the message says why and what to do."""
 
 
+class CompileError(ValueError):
+    """``mcp-interp compile-rasp``: a program file tracr cannot compile; the message names the file, the node and the
+    fix."""
+
+
 class HttpConfigError(ValueError):
     """The HTTP options are unsafe or inconsistent; the message says how to fix them."""
 

@@ -18,6 +18,7 @@ def describe_model_names() -> str:
     """One line per accepted kind of model name, for help texts and error messages."""
     return (
         f"'{EMBEDDED_NAME}' (default, embedded, offline), '{TINY_NAME}' (random weights, for tests), "
-        "a local HF model folder or .gguf file, or a Hugging Face hub name such as 'gpt2' "
+        "a local HF model folder or .gguf file, a compile-rasp folder (a tracr-compiled RASP program), or a Hugging "
+        "Face hub name such as 'gpt2' "
         "(needs network access to the hub)"
     )

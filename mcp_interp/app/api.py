@@ -27,6 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
+from mcp_interp.core.engine.backend.loader.options import LoadOptions
 from mcp_interp.errors import ToolCallError
 from mcp_interp.folders import default_output_dir
 from mcp_interp.host import ModelHost
@@ -83,8 +84,9 @@ RESULT_TYPES = result_types()
 class Session:
     """One loaded model and every tool as a method returning the tool's pydantic result.
 
-    ``model``: ``smollm2-135m`` (the embedded default), ``tiny``, a hub name or a local folder, as ``mcp-interp
-    --model``; ``output_dir``: where figures and stored results go (default: the server's output folder)."""
+    ``model``: ``smollm2-135m`` (the embedded default), ``tiny``, a hub name or a local folder (a ``compile-rasp``
+    folder too), as ``mcp-interp --model``; ``output_dir``: where figures and stored results go (default: the server's
+    output folder); ``reveal_ground_truth``: a compiled program's ground truth in ``model_info``."""
 
     def __init__(
         self,
@@ -93,10 +95,12 @@ class Session:
         device: str = "cpu",
         dtype: str = "float32",
         host: ModelHost | None = None,
+        reveal_ground_truth: bool = False,
     ) -> None:
         self.host = host or ModelHost(
-            model, Path(output_dir) if output_dir is not None else default_output_dir(), device=device, dtype=dtype
-        )
+            model, Path(output_dir) if output_dir is not None else default_output_dir(), device=device, dtype=dtype,
+            options=LoadOptions(reveal_ground_truth=reveal_ground_truth),
+        )  # fmt: skip
         self.server = build_server(self.host)
         self.toolkit = Toolkit(self.host)
         # The calls run on an event loop of the session's own thread, not the caller's: a caller that already runs

@@ -1,4 +1,5 @@
-"""Command line: ``mcp-interp serve | call | setup | fit-lens | doctor`` (``python -m mcp_interp`` is the same).
+"""Command line: ``mcp-interp serve | call | compile-rasp | setup | fit-lens | doctor`` (``python -m mcp_interp``
+is the same).
 
 Nothing here prints to stdout while serving over stdio: stdout is the protocol channel, so
 logs go to stderr.
@@ -112,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     call = commands.add_parser("call", help="Run one tool in-process and print its structured result as JSON.")
     _add_model_options(call)
     _add_limit_options(call)
+    for parser_ in (serve, call):
+        parser_.add_argument(
+            "--reveal-ground-truth",
+            action="store_true",
+            help="A compiled RASP program (--model OUT): put its ground truth in model_info (hidden by default).",
+        )
     call.add_argument("tool", help="Tool name, e.g. logit_diff")
     call.add_argument("--args", default="{}", help="Tool arguments as a JSON object.")
 
@@ -144,6 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto (default): pip download when pip is importable, else PyPI's JSON API with urllib.",
     )
 
+    compile_rasp = commands.add_parser(
+        "compile-rasp",
+        help="Compile a RASP program with tracr into a folder `serve --model OUT` boots (needs mcp-interp[tracr]).",
+    )
+    compile_rasp.add_argument(
+        "program",
+        type=Path,
+        help="A Python file defining `program`, `vocab`, `max_seq_len` (optionally `compiler_bos`).",
+    )
+    compile_rasp.add_argument(
+        "out", type=Path, help="The folder to write (weights, config, vocabularies, ground truth)."
+    )
+
     doctor = commands.add_parser("doctor", help="Check that torch, TransformerLens and the model are available.")
     _add_model_options(doctor)
     return parser
@@ -161,6 +181,7 @@ def load_options(args: argparse.Namespace):  # -> LoadOptions (imported lazily: 
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        reveal_ground_truth=bool(getattr(args, "reveal_ground_truth", False)),
     )
     options.check()
     return options
@@ -198,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     except ModelLoadError as exc:  # a backend or placement flag that cannot work, said before anything loads
         print(f"mcp-interp: {exc}", file=sys.stderr)
         return 2
+    if args.command == "compile-rasp":
+        return _compile_rasp(args)
     if args.command == "fit-lens":
         return _fit_lens(args)
     if args.command == "setup":
@@ -205,6 +228,24 @@ def main(argv: list[str] | None = None) -> int:
     from mcp_interp.app.doctor import run_doctor
 
     return run_doctor(args.model)
+
+
+def _compile_rasp(args: argparse.Namespace) -> int:
+    """Compile in this process; the folder's facts as JSON on stdout, a failure on stderr (exit 1)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tracr") is None:
+        print("compile-rasp needs tracr: pip install 'mcp-interp[tracr]' (tracr-pypi, jax, dm-haiku).", file=sys.stderr)
+        return 1
+    from mcp_interp.core.known.compile import CompileError, compile_rasp
+
+    try:
+        facts = compile_rasp(args.program, args.out)
+    except CompileError as exc:
+        print(f"compile-rasp: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"out": str(args.out), **facts}, indent=2))
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -40,6 +40,20 @@ class Capability(BaseModel):
                                "tool), when not available.")  # fmt: skip
 
 
+class CompiledProgramFacts(BaseModel):
+    """A RASP program compiled by tracr (``mcp-interp compile-rasp``): its output at each position is the program's
+    value there."""
+
+    output: str = Field(description="The output node's label; the answer is its value at the last position.")
+    max_seq_len: int = Field(description="Most input values per prompt (BOS not counted).")
+    input_values: list[str]
+    output_values: list[str] = Field(description="The possible answers.")
+    n_nodes: int = Field(description="RASP nodes of the program.")
+    ground_truth: list[dict[str, Any]] | None = Field(
+        default=None, description="Per RASP node, its components and residual dimensions (--reveal-ground-truth)."
+    )
+
+
 class ModelInfoMeasurement(Measurement):
     name: str
     source: Literal["embedded", "hub", "local", "tiny"]
@@ -71,6 +85,7 @@ class ModelInfoMeasurement(Measurement):
         description="Every tool, and every option whose availability depends on the architecture or the backend, for "
         "this model on this backend. The same test decides a tool's refusal, so what is listed available runs."
     )
+    program: CompiledProgramFacts | None = Field(default=None, description="Set for a compiled RASP program.")
 
 
 class ModelInfoResult(Provenance, ModelInfoMeasurement):

@@ -89,6 +89,11 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         if self.receivers == "logits":
             return [Receiver(-1)]
         if self.receivers is None:
+            if sender_layer + 1 >= cfg.n_layers:
+                raise InputError(
+                    f"The sender {self.sender!r} is in the last layer: no head reads it. Pass receivers='logits' for "
+                    "its direct path to the logits."
+                )
             return [Receiver(layer, i) for layer in range(sender_layer + 1, cfg.n_layers) for i in range(width)]
         names = [self.receivers] if isinstance(self.receivers, str) else list(self.receivers)
         if not names:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.references import Lookup
 from mcp_interp.core.engine.text.tokens import token_strings
@@ -113,6 +114,7 @@ class FeatureExamplesJob:
     pool: Pool = field(init=False)
 
     def __post_init__(self) -> None:
+        require(self.model.backend, "feature_examples")
         for name, value, high in (("top_k", self.top_k, MAX_EXAMPLES), ("window", self.window, MAX_WINDOW)):
             low = 1 if name == "top_k" else 0
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

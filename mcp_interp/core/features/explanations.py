@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.numbers.stats import ALPHA, auroc_test, detection_test
 from mcp_interp.core.engine.references import Lookup
@@ -92,6 +93,7 @@ class ScoreExplanationJob:
     named: NamedFeature = field(init=False)
 
     def __post_init__(self) -> None:
+        require(self.model.backend, "score_explanation")
         if not isinstance(self.explanation, str) or not self.explanation.strip():
             raise InputError("`explanation` must be your explanation of the feature, a non-empty string.")
         if len(self.explanation) > MAX_EXPLANATION:

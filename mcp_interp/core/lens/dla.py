@@ -21,7 +21,6 @@ import torch
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import (
-    FINAL_NORM_SCALE,
     hook_attn_out,
     hook_in,
     hook_mlp_out,
@@ -75,7 +74,8 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
     n_layers, n_heads = cfg.n_layers, cfg.n_heads
     answer_id = resolve_answer(model.tokenizer, answer)
     baseline_id = resolve_answer(model.tokenizer, baseline) if baseline is not None else None
-    names = [hook_in(0), FINAL_NORM_SCALE, hook_out(n_layers - 1)]
+    scale_point = model.backend.final_norm_scale_point()
+    names = [hook_in(0), hook_out(n_layers - 1), *([scale_point] if scale_point is not None else [])]
     for layer in range(n_layers):
         names += [hook_z(layer), hook_mlp_out(layer), hook_attn_out(layer)]
         post = model.backend.attention_write_norm(layer)
@@ -96,7 +96,7 @@ def dla(model: LoadedModel, prompt: str, answer: str, baseline: str | None = Non
         direction = direction - w_u[baseline_id].to(torch.float64)
         measured -= float(answer_logits[baseline_id])
         bias_term -= float(b_u[baseline_id]) if b_u is not None else 0.0
-    scale = float(cache[FINAL_NORM_SCALE][0, pos].reshape(-1)[0])
+    scale = float(cache[scale_point][0, pos].reshape(-1)[0]) if scale_point is not None else 1.0
     read = direction * gain / scale  # d(quantity)/d(residual) with the scale frozen
     if kind == "layer" and norm_b is not None:
         bias_term += float((direction * norm_b.to(torch.float64)).sum())

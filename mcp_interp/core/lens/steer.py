@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 import mcp_interp.limits as limits
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.edits import Add, Edit
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_in, hook_out
@@ -142,6 +143,7 @@ class SteerJob(Job[SteerMeasurement]):
         return 2 * self.max_new_tokens + 2 + batches * (2 if self.concept is not None else 1)
 
     def steps(self) -> Iterator[str]:
+        require(self.model.backend, "steer")
         chosen = steered_feature(self.model, self.sae, self.transcoders, self.layer, self.feature)
         layer = None if self.transcoders is not None else self.layer
         holder: list[SteerMeasurement] = []

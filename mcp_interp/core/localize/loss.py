@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mcp_interp.core.engine.ablation.targets import Ablation, prepare_ablation
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job, drain
 from mcp_interp.core.engine.numbers.metrics import token_losses
@@ -85,6 +86,7 @@ class LossJob(Job[LossMeasurement]):
 
     def steps(self) -> Iterator[str]:
         model = self.model
+        require(model.backend, "loss")
         batch = _batch(model, self.texts, self.token_ids)
         short = [i for i, n in enumerate(batch.lengths) if n < 2]
         if short:

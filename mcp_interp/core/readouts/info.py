@@ -11,6 +11,7 @@ from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_string
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.readouts import (
     BlockFacts,
+    CompiledProgramFacts,
     ModelInfoMeasurement,
     TokenizedText,
     TokenizeMeasurement,
@@ -18,6 +19,14 @@ from mcp_interp.schemas.readouts import (
 
 
 def tokenization_rule(model: LoadedModel) -> str:
+    program = model.backend.program
+    if program is not None:
+        return (
+            f"A compiled RASP program: a prompt is up to {program.max_seq_len} input values separated by spaces "
+            f"('{' '.join(program.input_values[:4])}'), BOS prepended. Attention is bidirectional; padding is masked. "
+            "Each position's output is the program's value there; the answer position is the last value. An answer "
+            "is one output value (' 2' or '2')."
+        )
     bos = "a BOS token is prepended" if adds_bos(model.tokenizer) else "no BOS token is prepended"
     return (
         "The model's own Hugging Face tokenizer with its default special tokens "
@@ -63,14 +72,40 @@ def model_info(model: LoadedModel) -> ModelInfoMeasurement:
         tokenization_rule=tokenization_rule(model),
         block=block_facts(model),
         capabilities=capabilities(model.backend),
-        notes=(
-            [
-                "This is the random-weight `tiny` model: its predictions mean nothing; use it to try "
-                "the protocol, not to draw conclusions."
-            ]
-            if model.source == "tiny"
-            else []
-        ),
+        program=program_facts(model),
+        notes=info_notes(model),
+    )
+
+
+def info_notes(model: LoadedModel) -> list[str]:
+    if model.source == "tiny":
+        return [
+            "This is the random-weight `tiny` model: its predictions mean nothing; use it to try the protocol, not to "
+            "draw conclusions."
+        ]
+    program = model.backend.program
+    if program is None:
+        return []
+    return [
+        f"A RASP program compiled by tracr (output {program.output_label}): its mechanism is fixed by construction. "
+        "The logit of the output value is about 1 and of every other output value about 0; tokens that are not "
+        "output values have logit 0. Tools that need text or a trained model's features are refused (capabilities)."
+    ]
+
+
+def program_facts(model: LoadedModel) -> CompiledProgramFacts | None:
+    """A compiled program's facts; its ground truth only when the server was started with --reveal-ground-truth (so
+    an assistant can be scored on finding it)."""
+    program = model.backend.program
+    if program is None:
+        return None
+    return CompiledProgramFacts(
+        output=program.output_label,
+        max_seq_len=program.max_seq_len,
+        input_values=list(program.input_values),
+        output_values=list(program.output_values),
+        n_nodes=program.n_nodes,
+        ground_truth=program.ground_truth if program.reveal else None,
     )
 
 

@@ -48,6 +48,7 @@ class Backend:
     features: frozenset[BackendFeature] = frozenset()
     device: str = "cpu"
     bridge: Any  # TransformerLens' bridge (TransformerBridge or RemoteBridge), for the seam's own modules and tests
+    program: Any = None  # a compiled RASP program's facts (loader.program.CompiledProgram); None for a language model
 
     def supports(self, feature: BackendFeature) -> bool:
         return feature in self.features
@@ -238,6 +239,10 @@ class Backend:
 
     def norm_scale_point(self, layer: int, norm: str) -> str:
         return f"blocks.{layer}.{norm}.hook_scale"
+
+    def final_norm_scale_point(self) -> str | None:
+        """The point holding the scale the final norm divides by (None: no final norm, scale 1)."""
+        return "ln_final.hook_scale"
 
     def frozen_points(self) -> list[str]:
         raise self.refuse("local_edits")

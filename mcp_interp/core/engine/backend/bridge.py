@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from mcp_interp.core.engine.backend import gptj_heads
+from mcp_interp.core.engine.backend import gptj_heads, native_heads
 from mcp_interp.errors import InputError
 
 
@@ -46,10 +46,11 @@ def edge_hooks(bridge: Any) -> Iterator[None]:
         bool(getattr(cfg, "use_attn_in", False)),
     )
     ours = _attentions_run_per_head(bridge)
+    native = _native_attentions(bridge)
     try:
         if saved[3]:
             bridge.set_use_attn_in(False)  # exclusive with split q/k/v inputs
-        if len(ours) == len(bridge.blocks):
+        if len(ours) + len(native) == len(bridge.blocks):
             _ungate_attention_points(bridge)
         else:
             try:
@@ -61,7 +62,12 @@ def edge_hooks(bridge: Any) -> Iterator[None]:
                     f"per-head write (hook_result) or per-head query/key/value input, which edge tools need: {exc}"
                 ) from None
         bridge.set_use_hook_mlp_in(True)
-        with _parallel_mlp_in(bridge), _offloaded_attention_weights(bridge), gptj_heads.exposed(ours, split=True):
+        with (
+            _parallel_mlp_in(bridge),
+            _offloaded_attention_weights(bridge),
+            gptj_heads.exposed(ours, split=True),
+            native_heads.heads_split(native),
+        ):
             yield
     finally:
         bridge.set_use_attn_result(saved[0])
@@ -126,6 +132,13 @@ def _attentions_run_per_head(bridge: Any) -> list[Any]:
     """The blocks' attention components that ``gptj_heads`` runs per head (GPT-J's)."""
     attentions = [block._modules.get("attn") for block in bridge.blocks]
     return [attention for attention in attentions if gptj_heads.runs_per_head(attention)]
+
+
+def _native_attentions(bridge: Any) -> list[Any]:
+    """The blocks' attention components that ``native_heads`` runs per head (TransformerLens' native attention:
+    compiled tracr programs)."""
+    attentions = [block._modules.get("attn") for block in bridge.blocks]
+    return [attention for attention in attentions if native_heads.is_native_attention(attention)]
 
 
 # Points TransformerLens' plain AttentionBridge fires after the HF module has used the value (an edit is discarded).
@@ -216,7 +229,7 @@ def per_head_attention_hooks(bridge: Any) -> bool:
 
     for block in bridge.blocks:
         attn = block._modules.get("attn")
-        if gptj_heads.runs_per_head(attn):
+        if gptj_heads.runs_per_head(attn) or native_heads.is_native_attention(attn):
             continue
         forks = isinstance(attn, JointQKVAttentionBridge | PositionEmbeddingsAttentionBridge)
         if not forks or not getattr(attn, "supports_attn_result", False):
@@ -385,6 +398,8 @@ def norm_gain(module: Any, width: int, device: str = "cpu") -> torch.Tensor:
     weight read, so a norm whose weight accelerate offloaded (on the meta device until called) works too: it is
     called on ``device``, where the model's inputs go, and its offload hook brings the weight in for the call.
     """
+    if module is None or isinstance(module, torch.nn.Identity):  # no norm (TransformerLens' native model without one)
+        return torch.ones(width)
     weight = next(iter(module.parameters()), None)
     if isinstance(module, torch.nn.LayerNorm):
         if module.weight is None:

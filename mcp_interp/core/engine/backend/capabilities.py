@@ -81,6 +81,15 @@ def _experts(backend: Backend) -> str | None:
     )
 
 
+def _compiled_program(backend: Backend) -> str | None:
+    if backend.program is None:
+        return None
+    return (
+        "this is a RASP program compiled by tracr: it reads input values, not text, writes the program's value at "
+        "every position rather than predicting a next token, and has no trained SAEs, transcoders or lenses"
+    )
+
+
 def _backend_lacks(feature: BackendFeature) -> Callable[[Backend], str | None]:
     def missing(backend: Backend) -> str | None:
         return None if backend.supports(feature) else f"the {backend.name} backend does not provide it"
@@ -119,6 +128,7 @@ def _backend_feature(feature: BackendFeature) -> Feature:
 
 
 FEATURES: dict[str, Feature] = {
+    "language_model": Feature("a trained language model (text in, next token out)", _compiled_program),
     "per_head_hooks": Feature("per-head attention hooks", _opaque_attention),
     "additive_heads": Feature("additive head writes", _normed_head_sum),
     "resid_mid": Feature("a residual stream between attention and MLP (resid_mid)", _parallel_block),
@@ -177,8 +187,15 @@ EVERY_BACKEND = (
     "sae_features", "get_figure", "job_status", "job_cancel", "verify_artifact", "export_investigation", *NAMING,
 )  # fmt: skip
 
+PROGRAM_INSTEAD = "On a compiled program use patch, patch_heads, edge_attribution, find_circuit, probe or ablate."
+LANGUAGE_MODEL_ONLY = ("loss", "steer", *NAMING)  # next-token loss, text generation, a corpus of texts
+
 USES: dict[str, Use] = {
     **{tool: Use((tool,), None, (), "") for tool in EVERY_BACKEND},
+    **{tool: Use((tool,), None, ("language_model",), PROGRAM_INSTEAD) for tool in LANGUAGE_MODEL_ONLY},
+    "dictionaries": Use(
+        (*SAE_TOOLS, "attribution_graph"), "an SAE or transcoders", ("language_model",), PROGRAM_INSTEAD
+    ),
     "ablate_head": Use(("ablate_head",), None, ("head_points",), "Ablate MLPs or attention layers ('L9ATTN')."),
     "patch_heads": Use(("patch_heads",), None, ("head_points",), "Patch attn_out (each layer's heads together)."),
     "head_targets": Use(INTERVENING, "head targets 'L9H3'", ("head_points",), "Ablate attention layers ('L9ATTN')."),
@@ -193,7 +210,7 @@ USES: dict[str, Use] = {
     "logit_lens": Use(("logit_lens",), None, ("weights",), "Use patch (resid_pre) for where the answer forms."),
     "dla": Use(("dla",), None, ("weights",), "Use patch_heads or ablate for each component's effect."),
     "attention": Use(("attention",), None, ("attention_patterns",), ""),
-    "induction": Use(("induction",), None, ("attention_patterns",), "Use loss on repeated tokens instead."),
+    "induction": Use(("induction",), None, ("language_model", "attention_patterns"), "Use loss on repeated tokens."),
     "explain": Use(("explain",), None, ("weights",), "Use patch_heads and patch for its causal maps."),
     "edge_attribution": Use(("edge_attribution",), None, (*EDGES, "gradients", "edge_points"), EDGE_INSTEAD),
     "path_patch": Use(("path_patch",), None, (*EDGES, "edge_points", "local_edits"), EDGE_INSTEAD),
@@ -202,11 +219,15 @@ USES: dict[str, Use] = {
     "attribution_graph": Use(
         ("attribution_graph", "graph_intervene"),
         None,
-        ("per_head_hooks", "gradients", "weights", "local_edits"),
+        ("language_model", "per_head_hooks", "gradients", "weights", "local_edits"),
         "Transcoder features still work as `ablate` targets and in `steer`.",
     ),
-    "causal_swap": Use(("causal_swap_trial", "causal_swap_benchmark", "fit_lens"), None, ("jacobian_lens",), ""),
-    "patch_noise": Use(("patch",), "noise corruption", ("block_calls",), "Give `corrupt_prompts` instead."),
+    "causal_swap": Use(
+        ("causal_swap_trial", "causal_swap_benchmark", "fit_lens"), None, ("language_model", "jacobian_lens"), ""
+    ),
+    "patch_noise": Use(
+        ("patch",), "noise corruption", ("language_model", "block_calls"), "Give `corrupt_prompts` instead."
+    ),
     "patch_attribution": Use(
         ("patch", "patch_heads"), "method='attribution'", ("gradients",), "Use method 'exact' (the default)."
     ),

@@ -23,6 +23,7 @@ from mcp_interp.core.engine.backend import llama_suffix
 from mcp_interp.core.engine.backend.base import Backend, BackendFeature
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.backend.forward import BlockTrace, Mode, Output, Run
+from mcp_interp.core.engine.backend.points import FINAL_NORM_SCALE
 from mcp_interp.errors import StopForward
 from mcp_interp.schemas.common import BackendName
 
@@ -289,6 +290,11 @@ class LocalBackend(Backend):
         bias = getattr(module, "bias", None) if kind == "layer" else None
         gain = tl.norm_gain(module, int(self.cfg.d_model), self.device).to(torch.float64)
         return kind, gain, None if bias is None else bias.detach().to(torch.float64)
+
+    def final_norm_scale_point(self) -> str | None:
+        """The point holding the scale the final norm divides by; None when the model has no final norm (a compiled
+        program: its scale is 1)."""
+        return FINAL_NORM_SCALE if self.has_point(FINAL_NORM_SCALE) else None
 
     def attention_write_norm(self, layer: int) -> str | None:
         """The norm between block ``layer``'s head sum and the residual stream (``ln1_post``), or None."""

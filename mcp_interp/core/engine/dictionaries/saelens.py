@@ -102,6 +102,7 @@ def load_sae(folder: str, model: LoadedModel) -> SparseAutoencoder:
     hook's width. A ``model_name`` that does not look like the loaded model's is a note in ``notes``.
     Repeated loads of an unchanged folder come from the model's cache.
     """
+    require(model.backend, "dictionaries")
     path = resolve_folder(folder)
     cfg_path, weights_path = path / CFG_FILE, path / WEIGHTS_FILE
     cfg_stat, weights_stat = cfg_path.stat(), weights_path.stat()

@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import (
     hook_mlp_input,
@@ -91,6 +92,7 @@ def load_transcoders(source: str, model: LoadedModel) -> Transcoders:
     missing or misshapen tensor. A ``model_name`` unlike the loaded model's is a note in ``notes``. Repeated loads
     of unchanged files come from the model's cache.
     """
+    require(model.backend, "dictionaries")
     location = resolve_source(source)
     try:
         cfg = read_config(location.folder)

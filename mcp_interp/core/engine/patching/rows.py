@@ -114,7 +114,7 @@ class RowPlan:
         if self.is_identity:
             return batch
         sequences = [batch.ids(int(p)) + c for p, c in zip(self.row_pair, self.continuations, strict=True)]
-        return batch_of_ids(sequences, [len(s) - 1 for s in sequences], batch.input_ids.device)
+        return batch_of_ids(sequences, [len(s) - 1 for s in sequences], batch.input_ids.device, batch.pad_id)
 
     def combine(self, values: torch.Tensor) -> torch.Tensor:
         """Row values → the pair metric ``[..., n_pairs]``: ``[..., R]`` for the identity plan (returned as they are),

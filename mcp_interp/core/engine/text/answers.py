@@ -93,6 +93,12 @@ def known_answer_tokens(tokenizer: Any, text: str) -> tuple[tuple[int, ...] | No
     ids = answer_token_ids(tokenizer, text)
     if not ids:
         return None, f"{text!r} tokenizes to no tokens"
+    program = getattr(tokenizer, "program_vocabulary", None)
+    if program is not None and (len(ids) != 1 or ids[0] not in program.output_ids):
+        return None, (
+            f"{text!r} is not one output value of this compiled program (an answer is one of "
+            f"{list(program.output_values)[:20]})"
+        )
     unknown = getattr(tokenizer, "unk_token_id", None)
     if unknown is not None and unknown in ids:
         return None, (
@@ -228,7 +234,7 @@ def answers_log_probs(
             f"Prompt {i} followed by its answer is {n} tokens, over the server's limit of {max_tokens} (max_tokens): "
             "shorten the prompt or the answer, or raise --max-tokens."
         )
-    extended = batch_of_ids(sequences, [len(s) - 1 for s in sequences], batch.input_ids.device)
+    extended = batch_of_ids(sequences, [len(s) - 1 for s in sequences], batch.input_ids.device, batch.pad_id)
     edits = ablation.edits_for([i for i, _ in keys]) if ablation is not None else []
     logits = backend.logits(extended.input_ids, edits)
     at = torch.tensor([len(s) - 1 for s in sequences], device=logits.device)
@@ -269,10 +275,11 @@ def read_log_probs(
     ]
 
 
-def batch_of_ids(sequences: list[list[int]], answer_positions: list[int], device: Any) -> Batch:
-    """A right-padded ``Batch`` of token-id lists (padding is masked and never read, so its id is 0)."""
+def batch_of_ids(sequences: list[list[int]], answer_positions: list[int], device: Any, pad_id: int = 0) -> Batch:
+    """A right-padded ``Batch`` of token-id lists, padded with ``pad_id`` (the prompts' padding token: a causal model
+    never reads padding, a compiled program's backend masks the keys holding it)."""
     width = max(len(s) for s in sequences)
-    input_ids = torch.zeros((len(sequences), width), dtype=torch.long)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for r, sequence in enumerate(sequences):
         input_ids[r, : len(sequence)] = torch.tensor(sequence)
@@ -282,4 +289,5 @@ def batch_of_ids(sequences: list[list[int]], answer_positions: list[int], device
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
         answer_positions=torch.tensor(answer_positions, device=device),
+        pad_id=pad_id,
     )

@@ -30,6 +30,7 @@ class Batch:
     input_ids: torch.Tensor  # [batch, seq] long
     attention_mask: torch.Tensor  # [batch, seq] 1 = real token, 0 = padding
     answer_positions: torch.Tensor  # [batch] long, last real token of each prompt
+    pad_id: int = 0  # the padding token (rows rebuilt from this batch pad with it too)
 
     @property
     def lengths(self) -> list[int]:
@@ -62,6 +63,7 @@ def encode(tokenizer: Any, texts: Sequence[str], device: str = "cpu") -> Batch:
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
         answer_positions=answer_positions(attention_mask).to(device),
+        pad_id=pad_id,
     )
 
 
@@ -84,7 +86,8 @@ def encode_ids(tokenizer: Any, sequences: Sequence[Sequence[int]], vocab_size: i
             )
         limits.check("max_tokens", len(ids), f"`token_ids[{i}]` length in tokens")
     width = max(len(ids) for ids in sequences)
-    input_ids = torch.full((len(sequences), width), pad_token_id(tokenizer), dtype=torch.long)
+    pad_id = pad_token_id(tokenizer)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for i, ids in enumerate(sequences):
         input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
@@ -94,6 +97,7 @@ def encode_ids(tokenizer: Any, sequences: Sequence[Sequence[int]], vocab_size: i
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
         answer_positions=answer_positions(attention_mask).to(device),
+        pad_id=pad_id,
     )
 
 
@@ -110,7 +114,27 @@ def token_ids(tokenizer: Any, text: str) -> list[int]:
         limits.check("max_tokens", len(text) // 4, f"A text of {len(text)} characters (≈ tokens)")
     ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
     limits.check("max_tokens", len(ids), f"Prompt {text[:40]!r}… length in tokens")
+    program = getattr(tokenizer, "program_vocabulary", None)
+    if program is not None:
+        check_program_prompt(program, text, ids)
     return ids
+
+
+def check_program_prompt(program: Any, text: str, ids: Sequence[int]) -> None:
+    """A compiled RASP program's prompt is its input values separated by spaces, at most ``max_values`` of them
+    (``loader.program.ProgramVocabulary``): anything else is refused here, naming the values."""
+    values = text.split()
+    unknown = [v for v, i in zip(values, ids[1:], strict=False) if i not in program.input_ids]
+    if unknown:
+        raise InputError(
+            f"Prompt {text[:60]!r}: {unknown[0]!r} is not an input value of this compiled program. A prompt is input "
+            f"values separated by spaces, from {list(program.input_values)}."
+        )
+    if len(ids) - 1 > program.max_values:
+        raise InputError(
+            f"Prompt {text[:60]!r} has {len(ids) - 1} values; this compiled program takes at most {program.max_values} "
+            "(its max_seq_len)."
+        )
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:

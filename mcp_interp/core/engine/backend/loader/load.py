@@ -1,10 +1,11 @@
 """How a model is obtained: the names users type, turned into a booted backend.
 
-Four kinds of name are understood (see ``names.describe_model_names``):
+Five kinds of name are understood (see ``names.describe_model_names``):
 
 * ``smollm2-135m`` — the embedded default (``embedded``);
 * ``tiny`` — a seeded random Llama for tests (``tiny``);
 * a local folder holding an HF model, or a path to a ``.gguf`` file (``hf``);
+* a folder written by ``mcp-interp compile-rasp``: a RASP program compiled by tracr (``program``);
 * anything else is passed to the Hugging Face hub (``gpt2``, …).
 
 Every model is loaded as an HF model with eager attention and booted with ``TransformerBridge.boot_transformers``
@@ -27,6 +28,7 @@ from mcp_interp.core.engine.backend.loader.embedded import _load_embedded
 from mcp_interp.core.engine.backend.loader.fingerprints import checkpoint_fingerprint, weights_fingerprint
 from mcp_interp.core.engine.backend.loader.hf import _load_hub, _load_local
 from mcp_interp.core.engine.backend.loader.options import LoadOptions, parse_dtype
+from mcp_interp.core.engine.backend.loader.program import is_compiled_program, load_program
 from mcp_interp.core.engine.backend.loader.tiny import build_tiny
 from mcp_interp.core.engine.backend.local import LocalBackend
 from mcp_interp.core.engine.backend.model import LoadedModel
@@ -42,6 +44,8 @@ def load_model(
     another backend or a placement (``backends``); without them the model is loaded in memory on ``device``."""
     torch_dtype = parse_dtype(dtype)
     _check_device(device)
+    if is_compiled_program(Path(name).expanduser()):
+        return load_program(name, Path(name).expanduser(), device, dtype, options)
     if options is not None:
         options.check()
         if options.backend != "transformers" or options.placed:

@@ -42,6 +42,7 @@ class LoadOptions:
     pipeline_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
     extra: dict[str, Any] = field(default_factory=dict)  # passed on to the backend's boot as keyword arguments
+    reveal_ground_truth: bool = False  # a compiled RASP program's ground truth in model_info (--reveal-ground-truth)
 
     @property
     def placed(self) -> bool:
