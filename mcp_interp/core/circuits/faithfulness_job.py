@@ -162,7 +162,8 @@ def judged(
         p_value=test.p_value,
         pool=pool,
         overlap=size / pool if pool else 0.0,
-        verdict=f"the circuit {stats.versus_random(test, f'random {size}-{unit[:-1]} circuits from the top {pool}')}",
+        verdict="the circuit "
+        + stats.versus_random("circuit_faithfulness", test, f"random {size}-{unit[:-1]} circuits from the top {pool}"),
     )
 
 

@@ -111,6 +111,11 @@ class RankTest:
     def stopped_early(self) -> bool:
         return self.h is not None and self.at_least_as_extreme >= self.h
 
+    @property
+    def p_floor(self) -> float:
+        """The smallest p this test could have reached: 1/(n_max + 1) (sequential), 1/(n + 1) (fixed draws)."""
+        return 1.0 / ((self.n_max if self.n_max is not None else self.n) + 1)
+
 
 def _extreme(values: np.ndarray, real: float, alternative: str) -> np.ndarray:
     """Which draws are at least as extreme as ``real`` (ties count against the real effect)."""
@@ -352,15 +357,141 @@ def check_draws(n: int, what: str = "random_draws") -> None:
         )
 
 
-def versus_random(test: RankTest, what: str = "random draws", alpha: float = ALPHA) -> str:
-    """The verdict in words, from the p-value alone: "beats …" or "indistinguishable from …"."""
-    word = "beats" if test.p_value <= alpha else "is indistinguishable from"
+# --- Verdicts: three-way, and each one registered with its calibration row --------------------------------------
+
+# Every verdict the package words, by key: the row of docs/calibration.md (scripts/calibrate.py) that simulates its
+# size under its real null. ``worded`` refuses a key that is not here, and tests/test_calibration.py fails when a
+# key has no simulation or no row, or when a schema reports a p-value without its floor.
+VERDICTS: dict[str, str] = {
+    "component_ablation": "a head's, neuron set's or MLP's ablation against random ones of the same kind and count",
+    "direction_ablation": "a direction's or SAE features' ablation against energy-matched random ones",
+    "circuit_faithfulness": "a circuit's faithfulness against random circuits from the top 4k of its ranking",
+    "probe_chance": "a probe layer beats the shuffled-label control (family-wise over layers)",
+    "probe_selective": "a probe layer beats the type-keyed control (family-wise over layers)",
+    "swap_strict": "real edits swap the answer more often than their controls",
+    "swap_specificity": "real edits raise the target's margin more than their controls",
+    "swap_beats_all": "the real edit beats all its controls more often than chance",
+    "steer_kl": "a steering vector moves the next-token distribution more than random vectors of its norm",
+    "steer_concept": "a steering vector writes its concept more than random vectors of its norm",
+    "naming_generation": "an explanation's written texts separate (AUROC within token-count strata)",
+    "naming_detection": "an explanation's quiz predictions beat chance (within token-count strata)",
+}
+RESOLVE = "cannot resolve at α = 0.05"
+
+
+def outcome(p_value: float, p_floor: float, alpha: float = ALPHA) -> str:
+    """ "significant" (p ≤ α), "cannot resolve" (p > α and the smallest reachable p, ``p_floor``, is above α: the
+    test could not have rejected) or "not significant" (p > α though it could have been ≤ α)."""
+    if p_value <= alpha:
+        return "significant"
+    return "cannot resolve" if p_floor > alpha else "not significant"
+
+
+def worded(
+    key: str, p_value: float, p_floor: float, significant: str, not_significant: str, alpha: float = ALPHA
+) -> str:
+    """A verdict in words, three ways (``outcome``): ``significant`` when p ≤ α; "cannot resolve at α = 0.05" with
+    the floor when p_floor > α; else ``not_significant`` — which never says "no effect" or "indistinguishable": a p
+    above α only fails to reject. ``key`` names the verdict's calibration row (``VERDICTS``)."""
+    if key not in VERDICTS:
+        raise ValueError(f"verdict {key!r} has no calibration row: add it to stats.VERDICTS and scripts/calibrate.py")
+    kind = outcome(p_value, p_floor, alpha)
+    if kind == "significant":
+        return f"{significant} (p = {p_value:.3g})"
+    if kind == "cannot resolve":
+        return f"{RESOLVE}: the smallest p this test can reach is {p_floor:.3g} (p = {p_value:.3g})"
+    return f"{not_significant} (p = {p_value:.3g}, p_floor = {p_floor:.3g})"
+
+
+def rank_floor(n_max: int, pool: int | None = None) -> float:
+    """The smallest p a rank test can reach with at most ``n_max`` draws from ``pool`` distinct other sets (None:
+    unlimited): 1/(min(n_max, pool) + 1); 1 when the pool is empty."""
+    cap = n_max if pool is None else min(n_max, pool)
+    return 1.0 / (cap + 1)
+
+
+def versus_random(
+    key: str, test: RankTest, what: str = "random draws", p_floor: float | None = None, alpha: float = ALPHA
+) -> str:
+    """A rank test's verdict in words (``worded``, ``key`` its calibration row): "beats n …", "does not beat n … at
+    α" or "cannot resolve at α" when the floor (``p_floor``, default the test's own) is above α."""
     how = (
         f"; drawn sequentially, stopping at {test.h} at least as extreme or {test.n_max} draws"
         if test.h is not None
         else ""
     )
-    return f"{word} {test.n} {what} (p = {test.p_value:.3g}; {test.at_least_as_extreme} at least as extreme{how})"
+    floor = test.p_floor if p_floor is None else p_floor
+    count = f"{test.at_least_as_extreme} at least as extreme{how}"
+    words = worded(
+        key,
+        test.p_value,
+        floor,
+        f"beats {test.n} {what}",
+        f"does not beat {test.n} {what} at α = {alpha}",
+        alpha,
+    )
+    if outcome(test.p_value, floor, alpha) == "cannot resolve":
+        return f"{words}, against {test.n} {what}"
+    return f"{words[:-1]}; {count})"
+
+
+# --- Random sets that differ from the real one ---------------------------------------------------------------
+
+ENUMERATE_BELOW = 200  # fewer distinct other sets than this: every one of them, in a random order
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One part of a random set: ``k`` distinct items of ``pool`` (item ids), the real set's being ``real``."""
+
+    pool: tuple[int, ...]
+    real: tuple[int, ...]
+
+    @property
+    def k(self) -> int:
+        return len(self.real)
+
+
+class DistinctSets:
+    """Random sets made of one k-subset per ``Slot``, each different from the real set (every slot's ``real``) and
+    from each other: the stand-ins a real set is ranked among, which must never contain it (a redraw of the real set
+    is a tie that caps p at about 1/pool). ``size`` counts the distinct other sets; when it is below
+    ``ENUMERATE_BELOW`` every one is listed in a seeded random order, else sets are drawn uniformly and a repeat or
+    the real set is drawn again. Under H0 "the real set is one more random set" the real set and any n of these are
+    exchangeable, so a rank test on them is exact, and its floor is ``rank_floor(n_max, size)``."""
+
+    def __init__(self, slots: Sequence[Slot], seed: int) -> None:
+        self.slots = list(slots)
+        for slot in self.slots:
+            if not set(slot.real) <= set(slot.pool) or len(set(slot.real)) != slot.k:
+                raise ValueError("each slot's real items must be distinct members of its pool")
+        self.size = math.prod(math.comb(len(s.pool), s.k) for s in self.slots) - 1
+        self.generator = np.random.default_rng(seed)
+        self.real = tuple(tuple(sorted(s.real)) for s in self.slots)
+        self.seen = {self.real}
+        self.listed: list[tuple[tuple[int, ...], ...]] | None = None
+        if self.size < ENUMERATE_BELOW:
+            every = itertools.product(*(itertools.combinations(sorted(s.pool), s.k) for s in self.slots))
+            others = [c for c in every if c != self.real]
+            self.listed = [others[i] for i in self.generator.permutation(len(others))]
+        self.made = 0
+
+    def take(self, n: int) -> list[tuple[tuple[int, ...], ...]]:
+        """The next ``n`` sets (per slot its sorted items); fewer when the sets run out."""
+        if self.listed is not None:
+            out = self.listed[self.made : self.made + n]
+            self.made += len(out)
+            return out
+        out = []
+        while len(out) < n and len(self.seen) <= self.size:
+            chosen = tuple(
+                tuple(sorted(int(i) for i in self.generator.choice(s.pool, s.k, replace=False))) for s in self.slots
+            )
+            if chosen not in self.seen:
+                self.seen.add(chosen)
+                out.append(chosen)
+        self.made += len(out)
+        return out
 
 
 # --- Arm relabelling within clusters: a permutation test valid under dependence ----------------------------------
