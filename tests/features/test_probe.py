@@ -6,7 +6,6 @@ stored direction, and `probe` → `direction://` → `ablate` over a real stdio 
 from __future__ import annotations
 
 import itertools
-
 import json
 import os
 from pathlib import Path
