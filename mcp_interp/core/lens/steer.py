@@ -274,6 +274,7 @@ def steer_steps(
             unsteered=baseline_score,
             draws=list(concept_test.draws),
             p_value=concept_test.p_value,
+            p_floor=concept_test.p_floor,
             verdict=stats.versus_random("steer_concept", concept_test, "random directions' continuations (same norm)"),
         )
         notes.append(
@@ -330,6 +331,7 @@ def steer_steps(
         random_next_token_kl=random_kl,
         random_norm=norm,
         random_p_value=test.p_value,
+        random_p_floor=test.p_floor,
         baseline_text=model.tokenizer.decode(baseline_ids),
         steered_text=model.tokenizer.decode(steered_ids),
         repetition_baseline=rep_base,

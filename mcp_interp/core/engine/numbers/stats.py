@@ -763,3 +763,112 @@ def detection_test(truth: Sequence[bool], predicted: Sequence[bool], confidence:
         true_positives=tp,
         true_negatives=tn,
     )
+
+
+# --- Naming scores that do not reward length: tests within token-count strata ---------------------------------
+#
+# A text's activation is its maximum over positions, and a longer text has more positions, so its maximum is larger
+# whatever the text says: an unrelated explanation whose "activating" texts are longer won an ordinary AUROC test
+# 24.5 % of the time at α = 0.05 (issue 41). Comparing only texts of the same token count removes length exactly:
+# within a stratum the two sets' maxima are exchangeable under H0 however long the texts are, and the test permutes
+# within strata (van Elteren's stratified rank-sum; for the quiz, Fisher's test within strata).
+
+
+@dataclass(frozen=True)
+class StratifiedAurocTest:
+    """``x`` over ``y`` compared only within strata (token counts). ``auroc`` = P(X > Y) + ½P(X = Y) over the
+    same-stratum pairs (0.5 = chance; 0.5 and p = 1 when there are none); ``low``/``high`` Newcombe's interval with
+    the texts that have a partner; ``p_value`` one-sided (x higher), the permutation of the sets' labels within each
+    stratum — exact by enumeration up to ``PERMUTATION_DRAWS`` relabellings, else Monte Carlo; ``p_floor`` the
+    smallest p it can give: 1/∏ C(n_s, a_s) (or 1/(draws + 1))."""
+
+    auroc: float
+    low: float
+    high: float
+    p_value: float
+    p_floor: float
+    method: str  # "exact stratified permutation" or "Monte Carlo stratified permutation"
+    pairs: int  # same-stratum (x, y) pairs
+    n_x: int  # x texts with at least one y of their stratum
+    n_y: int
+    strata: int
+
+
+def stratified_auroc_test(
+    x: Values, y: Values, strata_x: Sequence[int], strata_y: Sequence[int], seed: int = 0
+) -> StratifiedAurocTest:
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    sa, sb = np.asarray(strata_x), np.asarray(strata_y)
+    shared = sorted(set(sa.tolist()) & set(sb.tolist()))
+    blocks: list[tuple[np.ndarray, int]] = []  # per stratum: midranks of the pooled values, how many are x
+    u = 0.0
+    pairs = n_x = n_y = 0
+    for s in shared:
+        xs, ys = a[sa == s], b[sb == s]
+        ranks = stats.rankdata(np.concatenate([xs, ys]))
+        blocks.append((ranks, xs.size))
+        u += float(ranks[: xs.size].sum()) - xs.size * (xs.size + 1) / 2
+        pairs += xs.size * ys.size
+        n_x, n_y = n_x + xs.size, n_y + ys.size
+    if not pairs:
+        return StratifiedAurocTest(0.5, 0.0, 1.0, 1.0, 1.0, "no same-stratum pairs", 0, 0, 0, 0)
+    observed = sum(float(r[:k].sum()) for r, k in blocks)
+    tolerance = 1e-9 * max(1.0, observed)
+    total = math.prod(math.comb(r.size, k) for r, k in blocks)
+    if total <= PERMUTATION_DRAWS:
+        sums = np.zeros(1)
+        for r, k in blocks:
+            subsets = np.array([r[list(c)].sum() for c in itertools.combinations(range(r.size), k)])
+            sums = (sums[:, None] + subsets[None, :]).ravel()
+        p_value, floor, method = float(np.mean(sums >= observed - tolerance)), 1 / total, "exact stratified permutation"
+    else:
+        generator = np.random.default_rng(seed)
+        at_least = 0
+        for start in range(0, PERMUTATION_DRAWS, PERMUTATION_CHUNK):
+            size = min(PERMUTATION_CHUNK, PERMUTATION_DRAWS - start)
+            sums = np.zeros(size)
+            for r, k in blocks:
+                if k == r.size:
+                    sums += r.sum()
+                    continue
+                picks = np.argpartition(generator.random((size, r.size)), k - 1, axis=1)[:, :k]
+                sums += r[picks].sum(axis=1)
+            at_least += int(np.sum(sums >= observed - tolerance))
+        p_value = (at_least + 1) / (PERMUTATION_DRAWS + 1)
+        floor, method = max(1 / total, 1 / (PERMUTATION_DRAWS + 1)), "Monte Carlo stratified permutation"
+    value = u / pairs
+    low, high = auroc_interval(value, n_x, n_y)
+    return StratifiedAurocTest(value, low, high, min(1.0, p_value), floor, method, pairs, n_x, n_y, len(blocks))
+
+
+@dataclass(frozen=True)
+class StratifiedDetection:
+    """``DetectionTest``'s balanced accuracy and interval, with the p-value taken within strata (token counts): H0 =
+    within each stratum the predictions carry no information about which texts fire. P(TP ≥ observed) with each
+    stratum's true positives hypergeometric and independent (their distributions convolved): exact, and a predictor
+    that reads only length gains nothing. ``p_floor``: ∏ 1/C(N_s, K_s), the p of predictions that are all right."""
+
+    test: DetectionTest
+    p_value: float
+    p_floor: float
+    strata: int
+
+
+def stratified_detection_test(
+    truth: Sequence[bool], predicted: Sequence[bool], strata: Sequence[int], confidence: float = CONFIDENCE
+) -> StratifiedDetection:
+    overall = detection_test(truth, predicted, confidence)
+    fires, said, groups = np.asarray(truth, dtype=bool), np.asarray(predicted, dtype=bool), np.asarray(strata)
+    pmf = np.ones(1)
+    floor = 1.0
+    observed = 0
+    values = np.unique(groups)
+    for value in values:
+        inside = groups == value
+        n, k, called = int(inside.sum()), int(fires[inside].sum()), int(said[inside].sum())
+        observed += int((fires & said)[inside].sum())
+        support = np.arange(0, min(k, called) + 1)
+        pmf = np.convolve(pmf, stats.hypergeom.pmf(support, n, k, called))
+        floor /= math.comb(n, k)
+    p_value = float(min(1.0, max(0.0, pmf[observed:].sum())))
+    return StratifiedDetection(overall, p_value, floor, int(values.size))
