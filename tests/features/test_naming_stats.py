@@ -195,10 +195,12 @@ def test_two_strata_by_enumeration() -> None:
     sx, sy = [5, 5, 8, 8], [5, 5, 8, 8, 8]
 
     def u(xs: list[float], ys: list[float], a: list[int], b: list[int]) -> float:
-        return sum((p > q) + 0.5 * (p == q) for p, s in zip(xs, a) for q, t in zip(ys, b) if s == t)
+        return sum(
+            (p > q) + 0.5 * (p == q) for p, s in zip(xs, a, strict=True) for q, t in zip(ys, b, strict=True) if s == t
+        )
 
     observed = u(x, y, sx, sy)
-    groups = {s: [v for v, t in zip(x + y, sx + sy) if t == s] for s in (5, 8)}
+    groups = {s: [v for v, t in zip(x + y, sx + sy, strict=True) if t == s] for s in (5, 8)}
     counts = {s: sx.count(s) for s in (5, 8)}
     null = []
     for first in itertools.combinations(range(4), counts[5]):
