@@ -281,8 +281,8 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                 "applies to `top_k`. A given circuit was not selected on these pairs; it is evaluated on all of them."
             )
         n = len(self.clean_prompts)
-        fraction = held_out_fraction(self.held_out, n) if self.top_k is not None else (self.held_out or 0.0)
-        selecting, evaluating = held_out_split(n, fraction, self.seed)
+        share = held_out_fraction(self.held_out, n) if self.top_k is not None else (self.held_out or 0.0)
+        selecting, evaluating = held_out_split(n, share, self.seed)
         pairs = self._pairs(selecting)
         evaluation = self._pairs(evaluating) if evaluating else pairs
         graph = graph_of(self.model.backend)

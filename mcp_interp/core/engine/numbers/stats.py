@@ -795,7 +795,7 @@ class StratifiedAurocTest:
 
 
 def stratified_auroc_test(
-    x: Values, y: Values, strata_x: Sequence[int], strata_y: Sequence[int], seed: int = 0
+    x: Values, y: Values, strata_x: Sequence[int] | np.ndarray, strata_y: Sequence[int] | np.ndarray, seed: int = 0
 ) -> StratifiedAurocTest:
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     sa, sb = np.asarray(strata_x), np.asarray(strata_y)
