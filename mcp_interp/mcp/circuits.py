@@ -137,7 +137,9 @@ CircuitAblationArgument = Annotated[
 ]
 GranularityArgument = Annotated[Granularity, Field(description="node: k heads/MLPs, all their edges.")]
 RankByArgument = Annotated[RankBy, Field(description="By |score| or signed score.")]
-HeldOut = Annotated[float, Field(ge=0, lt=1, description="Fraction of pairs held out to score on (seeded).")]
+HeldOut = Annotated[
+    float | None, Field(ge=0, lt=1, description="Fraction of pairs held out to score on (seeded); default 0.5 if ≥ 4.")
+]
 RandomCircuits = Annotated[
     int,
     Field(
@@ -184,7 +186,7 @@ async def circuit_faithfulness(
     granularity: GranularityArgument = "edge",
     rank_by: RankByArgument = "abs",
     ablation: CircuitAblationArgument = "corrupt",
-    held_out: HeldOut = 0.0,
+    held_out: HeldOut = None,
     random_circuits: RandomCircuits = CIRCUIT_DRAWS,
     seed: int = 0,
     metric: PairMetricArgument = "logit_diff",
@@ -239,7 +241,7 @@ async def find_circuit(
     granularity: GranularityArgument = "edge",
     rank_by: RankByArgument = "abs",
     ablation: CircuitAblationArgument = "corrupt",
-    held_out: HeldOut = 0.0,
+    held_out: HeldOut = None,
     random_circuits: RandomCircuits = CIRCUIT_DRAWS,
     seed: int = 0,
     top: Top = 20,

@@ -250,8 +250,10 @@ def explanation_documents(kit: Toolkit, key: str, fingerprint: str) -> list[tupl
             created=document["created"],
             auroc=generation.get("auroc"),
             auroc_p=generation.get("p_value"),
+            auroc_p_floor=generation.get("p_floor"),
             balanced_accuracy=detection.get("balanced_accuracy"),
             detection_p=detection.get("p_value"),
+            detection_p_floor=detection.get("p_floor"),
         )
         found.append((document, summary))
     return sorted(found, key=lambda pair: pair[1].created, reverse=True)

@@ -45,8 +45,8 @@ class AblationOutcome(Measurement):
 
 class RandomBaseline(BaseModel):
     """The same ablation with its directions (SAE features) replaced by seeded random ones removing the same energy at
-    the ablated positions — or, for heads, neurons, MLPs and attention layers, by random ones of the same kind and
-    count — the real effect ranked among theirs."""
+    the ablated positions — or, for heads, neurons, MLPs and attention layers, by random sets of the same kind and
+    count, never the real one — the real effect ranked among theirs."""
 
     replaced: str = Field(description="'directions', 'features' or both.")
     statistic: str = Field(description="What is ranked: the mean change (after − before) of this metric.")
@@ -56,6 +56,8 @@ class RandomBaseline(BaseModel):
         description="Sequential two-sided rank test about `centre`: 10/n when the 10th draw at least as far from it "
         "came at draw n, else (1 + #)/(n_max + 1); valid under H0 'the real one is random'."
     )
+    p_floor: float = Field(description="Smallest reachable p; above 0.05 the verdict cannot resolve.")
+    pool_size: int | None = Field(description="Distinct other sets drawable (null: unlimited).")
     verdict: str
     seed: int = Field(description="The ablation's `seed`.")
     energy: float | None = Field(

@@ -119,6 +119,9 @@ class CircuitBaseline(BaseModel):
         description="Sequential (Besag–Clifford): 10/draws_made if it stopped at 10 draws ≥ the circuit, else "
         "(1 + at_least_as_good)/(most_draws + 1). Valid under H0 'the ranking inside the pool is noise'."
     )
+    p_floor: float = Field(description="Smallest reachable p; above 0.05 the verdict cannot resolve.")
+    pool_size: int = Field(description="Distinct circuits drawable: C(pool, k) − 1 (never the circuit).")
+    post_selection: bool = Field(description="Chosen on the pairs it is scored on: p given, no verdict.")
     pool: int = Field(description="The candidate pool's size (4k, at most everything).")
     overlap: float = Field(description="k / pool: the share of the pool a draw takes; above 0.25 it says little.")
     verdict: str

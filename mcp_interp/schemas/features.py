@@ -59,6 +59,8 @@ class ProbeMeasurement(Measurement):
     control_key: str | None = Field(default=None, description="e.g. token 1 (40 types: …).")
     control_draws: int = Field(description="The most draws per control; drawn until 10 per layer are as good.")
     draws_made: dict[str, int] = Field(default_factory=dict, description="Draws each control made.")
+    p_floor: dict[str, float] = Field(default_factory=dict, description="Per control: the smallest reachable p.")
+    labellings: dict[str, int] = Field(default_factory=dict, description="Distinct other labellings, when few.")
     layers: list[ProbeLayer]
     best_layer: int = Field(description="Highest accuracy.")
     best_ci_adjusted: list[float] = Field(description="Its exact interval at level 1 − 0.05/L: cite this.")

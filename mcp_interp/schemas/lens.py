@@ -146,6 +146,7 @@ class ConceptBaseline(BaseModel):
         description="Sequential rank test, 'greater': 10/n when the 10th random score ≥ real came at draw n, else "
         "(1 + #)/(n_max + 1); valid under H0 'the vector is a random one'."
     )
+    p_floor: float = Field(description="Smallest reachable p: 1/(random_draws + 1).")
     verdict: str
 
 
@@ -186,6 +187,7 @@ class SteerMeasurement(Measurement):
         description="Sequential rank test of next_token_kl among the random KLs ('greater'; 10/n when the 10th random "
         "KL ≥ it came at draw n, else (1 + #)/(n_max + 1)): the prediction moved more than random ones move it."
     )
+    random_p_floor: float = Field(description="Smallest reachable p: 1/(random_draws + 1).")
     baseline_text: str = Field(description="Greedy continuation without steering.")
     steered_text: str = Field(description="Greedy continuation with the vector added at every position.")
     repetition_baseline: float = Field(description="Fraction of repeated 3-grams in the baseline continuation.")

@@ -101,8 +101,10 @@ class ScoredExplanation(BaseModel):
     created: str
     auroc: float | None = Field(default=None, description="Generation.")
     auroc_p: float | None = None
+    auroc_p_floor: float | None = None
     balanced_accuracy: float | None = Field(default=None, description="Detection quiz.")
     detection_p: float | None = None
+    detection_p_floor: float | None = None
 
 
 class FeatureExamplesMeasurement(Measurement):
@@ -130,10 +132,16 @@ class TextScore(BaseModel):
 
 
 class GenerationScore(BaseModel):
-    auroc: float = Field(description="P(activating max > non-activating max) + ½P(=); 0.5 = chance, 1 = perfect.")
+    auroc: float = Field(
+        description="Over pairs of equal token count: P(activating max > non-activating max) + ½P(=); 0.5 = chance."
+    )
     auroc_ci: list[float] = Field(description="95 % (Newcombe).")
-    p_value: float = Field(description="One-sided, H0: the sets are exchangeable.")
+    p_value: float = Field(description="One-sided, H0: within each token count the sets are exchangeable.")
+    p_floor: float = Field(description="Smallest reachable p; above 0.05 the verdict cannot resolve.")
     p_method: str
+    pairs: int = Field(description="Same-length pairs compared.")
+    activating_tokens: list[int] = Field(description="Tokens per activating text.")
+    non_activating_tokens: list[int]
     verdict: str
     per_text: list[TextScore]
 
@@ -143,7 +151,6 @@ class QuizHandle(BaseModel):
     texts: list[str] = Field(description="Predict, in order, whether each fires.")
     seed: int
     pool: str
-    n_firing: int = Field(description="How many fire (which is hidden).")
 
 
 class QuizAnswer(BaseModel):
@@ -158,7 +165,8 @@ class DetectionScore(BaseModel):
     balanced_accuracy: float = Field(description="(TPR + TNR)/2: 0.5 = chance, 1 = perfect.")
     balanced_accuracy_ci: list[float] = Field(description="Exact 95 %.")
     interval: str
-    p_value: float = Field(description="Exact permutation test against chance, one-sided.")
+    p_value: float = Field(description="Exact permutation test against chance within token counts, one-sided.")
+    p_floor: float = Field(description="Smallest reachable p (all predictions right).")
     true_positive_rate: float
     true_negative_rate: float
     verdict: str

@@ -215,9 +215,10 @@ class PromptTest(BaseModel):
     real: float = Field(description="Mean over targets, real arm.")
     control: float = Field(description="Mean over targets, controls.")
     difference: float = Field(description="real − control; > 0 = real above its controls.")
-    targets: int = Field(description="Target concepts: the units relabelled.")
+    targets: int = Field(description="Units relabelled: targets (merged where they share a control token).")
     real_above: int = Field(description="Targets where the real arm tops every control arm.")
     p_value: float = Field(description="Two-sided.")
+    p_floor: float = Field(description="Smallest reachable p; above 0.05 the verdict cannot resolve.")
     p_greater: float = Field(description="One-sided, real > control.")
     method: Literal["exact", "monte_carlo"]
     draws: int = Field(description="Monte Carlo relabellings (0 = exact).")
@@ -285,6 +286,9 @@ class SwapSummary(BaseModel):
     )
     excluded_trials: int = Field(description="Layer slots in the ledger.")
     target_was_active: int
+    shared_controls: list[list[str]] = Field(
+        default_factory=list, description="Targets relabelled as one: their tested swaps share a control token."
+    )
 
 
 class SwapBenchmarkMeasurement(Measurement):

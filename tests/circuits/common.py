@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores
@@ -78,3 +81,20 @@ def sequential_p(real: float, draws: list[float], most: int, h: int = 10) -> flo
             return h / n
     assert len(draws) == most, "drawing stopped before h draws at least as good and before the cap"
     return (1 + count) / (most + 1)
+
+
+def distinct_draws(pool: int, k: int, seed: int, n: int) -> list[tuple[int, ...]]:
+    """The documented draw of random circuits, by hand: k of the ``pool`` candidates (by index, the circuit being the
+    first k), never the circuit itself nor a repeat — all of them shuffled by numpy's ``default_rng(seed)`` when there
+    are fewer than 200, else ``choice(range(pool), k, replace=False)`` sorted, redrawn on a repeat. The first ``n``."""
+    generator = np.random.default_rng(seed)
+    real = tuple(range(k))
+    if math.comb(pool, k) - 1 < 200:
+        every = [c for c in itertools.combinations(range(pool), k) if c != real]
+        return [every[i] for i in generator.permutation(len(every))][:n]
+    out: list[tuple[int, ...]] = []
+    while len(out) < n:
+        subset = tuple(sorted(int(i) for i in generator.choice(tuple(range(pool)), k, replace=False)))
+        if subset != real and subset not in out:
+            out.append(subset)
+    return out

@@ -72,15 +72,15 @@ def test_the_curve_ends_at_the_full_graph_and_mean_ablation_reports_its_empty_ci
 
 
 def test_a_baseline_whose_pool_is_the_circuit_says_so(tiny: LoadedModel) -> None:
-    """A known construction: the circuit of every edge (k = 190 = the whole graph) has a pool of 190, so every random
-    190-edge circuit *is* the circuit. Each draw then equals its faithfulness exactly, drawing stops at the 10th draw
-    (all ten ≥ it), p = 10/10 = 1, and a note says the draws overlap the circuit (k/pool = 1 > 1/4). The top 10 edges
-    (pool 40, k/pool = 1/4 exactly) get no such note."""
+    """A known construction: the circuit of every edge (k = 190 = the whole graph) has a pool of 190, so the only
+    190-edge circuit *is* the circuit: no other circuit exists, nothing is drawn (a redraw of the circuit would be a
+    tie), p = 1 with floor 1, and a note says the draws overlap the circuit (k/pool = 1 > 1/4). The top 10 edges
+    (pool 40, k/pool = 1/4 exactly) get no such note. With 2 pairs nothing is held out: the p is post-selection."""
     full = faithfulness_job(tiny, top_k=190, random_circuits=19)
-    assert full.baseline.pool == 190 and full.baseline.overlap == 1.0
-    assert full.baseline.draws == [full.faithfulness.value] * 10 and full.baseline.draws_made == 10
-    assert full.baseline.p_value == 1.0 == sequential_p(full.faithfulness.value, full.baseline.draws, 19)
-    assert "indistinguishable" in full.baseline.verdict
+    assert full.baseline.pool == 190 and full.baseline.overlap == 1.0 and full.baseline.pool_size == 0
+    assert full.baseline.draws == [] and full.baseline.draws_made == 0
+    assert full.baseline.p_value == 1.0 == full.baseline.p_floor
+    assert full.baseline.post_selection and "no verdict" in full.baseline.verdict
     overlap = [note for note in full.notes if "overlap the circuit heavily" in note]
     assert len(overlap) == 1 and "190 of a pool of only 190 edges" in overlap[0] and "190.0 of its 190" in overlap[0]
     top = faithfulness_job(tiny, top_k=10, random_circuits=19)
@@ -182,7 +182,11 @@ async def test_circuit_faithfulness_over_mcp_with_its_curve(tiny_client: Client)
     assert explicit["n_edges"] == 1 and explicit["curve"] == []
     baseline = explicit["baseline"]
     assert len(baseline["draws"]) == baseline["draws_made"] <= 19 and baseline["most_draws"] == 19
-    assert baseline["p_value"] == pytest.approx(sequential_p(explicit["faithfulness"]["value"], baseline["draws"], 19))
+    cap = min(19, baseline["pool_size"])  # 1 edge from a pool of 4: 3 other circuits, all drawn
+    assert baseline["pool_size"] == 3 and baseline["p_floor"] == pytest.approx(1 / 4)
+    value = explicit["faithfulness"]["value"]
+    assert baseline["p_value"] == pytest.approx(sequential_p(value, baseline["draws"], cap, min(10, cap)))
+    assert baseline["verdict"].startswith("the circuit cannot resolve at α = 0.05")
 
 
 def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: LoadedModel) -> None:
@@ -214,7 +218,9 @@ def test_find_circuit_returns_the_smallest_top_k_reaching_the_target(tiny: Loade
     assert found.baseline.draws_made == len(found.baseline.draws) == 200 and found.baseline.most_draws == 200
     assert found.baseline.at_least_as_good == sum(d >= held for d in found.baseline.draws) == 0
     assert found.baseline.p_value == pytest.approx(sequential_p(held, found.baseline.draws, 200)) == 1 / 201
-    assert "beats" in found.baseline.verdict
+    # 2 pairs are too few to hold any out: the circuit was chosen on the pairs it is scored on, so no verdict
+    assert found.held_out is None and found.baseline.post_selection
+    assert found.baseline.verdict.startswith("post-selection p = 0.00498") and "beats" not in found.baseline.verdict
 
 
 def test_the_baseline_draws_in_batches_and_stops_when_cancelled(tiny: LoadedModel, monkeypatch: Any) -> None:

@@ -5,9 +5,11 @@ and zero-gap pairs refused."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from mcp import Client
@@ -17,7 +19,7 @@ from mcp_interp.core.circuits.selection import held_out_split, node_circuit, ran
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.errors import InputError
-from tests.circuits.common import CLEAN, CORRUPT, sequential_p
+from tests.circuits.common import CLEAN, CORRUPT, distinct_draws, sequential_p
 from tests.helpers import assert_valid_structured, error_text, tools_by_name
 
 PAIRS: dict[str, Any] = {
@@ -80,8 +82,10 @@ def faithful(model: LoadedModel, pairs: dict[str, Any] | None = None, **kwargs: 
 
 def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedModel) -> None:
     """The top 10 edges beat random 10-edge circuits drawn from the top 40; the 10 least-attributed edges, a circuit
-    that cannot carry the behaviour, do not (p > 0.25). Every draw is rebuilt by hand from the seeded pool and
-    re-measured as an explicit circuit."""
+    that cannot carry the behaviour, do not (p > 0.25). Every draw is rebuilt by hand from the seeded pool (numpy's
+    ``default_rng(seed)``, 10 of the 40 without replacement, never the top 10 itself nor a repeat) and re-measured as
+    an explicit circuit. Ranked and scored on the same pairs (held_out=0), the top 10's p is post-selection: no
+    verdict."""
     from mcp_interp.core.circuits.attribution import graph_of
     from mcp_interp.core.circuits.faithfulness import Ablator
     from mcp_interp.core.circuits.faithfulness_job import edge_names
@@ -89,16 +93,20 @@ def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedM
     from mcp_interp.core.engine.patching.pairs import prepare_pairs
     from tests.circuits.common import run_eap_on
 
-    top = faithful(tiny, top_k=10, random_circuits=40, seed=2)
+    top = faithful(tiny, top_k=10, random_circuits=40, seed=2, held_out=0.0)
     pairs = prepare_pairs(tiny, **PAIRS)
     scores = run_eap_on(tiny, pairs)
     graph = graph_of(tiny.backend)
     ranked = sorted(graph.edges, key=lambda e: -abs(float(scores.scores[e])))
-    generator = random.Random(2)
+    generator = np.random.default_rng(2)
+    chosen: list[tuple[int, ...]] = []
+    while len(chosen) < top.baseline.draws_made:
+        subset = tuple(sorted(int(i) for i in generator.choice(tuple(range(40)), 10, replace=False)))
+        if subset != tuple(range(10)) and subset not in chosen:
+            chosen.append(subset)
     with edge_hooks(tiny.bridge):
         ablator = Ablator(tiny.backend, graph, pairs, "corrupt")  # faithfulness itself is checked against TL elsewhere
-        made = top.baseline.draws_made
-        draws = [ablator.recovered(ablator.run(set(generator.sample(ranked[:40], 10)))).value for _ in range(made)]
+        draws = [ablator.recovered(ablator.run({ranked[i] for i in subset})).value for subset in chosen]
     assert top.baseline.pool == 40
     assert top.baseline.draws == pytest.approx(draws, abs=1e-6)
     assert top.baseline.p_value == pytest.approx(sequential_p(top.faithfulness.value, draws, 40))
@@ -106,7 +114,9 @@ def test_the_baseline_can_fail_and_its_p_value_is_the_rank_formula(tiny: LoadedM
     bottom = faithful(tiny, edges=edge_names(graph, set(ranked[-10:])), random_circuits=40, seed=2)
     assert bottom.baseline.p_value == pytest.approx(sequential_p(bottom.faithfulness.value, bottom.baseline.draws, 40))
     assert bottom.baseline.p_value > 0.25, bottom.baseline  # far from significant
-    assert "indistinguishable" in bottom.baseline.verdict and "beats" in top.baseline.verdict
+    assert bottom.baseline.verdict.startswith("the circuit does not beat") and not bottom.baseline.post_selection
+    assert top.baseline.post_selection and top.baseline.verdict.startswith("post-selection p")
+    assert top.baseline.pool_size == math.comb(40, 10) - 1 and top.baseline.p_floor == pytest.approx(1 / 41)
 
 
 def selected_alone(model: LoadedModel, job: Any) -> Any:
@@ -115,7 +125,7 @@ def selected_alone(model: LoadedModel, job: Any) -> Any:
     from mcp_interp.core.engine.patching.pairs import pick
 
     selecting = [i for i in range(len(PAIRS["clean_prompts"])) if i not in job.result.held_out_pairs]
-    alone = FindCircuitJob(model=model, **{k: pick(v, selecting) for k, v in PAIRS.items()}, target=0.6)
+    alone = FindCircuitJob(model=model, **{k: pick(v, selecting) for k, v in PAIRS.items()}, target=0.6, held_out=0.0)
     drain(alone)
     return alone
 
@@ -153,7 +163,7 @@ def test_held_out_pairs_never_reach_the_selection(tiny: LoadedModel, monkeypatch
 def test_node_level_find_circuit_keeps_every_edge_out_of_its_nodes(tiny: LoadedModel) -> None:
     from mcp_interp.core.circuits.faithfulness_job import edge_names
 
-    job = find(tiny, target=0.7, granularity="node", rank_by="signed")
+    job = find(tiny, target=0.7, granularity="node", rank_by="signed", held_out=0.0)
     result = job.result
     graph = job.graph
     names = {str(w): i for i, w in enumerate(graph.writers)}
@@ -171,8 +181,14 @@ def test_node_level_find_circuit_keeps_every_edge_out_of_its_nodes(tiny: LoadedM
         assert fewer.faithfulness.value < 0.7
     assert result.baseline.pool == min(4 * result.k, len(graph.writers) - 1)
     assert result.baseline.p_value == pytest.approx(
-        sequential_p(result.faithfulness.value, result.baseline.draws, result.baseline.most_draws)
+        sequential_p(
+            result.faithfulness.value,
+            result.baseline.draws,
+            min(result.baseline.most_draws, result.baseline.pool_size),
+            min(10, result.baseline.pool_size),
+        )
     )
+    assert result.baseline.post_selection and "no verdict" in result.baseline.verdict  # held_out=0: post-selection
 
 
 def ablated_by_hand(model: LoadedModel, pairs: dict[str, Any], circuits: list[set[tuple[int, int]]]) -> list[float]:
@@ -221,16 +237,18 @@ async def test_a_stored_node_circuit_is_judged_as_it_was_found(
     )
     assert again["granularity"] == "node" and again["baseline"]["pool"] == found["baseline"]["pool"] == pool < 190
     circuit = node_circuit(graph, [writers[n] for n in stored["nodes"]])
-    generator = random.Random(1)
     made = again["baseline"]["draws_made"]
-    draws = [node_circuit(graph, generator.sample([writers[n] for n in stored["pool"]], k)) for _ in range(made)]
+    nodes = [writers[n] for n in stored["pool"]]
+    draws = [node_circuit(graph, [nodes[i] for i in subset]) for subset in distinct_draws(pool, k, 1, made)]
     direct, *by_hand = ablated_by_hand(tiny, held, [circuit, *draws])
     assert again["n_edges"] == len(circuit) == found["n_edges"]
     assert again["faithfulness"]["value"] == pytest.approx(direct, abs=1e-6)
     assert again["faithfulness"]["value"] == pytest.approx(found["held_out"]["value"], abs=1e-6)
     assert again["baseline"]["draws"] == pytest.approx(by_hand, abs=1e-6)
     assert again["baseline"]["draws"] == pytest.approx(found["baseline"]["draws"], abs=1e-6)
-    assert again["baseline"]["p_value"] == pytest.approx(sequential_p(direct, by_hand, 40))
+    cap = min(40, math.comb(pool, k) - 1)
+    assert again["baseline"]["pool_size"] == math.comb(pool, k) - 1
+    assert again["baseline"]["p_value"] == pytest.approx(sequential_p(direct, by_hand, cap, min(10, cap)))
     assert any(f"k = {k} nodes" in note for note in again["notes"])
 
     old = {key: value for key, value in stored.items() if key not in ("pool", "k", "rank_by")}
@@ -254,7 +272,8 @@ def test_zero_gap_pairs_are_refused(tiny: LoadedModel) -> None:
 async def test_circuit_uri_reproduces_find_circuit_to_1e_6(tiny_client: Client) -> None:
     tools = await tools_by_name(tiny_client)
     found = assert_valid_structured(
-        tools["find_circuit"], await tiny_client.call_tool("find_circuit", {**PAIRS, "target": 0.9, "top": 3})
+        tools["find_circuit"],
+        await tiny_client.call_tool("find_circuit", {**PAIRS, "target": 0.9, "top": 3, "held_out": 0.0}),
     )
     stored = json.loads((await tiny_client.read_resource(found["circuit_uri"])).contents[0].text)
     assert len(stored["edges"]) == found["n_edges"] > 3 and len(found["edges"]) == 3
@@ -277,3 +296,14 @@ async def test_circuit_uri_reproduces_find_circuit_to_1e_6(tiny_client: Client) 
         "find_circuit", {**PAIRS, "corrupt_prompts": PAIRS["clean_prompts"], "target": 0.5}
     )
     assert zero.is_error and "do not change the metric" in error_text(zero).replace("\n", " ")
+
+
+def test_find_circuit_holds_half_the_pairs_out_by_default_from_four(tiny: LoadedModel) -> None:
+    """4 pairs: by default 2 select the circuit and the other 2 (seeded) score it and its baseline, which then gives a
+    verdict; the same call with held_out=0 is post-selection and gives none."""
+    default = find(tiny, target=0.6, seed=1).result
+    assert len(default.held_out_pairs) == 2 and default.held_out is not None
+    assert default.held_out_pairs == held_out_split(4, 0.5, 1)[1] and not default.baseline.post_selection
+    assert default.baseline.verdict.startswith("the circuit ")
+    same = find(tiny, target=0.6, seed=1, held_out=0.0).result
+    assert same.held_out is None and same.baseline.post_selection and "no verdict" in same.baseline.verdict

@@ -4,9 +4,12 @@ random effect recomputed with a hand hook one draw at a time, and the p-value fr
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from scipy.optimize import brentq
@@ -37,7 +40,8 @@ def hand_sequential(real: float, draws: list[float], h: int = 10, n_max: int = 2
     """Besag–Clifford two-sided about c = median(real, first 20 draws), written out: walk the draws, count those with
     |d − c| ≥ |real − c| (within 1e-6: a tie); stop at the h-th (p = h/n) or at n_max (p = (1 + count)/(n_max + 1)).
     Returns (n, p)."""
-    centre = sorted([real, *draws[:20]])[len(draws[:20]) // 2]  # 21 values: the 11th is the median
+    first = draws[: min(20, n_max)]  # the first batch: 20 draws, or all of them when fewer may be drawn
+    centre = float(np.median([real, *first]))
     count, tie = 0, 1e-6 * max(1.0, abs(real), abs(centre))  # float noise between batched forwards is a tie
     for n, d in enumerate(draws[:n_max], start=1):
         count += abs(d - centre) >= abs(real - centre) - tie
@@ -320,38 +324,48 @@ def test_mean_ablation_reports_and_matches_the_energy_it_removes(tiny: LoadedMod
     assert any("mean-ablation removes" in note for note in baseline.notes)
 
 
-@pytest.mark.parametrize("targets", [["L1H2", "L2H0", "L2H3"], ["L1MLP"], ["L2N5,9"]])
+@pytest.mark.parametrize("targets", [["L1H2", "L2H0", "L2H3"], ["L2N5,9"], ["L1H2"]])
 def test_components_are_ranked_among_random_ones_of_the_same_kind_and_count(
     tiny: LoadedModel, targets: list[str]
 ) -> None:
-    """Heads, an MLP and neurons, zero-ablated: the random sets written out from their documented draw (a CPU
-    generator seeded by ``seed``; per head a uniform head of its layer not yet in the set, per MLP a uniform layer not
-    yet in the set, per neuron set ``randperm(d_mlp)[:k]``), every set's effect by hand hooks, the sequential
-    two-sided p by hand (``hand_sequential``) — none read from the result."""
+    """Heads and neurons, zero-ablated: the random sets written out from their documented draw (numpy's
+    ``default_rng(seed)``; heads from the band of layers around the real ones grown until it holds ≥ 60 other sets —
+    here the whole model —, ``choice(pool, k, replace=False)`` per set, sorted, a repeat or the real set drawn
+    again), every set's effect by hand hooks, the sequential two-sided p by hand (``hand_sequential``) — none read
+    from the result; no draw is the real set."""
     spec = Intervention(ablate=targets, positions="all")  # type: ignore[arg-type]
     result = ablate(tiny, PROMPTS, spec, "mary", "john", random_draws=60)
     baseline = result.random_baseline
     assert baseline is not None and baseline.energy is None
     n_heads, n_layers, d_mlp = tiny.cfg.n_heads, tiny.cfg.n_layers, tiny.cfg.d_mlp
-    generator = torch.Generator().manual_seed(0)
-
-    def pick(size: int, used: set[int]) -> int:
-        free = [i for i in range(size) if i not in used]
-        return free[int(torch.randint(len(free), (1,), generator=generator))]
+    generator = np.random.default_rng(0)
+    heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    real_heads = tuple(sorted(heads.index((int(t[1]), int(t.split("H")[1]))) for t in targets if "H" in t))
+    real_neurons = tuple(int(i) for t in targets if "N" in t for i in t.split("N")[1].split(","))
+    seen = {(real_heads, real_neurons)}
+    listed = None
+    if not real_neurons and math.comb(len(heads), len(real_heads)) - 1 < 200:  # few: all of them, shuffled
+        every = [c for c in itertools.combinations(range(len(heads)), len(real_heads)) if c != real_heads]
+        listed = iter([every[i] for i in generator.permutation(len(every))])
 
     def random_set() -> list[tuple[str, int, Any]]:
-        out: list[tuple[str, int, Any]] = []
-        for name in targets:
-            layer = int(name[1])
-            if "H" in name:
-                used = {h for kind, lay, h in out if kind == "head" and lay == layer}
-                out.append(("head", layer, pick(n_heads, used)))
-            elif name.endswith("MLP"):
-                used = {lay for kind, lay, _ in out if kind == "mlp"}
-                out.append(("mlp", pick(n_layers, used), None))
-            else:
-                k = len(name.split("N")[1].split(","))
-                out.append(("neurons", layer, sorted(int(i) for i in torch.randperm(d_mlp, generator=generator)[:k])))
+        while listed is None:
+            chosen_heads = tuple(sorted(int(i) for i in generator.choice(len(heads), len(real_heads), replace=False)))
+            chosen_neurons = (
+                tuple(sorted(int(i) for i in generator.choice(d_mlp, len(real_neurons), replace=False)))
+                if real_neurons
+                else ()
+            )
+            if real_heads == ():
+                chosen_heads = ()
+            if (chosen_heads, chosen_neurons) not in seen:
+                seen.add((chosen_heads, chosen_neurons))
+                break
+        if listed is not None:
+            chosen_heads, chosen_neurons = next(listed), ()
+        out: list[tuple[str, int, Any]] = [("head", *heads[i]) for i in chosen_heads]
+        if real_neurons:
+            out.append(("neurons", 2, list(chosen_neurons)))
         return out
 
     def hooks(chosen: list[tuple[str, int, Any]]) -> list[Any]:
@@ -387,8 +401,26 @@ def test_components_are_ranked_among_random_ones_of_the_same_kind_and_count(
     real = logit_diff(tiny, hooks(real_set)) - before
     assert baseline.real == pytest.approx(real, abs=1e-5)
     # the centre uses the whole first batch of 20, even when the test stops inside it
-    expected = [logit_diff(tiny, hooks(random_set())) - before for _ in range(max(20, len(baseline.draws)))]
+    total = math.comb(len(heads), len(real_heads)) * math.comb(d_mlp, len(real_neurons)) - 1
+    cap = min(60, total)
+    expected = [logit_diff(tiny, hooks(random_set())) - before for _ in range(max(min(20, cap), len(baseline.draws)))]
     assert baseline.draws == pytest.approx(expected[: len(baseline.draws)], abs=1e-5)
-    stop, p = hand_sequential(real, expected, n_max=60)
+    stop, p = hand_sequential(real, expected, h=min(10, cap), n_max=cap)
     assert stop == len(baseline.draws) and baseline.p_value == pytest.approx(p)
     assert ("beats" in baseline.verdict) == (p <= 0.05)
+    assert ("cannot resolve" in baseline.verdict) == (p > 0.05 and 1 / (cap + 1) > 0.05)
+    assert baseline.pool_size == total and baseline.p_floor == pytest.approx(1 / (min(60, total) + 1))
+
+
+def test_a_pool_too_small_to_reach_alpha_says_it_cannot_resolve(tiny: LoadedModel) -> None:
+    """An MLP of tiny's 3 layers has 2 other layers: both are drawn (never the real one), the floor is 1/3 and the
+    verdict says it cannot resolve at α — whatever the effect."""
+    result = ablate(tiny, PROMPTS, Intervention(ablate=["L1MLP"], positions="all"), "mary", "john", random_draws=60)  # type: ignore[list-item]
+    baseline = result.random_baseline
+    assert baseline is not None and baseline.pool_size == tiny.cfg.n_layers - 1 == 2
+    assert baseline.p_floor == pytest.approx(1 / 3)
+    assert "cannot resolve at α = 0.05" in baseline.verdict and "indistinguishable" not in baseline.verdict
+    zero_mlp = [(f"blocks.{layer}.hook_mlp_out", lambda x, hook: torch.zeros_like(x)) for layer in range(3)]
+    before = logit_diff(tiny, [])
+    others = sorted(logit_diff(tiny, [zero_mlp[layer]]) - before for layer in (0, 2))
+    assert sorted(baseline.draws) == pytest.approx(others, abs=1e-5)

@@ -23,8 +23,13 @@ def test_rank_test_by_hand() -> None:
     assert stats.rank_test(2.0, [1.0, 3.0, -2.5], "less").p_value == 3 / 4
     assert stats.rank_test(5.0, [0.1] * 5).p_value == pytest.approx(1 / 6)  # beating all 5 is only p = 1/6
     assert stats.rank_test(1.0, [1.0, 0.0]).p_value == 2 / 3  # a tie counts against the real effect
-    assert "indistinguishable" in stats.versus_random(stats.rank_test(1.0, [2.0] * 20))
-    assert stats.versus_random(stats.rank_test(9.0, [1.0] * 20)).startswith("beats 20")
+    assert stats.versus_random("component_ablation", stats.rank_test(1.0, [2.0] * 20)).startswith("does not beat 20")
+    assert stats.versus_random("component_ablation", stats.rank_test(9.0, [1.0] * 20)).startswith("beats 20")
+    # 5 draws: p ≥ 1/6, so it cannot resolve at 0.05, whatever the draws — never "indistinguishable"
+    few = stats.versus_random("component_ablation", stats.rank_test(9.0, [1.0] * 5))
+    assert few.startswith("cannot resolve at α = 0.05") and "0.167" in few
+    with pytest.raises(ValueError, match="no calibration row"):
+        stats.worded("not_a_verdict", 0.01, 0.01, "yes", "no")
 
 
 def test_check_draws_refuses_counts_that_cannot_reach_significance() -> None:
@@ -88,7 +93,9 @@ def test_sequential_rank_test_by_hand() -> None:
     assert (full.at_least_as_extreme, full.p_value, full.stopped_early) == (1, 2 / 11, False)
     magnitude = stats.sequential_rank_test(-4.0, Recorder([-5.0, 3.0, 4.0, 1.0]), h=2, n_max=4, batch=4)
     assert (magnitude.n, magnitude.p_value) == (3, 2 / 3)  # |−5| and |4| are ≥ |−4|, the tie counting against
-    assert "drawn sequentially" in stats.versus_random(full)
+    assert full.p_floor == pytest.approx(1 / 11)  # n_max = 10 draws cannot reach 0.05
+    assert stats.versus_random("component_ablation", full).startswith("cannot resolve at α = 0.05")
+    assert "drawn sequentially" in stats.versus_random("component_ablation", full, p_floor=0.01)
     with pytest.raises(ValueError, match="asked for 4"):
         stats.sequential_rank_test(0.0, lambda k: [0.0], h=2, n_max=4, batch=4)
 
@@ -342,3 +349,17 @@ def test_mean_interval_coverage_and_hand_value() -> None:
         i = stats.mean_interval(rng.normal(size=10))
         covered += i.low <= 0.0 <= i.high
     assert 0.935 <= covered / 3000 <= 0.965  # nominal 95 % (exact for normal data; ±2 binomial SE of 3000 draws)
+
+
+def test_distinct_sets_never_hold_the_real_set_and_list_few_exhaustively() -> None:
+    """A slot of 9 heads with the real one excluded: 8 sets, every one listed once; two slots multiply (3·C(4,2) − 1
+    = 17); a large pool is drawn without repeats and without the real set."""
+    one = stats.DistinctSets([stats.Slot(tuple(range(9)), (4,))], seed=1)
+    assert one.size == 8 and sorted(one.take(50)) == [((i,),) for i in range(9) if i != 4]
+    two = stats.DistinctSets([stats.Slot((0, 1, 2), (1,)), stats.Slot((5, 6, 7, 8), (5, 6))], seed=2)
+    listed = two.take(100)
+    assert two.size == 17 == len(set(listed)) == len(listed) and ((1,), (5, 6)) not in listed
+    big = stats.DistinctSets([stats.Slot(tuple(range(270)), (23 * 9 + 3,))], seed=3)
+    drawn = big.take(200)
+    assert big.size == 269 and len(set(drawn)) == 200 and ((23 * 9 + 3,),) not in drawn
+    assert stats.rank_floor(200, 8) == pytest.approx(1 / 9) and stats.rank_floor(200, None) == pytest.approx(1 / 201)

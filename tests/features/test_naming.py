@@ -139,28 +139,34 @@ def test_output_tokens_are_the_neurons_direct_logit_effect(store_neuron_model: L
 
 
 def test_generation_auroc_equals_the_hand_count_and_swapping_gives_one_minus(store_neuron_model: LoadedModel) -> None:
-    """Activating: 3 texts with "store" (max A) and 2 without (0); non-activating: 5 without. Pairs: 3 × 5 wins, 2 × 5
-    ties → AUROC (15 + 10/2)/25 = 0.8. Under relabelling of the 10 pooled values (3 A's, 7 zeros) U grows with the
-    number k of A's in the first set, so p = P(k = 3) = C(7, 2)/C(10, 5) = 21/252."""
+    """Ten texts of 5 tokens (one stratum). Activating: 3 texts with "store" (max A) and 2 without (0); non-activating:
+    5 without. Pairs: 3 × 5 wins, 2 × 5 ties → AUROC (15 + 10/2)/25 = 0.8. Under relabelling of the 10 pooled values
+    (3 A's, 7 zeros) U grows with the number k of A's in the first set, so p = P(k = 3) = C(7, 2)/C(10, 5) = 21/252,
+    and the floor is 1/252. Two more texts of lengths the other set lacks (4 and 8 tokens) do not count."""
     model = store_neuron_model
-    with_store = [TEXTS[0], TEXTS[4], TEXTS[6]]
-    without = [TEXTS[1], TEXTS[3], TEXTS[5], TEXTS[7], TEXTS[8], TEXTS[9], "mary went to the shop"]
+    with_store = ["james went to the store", "tom went to the store", "mary went to the store"]
+    without = ["tom went to the park", "a ball to the park", "james went to the shop", "mary went to the park",
+               "john went to the shop", "the park and the shop", "mary gave a drink to"]  # fmt: skip
     activating, quiet = [*with_store, *without[:2]], without[2:]
+    assert all(len(t.split()) == 5 for t in activating + quiet)
     scored = drain(
         ScoreExplanationJob(
             model=model,
             feature="L0N3",
             explanation="the word store",
-            activating_texts=activating,
-            non_activating_texts=quiet,
+            activating_texts=[*activating, "tom went to store"],
+            non_activating_texts=[*quiet, "when tom and james went to the shop"],
         )
     )
     generation = scored.generation
     assert generation is not None
-    assert generation.auroc == pytest.approx(0.8)
-    assert generation.p_value == pytest.approx(21 / 252)
-    assert generation.p_method == "exact permutation"
-    assert [t.max_activation > 0 for t in generation.per_text] == [True, True, True, *[False] * 7]
+    assert generation.auroc == pytest.approx(0.8) and generation.pairs == 25
+    assert generation.p_value == pytest.approx(21 / 252) and generation.p_floor == pytest.approx(1 / 252)
+    assert generation.p_method == "exact stratified permutation"
+    assert generation.activating_tokens == [5] * 5 + [4] and generation.non_activating_tokens == [5] * 5 + [8]
+    assert generation.verdict.startswith("not shown to separate")  # p = 0.083 > 0.05, though it could reach 0.004
+    assert any("2 of the 12 written texts have no text of their token count" in note for note in scored.notes)
+    assert [t.max_activation > 0 for t in generation.per_text][:5] == [True, True, True, False, False]
     swapped = drain(
         ScoreExplanationJob(
             model=model,
@@ -172,6 +178,24 @@ def test_generation_auroc_equals_the_hand_count_and_swapping_gives_one_minus(sto
     )
     assert swapped.generation is not None and swapped.generation.auroc == pytest.approx(1 - 0.8)
     assert swapped.generation.p_value == pytest.approx(1.0)  # U is at its minimum: every relabelling is ≥ it
+
+
+def test_longer_activating_texts_alone_are_not_significant(store_neuron_model: LoadedModel) -> None:
+    """The §4 confound on a known construction: every "activating" text is long and contains "store", every
+    non-activating text is short: the ordinary AUROC would be 1 (p = 1/C(10, 5)); within equal token counts there is
+    no pair to compare, so the score cannot resolve anything rather than reward length."""
+    model = store_neuron_model
+    long = ["when mary went to the store , john gave a drink to"] * 5
+    short = ["tom went to the park", "a ball to the park", "james went to the shop", "mary went to the park",
+             "john went to the shop"]  # fmt: skip
+    scored = drain(
+        ScoreExplanationJob(
+            model=model, feature="L0N3", explanation="x", activating_texts=long, non_activating_texts=short
+        )
+    )
+    generation = scored.generation
+    assert generation is not None and generation.pairs == 0 and generation.p_value == 1.0
+    assert generation.verdict.startswith("cannot resolve at α = 0.05")
 
 
 def test_a_quiz_draws_held_out_texts_half_firing_and_its_truth_is_the_hand_truth(
@@ -188,8 +212,11 @@ def test_a_quiz_draws_held_out_texts_half_firing_and_its_truth_is_the_hand_truth
     assert quiz is not None and document is not None
     assert len(quiz.texts) == 6 and len(set(quiz.texts)) == 6 and set(quiz.texts) <= set(pool)
     truth = [max(hand_activations(model, t)[1][1:]) > 0 for t in quiz.texts]  # "store" at a scored position
-    assert document["fires"] == truth and sum(truth) == 3 == quiz.n_firing
-    assert not hasattr(quiz, "fires")  # the handle the assistant sees carries no truth
+    assert document["fires"] == truth and sum(truth) == 3
+    # the handle the assistant sees carries no truth, nor how many fire
+    assert not hasattr(quiz, "fires") and not hasattr(quiz, "n_firing")
+    # each firing text has a non-firing partner of its token count: every text here has 5
+    assert document["tokens"] == [5] * 6 and document["quiet"] == 0.0
     same = drain(
         ScoreExplanationJob(model=model, feature="L0N3", explanation="x", quiz=6, texts=pool, threshold=0.0, seed=7)
     )
@@ -225,7 +252,7 @@ async def test_quiz_round_trip_reveals_the_truth_once_and_files_the_explanation(
     }
     drawn = assert_valid_structured(tools["score_explanation"], await client.call_tool("score_explanation", arguments))
     quiz = drawn["quiz"]
-    assert quiz["quiz_id"].startswith("quiz://") and len(quiz["texts"]) == 8 and quiz["n_firing"] == 4
+    assert quiz["quiz_id"].startswith("quiz://") and len(quiz["texts"]) == 8 and "n_firing" not in quiz
     hidden = json.loads((await client.read_resource(quiz["quiz_id"])).contents[0].text)
     assert "fires" not in hidden and hidden["texts"] == quiz["texts"]
     truth = [" store " in f" {t} " for t in quiz["texts"]]
@@ -238,7 +265,7 @@ async def test_quiz_round_trip_reveals_the_truth_once_and_files_the_explanation(
     scored = assert_valid_structured(tools["score_explanation"], await client.call_tool("score_explanation", perfect))
     detection = scored["detection"]
     assert detection["balanced_accuracy"] == 1.0
-    assert detection["p_value"] == pytest.approx(1 / math.comb(8, 4))
+    assert detection["p_value"] == pytest.approx(1 / math.comb(8, 4)) == detection["p_floor"]  # one stratum: 6 tokens
     assert [row["fires"] for row in detection["truth"]] == truth
     assert scored["explanation_uri"].startswith("explanation://")
     revealed = json.loads((await client.read_resource(quiz["quiz_id"])).contents[0].text)

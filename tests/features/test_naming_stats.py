@@ -4,12 +4,14 @@ their intervals."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.numbers.stats import auroc, auroc_interval, auroc_test, detection_test
 
 ALPHA = 0.05
@@ -164,3 +166,61 @@ def test_the_tie_test_equals_scipys_permutation_test(m: int, n: int) -> None:
     ours = auroc_test(x, y)
     assert ours.method == ("exact permutation" if m == 5 else "Monte Carlo permutation")
     assert ours.p_value == pytest.approx(reference, abs=1e-12 if m == 5 else 0.005)
+
+
+# --- within token-count strata (issue 41 §4) ------------------------------------------------------------------
+
+
+def test_one_stratum_is_the_exact_mann_whitney_and_fisher_tests() -> None:
+    """All texts of one length: the stratified AUROC test is scipy's exact one-sided Mann–Whitney test, and the
+    stratified quiz test is scipy's one-sided Fisher exact test."""
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(0.8, 1, 9), rng.normal(0, 1, 8)
+    test = stats.stratified_auroc_test(x, y, [7] * 9, [7] * 8)
+    assert test.p_value == pytest.approx(scipy_stats.mannwhitneyu(x, y, alternative="greater", method="exact").pvalue)
+    assert test.auroc == pytest.approx(np.mean(x[:, None] > y[None, :])) and test.pairs == 72
+    assert test.p_floor == pytest.approx(1 / math.comb(17, 9))
+    truth = [True] * 6 + [False] * 6
+    said = [True, True, True, True, False, False, True, False, False, False, False, False]
+    quiz = stats.stratified_detection_test(truth, said, [9] * 12)
+    table = [[4, 2], [1, 5]]  # fires & said, fires & not said; quiet & said, quiet & not said
+    assert quiz.p_value == pytest.approx(scipy_stats.fisher_exact(table, alternative="greater").pvalue)
+    assert quiz.p_floor == pytest.approx(1 / math.comb(12, 6))
+
+
+def test_two_strata_by_enumeration() -> None:
+    """Two token counts, the relabellings within each written out: the p is the share of them whose same-stratum
+    pairwise U is at least the observed one (U counted pair by pair, not from ranks)."""
+    x, y = [3.0, 5.0, 1.0, 4.0], [2.0, 0.5, 6.0, 0.0, 2.5]
+    sx, sy = [5, 5, 8, 8], [5, 5, 8, 8, 8]
+
+    def u(xs: list[float], ys: list[float], a: list[int], b: list[int]) -> float:
+        return sum(
+            (p > q) + 0.5 * (p == q) for p, s in zip(xs, a, strict=True) for q, t in zip(ys, b, strict=True) if s == t
+        )
+
+    observed = u(x, y, sx, sy)
+    groups = {s: [v for v, t in zip(x + y, sx + sy, strict=True) if t == s] for s in (5, 8)}
+    counts = {s: sx.count(s) for s in (5, 8)}
+    null = []
+    for first in itertools.combinations(range(4), counts[5]):
+        for second in itertools.combinations(range(5), counts[8]):
+            xs = [groups[5][i] for i in first] + [groups[8][i] for i in second]
+            ys = [v for i, v in enumerate(groups[5]) if i not in first] + [
+                v for i, v in enumerate(groups[8]) if i not in second
+            ]
+            null.append(u(xs, ys, [5] * 2 + [8] * 2, [5] * 2 + [8] * 3))
+    test = stats.stratified_auroc_test(x, y, sx, sy)
+    assert test.pairs == 2 * 2 + 2 * 3 and test.auroc == pytest.approx(observed / 10)
+    assert test.p_value == pytest.approx(np.mean(np.array(null) >= observed - 1e-9))
+    assert test.p_floor == pytest.approx(1 / (math.comb(4, 2) * math.comb(5, 2)))
+
+
+def test_a_length_only_predictor_gains_nothing_in_length_matched_strata() -> None:
+    """A quiz of pairs of equal length (one firing, one not): a predictor that says "fires" for the longer texts
+    says it for both texts of a pair, so within every stratum it is constant and its p is 1, however it orders the
+    lengths; the unstratified test, blind to the pairing, would rate it like any other predictor."""
+    lengths = [6, 6, 9, 9, 12, 12, 15, 15]
+    truth = [True, False] * 4
+    long = [n >= 12 for n in lengths]
+    assert stats.stratified_detection_test(truth, long, lengths).p_value == pytest.approx(1.0)

@@ -5,6 +5,7 @@ stored direction, and `probe` → `direction://` → `ablate` over a real stdio 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -173,11 +174,38 @@ def test_keyed_labels_are_fixed_per_type_and_keep_the_label_distribution() -> No
     for row in draws:
         assert all(len(set(row[key == t].tolist())) == 1 for t in range(6))  # one label per type
         assert sorted(row[np.unique(key, return_index=True)[1]].tolist()) == [0, 0, 0, 1, 1, 1]  # 3 types each
-    assert len({tuple(row) for row in draws}) > 5  # different relabellings
+    # C(6, 3) − 1 = 19 other relabellings of the types exist: each once, never the real one
+    assert len(draws) == len({tuple(row) for row in draws}) == 19 and tuple(y) not in {tuple(row) for row in draws}
     assert (draws == probe.keyed_labels(key, y, 50, seed=7)).all()  # seeded
     split = probe.Split(np.array([0, 2, 3, 5, 6, 8, 10, 11]), np.array([1, 4, 7, 9]), "key")
     kept = probe.keyed_labels(key, np.where(np.isin(key, [0, 1]), 1 - y, y), 30, seed=1, split=split)
     assert all(np.bincount(row[part], minlength=2).min() >= 2 for row in kept for part in (split.train, split.test))
+    # only the usable ones, counted by hand over every relabelling of the 6 types: none kept past MAX_TRIES
+    usable = 0
+    for chosen in itertools.combinations(range(6), 3):
+        row = np.isin(key, chosen).astype(np.int64)
+        usable += all(np.bincount(row[part], minlength=2).min() >= 2 for part in (split.train, split.test))
+    real = np.where(np.isin(key, [0, 1]), 1 - y, y)
+    real_usable = all(np.bincount(real[part], minlength=2).min() >= 2 for part in (split.train, split.test))
+    assert len(kept) == usable - real_usable
+
+
+def test_a_two_type_key_says_its_control_cannot_reject(tiny: LoadedModel) -> None:
+    """Labels a function of the city word, 2 cities: the type-keyed control has one other labelling (the two
+    swapped), so its p is at least 1/2 and the probe says it cannot reject at α = 0.05, whatever the accuracy."""
+    from mcp_interp.core.engine.jobs import drain
+    from mcp_interp.core.features.probe_job import ProbeJob
+
+    texts = [f"{name} went to {city}" for name in NAMES for city in CITIES[:2]] * 2
+    labels = ["a" if text.endswith(CITIES[0]) else "b" for text in texts]
+    job = ProbeJob(model=tiny, texts=texts, labels=labels, layers=[1], control_draws=19)
+    drain(job)
+    result = job.result
+    assert result is not None and result.control_kind == "type_keyed"
+    assert result.labellings == {"type_keyed": 1} and result.p_floor["type_keyed"] == pytest.approx(1 / 2)
+    assert result.layers_selective == [] and result.layers[0].selectivity_p >= 0.5
+    assert any("cannot reject at α = 0.05" in note for note in result.notes)
+    assert any(note.startswith("Selectivity: cannot resolve at α = 0.05") for note in result.notes)
 
 
 def test_shuffled_labels_keep_what_their_null_fixes() -> None:

@@ -10,8 +10,10 @@ from mcp import Client
 
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import drain
+from mcp_interp.core.heads.ablate_head import ablate_heads
 from mcp_interp.core.heads.patch_heads import PatchHeadsJob
 from mcp_interp.corpora import ioi_arguments, ioi_pairs
+from mcp_interp.schemas.common import Intervention
 from tests import smollm2_references as refs
 
 pytestmark = pytest.mark.embedded
@@ -88,3 +90,29 @@ async def test_cancelled_patch_heads_stops_at_the_next_layer(embedded: LoadedMod
     print(f"\nnext call answered {answered_in:.2f} s after cancelling patch_heads at layer {len(progress)}")
     assert answered_in < 3.0
     assert session.store.ids("figure") == [], "a cancelled scan must not leave a figure behind"
+
+
+# Own IOI prompts (not the corpus' ioi_pairs the audit used): the §1 check of issue 41 on data of its own.
+IOI_NAMES = [(" Sarah", " Tom"), (" Emma", " David"), (" Anna", " Mark"), (" Lucy", " Paul"), (" Kate", " Peter"),
+             (" Alice", " Brian"), (" Rachel", " Simon"), (" Laura", " Kevin")]  # fmt: skip
+IOI_PLACES = ["the market", "the beach", "the office", "the garden", "the station", "the library", "the cinema",
+              "the hospital"]  # fmt: skip
+IOI_OBJECTS = ["a book", "an apple", "a letter", "a cup", "a ticket", "a key", "a pen", "a flower"]
+
+
+def test_the_strong_ioi_head_beats_random_heads_of_a_band_that_excludes_it(embedded: LoadedModel) -> None:
+    """Mean-ablating L23H3 (the head that moved the audit's logit difference by −2.78) on 8 IOI prompts of this test's
+    own: its random heads come from the band of layers 7–29 (207 heads, the nearest layers holding ≥ 200 other
+    heads), never L23H3 itself, so nothing ties it; p = 1/201 ≤ 0.01. Before issue 41 the heads of its own layer (the
+    real one among them) capped p at about 1/9."""
+    prompts = [
+        f"When{a} and{b} went to {place},{b} gave {thing} to"
+        for (a, b), place, thing in zip(IOI_NAMES, IOI_PLACES, IOI_OBJECTS, strict=True)
+    ]
+    spec = Intervention(ablate=["L23H3"], method="mean")  # type: ignore[list-item]
+    result = ablate_heads(embedded, prompts, spec, [a for a, _ in IOI_NAMES], [b for _, b in IOI_NAMES])
+    baseline = result.random_baseline
+    assert baseline is not None and baseline.pool_size == 23 * 9 - 1 == 206
+    assert baseline.real < -1.0 and baseline.p_value <= 0.01 and baseline.p_floor == pytest.approx(1 / 201)
+    assert min(abs(d - baseline.real) for d in baseline.draws) > 0.3  # no draw equals (or ties) the real head
+    assert "layers 7–29" in baseline.notes[0] and baseline.verdict.startswith("beats 200 random heads")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import torch
 
@@ -65,16 +67,30 @@ def test_a_swaps_controls_are_distinct_tokens_one_per_seed() -> None:
     """Seeds whose first draws collide: the later seed draws again from its own generator, so the controls of one
     swap are distinct tokens (two equal control columns would not be exchangeable with the real one)."""
     candidates = torch.tensor([2, 3, 5, 8])
-    first = {s: draw_control(candidates, s) for s in range(12)}
+    swap = "f/a→b"
+
+    def seeded(seed: int) -> int:  # the documented (seed, swap) seed, by hand: sha256 of "seed\0swap", 8 bytes mod 2^63
+        return int.from_bytes(hashlib.sha256(f"{seed}\x00{swap}".encode()).digest()[:8], "big") % 2**63
+
+    first = {s: draw_control(candidates, seeded(s)) for s in range(12)}
     a, b = next((a, b) for a in first for b in first if a < b and first[a] == first[b])
-    drawn = draw_controls(candidates, [a, b])
+    drawn = draw_controls(candidates, [a, b], swap)
     assert drawn[0] == first[a] and drawn[1] != drawn[0]
-    generator = torch.Generator().manual_seed(b)  # seed b's own stream, by hand: the first draw not taken
+    generator = torch.Generator().manual_seed(seeded(b))  # seed b's own stream, by hand: the first draw not taken
     stream = [int(candidates[int(torch.randint(4, (1,), generator=generator))]) for _ in range(50)]
     assert drawn[1] == next(t for t in stream if t != drawn[0])
-    assert sorted(draw_controls(candidates, [0, 1, 2, 3])) == [2, 3, 5, 8]
+    assert sorted(draw_controls(candidates, [0, 1, 2, 3], swap)) == [2, 3, 5, 8]
     with pytest.raises(ValueError, match="4 candidate"):
-        draw_controls(candidates, [0, 1, 2, 3, 4])
+        draw_controls(candidates, [0, 1, 2, 3, 4], swap)
+
+
+def test_each_swap_draws_its_own_controls() -> None:
+    """The same seeds and the same pool, two swaps: different tokens (seeded by (seed, swap)), where seeding by the
+    seed alone gave both swaps the same five — a token shared by two targets' tests."""
+    candidates = torch.arange(100, 400)
+    one, two = draw_controls(candidates, range(5), "f/a→b"), draw_controls(candidates, range(5), "f/a→c")
+    assert one != two and len(set(one) & set(two)) <= 1
+    assert draw_controls(candidates, range(5), "f/a→b") == one
 
 
 def test_the_shared_pool_is_the_tokens_matched_at_every_layer() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -95,12 +96,21 @@ def score(margin: float) -> AnswerScore:
 
 
 def record(
-    function: str, source: str, target: str, layer: int, unedited: float, edited: list[float] | None
+    function: str,
+    source: str,
+    target: str,
+    layer: int,
+    unedited: float,
+    edited: list[float] | None,
+    tokens: list[int] | None = None,
 ) -> TrialRecord:
     """One trial: ``edited`` holds the target answer's margin after the real edit and after each control (None: the
     trial was skipped, source inactive); ``unedited`` its margin before. The gains are written in as edited −
-    unedited, as the protocol records them."""
+    unedited, as the protocol records them. Control tokens: ``tokens``, else ids of the swap's own (as the
+    benchmark draws them by (seed, swap))."""
     executed = edited is not None
+    own = 10 * (zlib.crc32(f"{function}/{source}→{target}".encode()) % 10**6)
+    ids = tokens if tokens is not None else [own + s for s in range(len(edited or []))]
     return TrialRecord(
         function=function,
         source=source,
@@ -115,7 +125,7 @@ def record(
         margin_gain=edited[0] - unedited if executed else None,
         control_margin_gains=[m - unedited for m in edited[1:]] if executed else [],
         controls=[
-            ControlDraw(seed=s, token=f" c{s}", token_id=10 + s, displacement=1.0, edit_norm=1.0, score=score(m))
+            ControlDraw(seed=s, token=f" c{s}", token_id=ids[s], displacement=1.0, edit_norm=1.0, score=score(m))
             for s, m in enumerate(edited[1:])
         ]
         if executed
@@ -204,7 +214,7 @@ def test_the_verdict_tells_no_swap_from_no_effect() -> None:
     assert summary.specificity.margin_gain.p_value == pytest.approx(2 / 4**8)  # the real arm tops all 8 targets
     assert summary.specificity.margin_gain.difference > 0.5
     assert summary.specificity.beats_all == 24 and summary.specificity.beats_all_test.p_value < 0.01
-    assert "no swap beyond the controls" in summary.verdict
+    assert "no swap shown beyond the controls (p = 1, p_floor = " in summary.verdict
     assert "specific: the real edits raise the target answer's margin" in summary.verdict
     assert "24/24 trials" in summary.verdict and "chance 0.250" in summary.verdict
 
@@ -265,3 +275,22 @@ def test_power_under_a_real_effect(corpus: str, at_least: float) -> None:
     (measured 0.98–1.00 on capitals_languages' 8 targets, 0.73–0.85 on countries' 4)."""
     power = sharing.rejections(corpus, 0.5, 1.0, reps=200, seed=99)
     assert min(power.values()) >= at_least, power
+
+
+def test_targets_whose_tested_swaps_share_a_control_token_are_relabelled_together() -> None:
+    """Three targets, one swap each; Japan's and Italy's swaps share control token 7: they become one cluster (their
+    trials' arms averaged by column, one relabelling), France stays alone — 2 units relabelled, exactly as
+    ``relabel_test`` on those two rows by hand; the group is reported."""
+    trials = [
+        record("capital", "France", "Japan", 0, -2.0, [0.5, -3.0, -1.0], tokens=[7, 8]),
+        record("capital", "France", "Italy", 0, -1.0, [-0.5, 0.5, -2.0], tokens=[9, 7]),
+        record("capital", "Japan", "France", 0, -3.0, [-2.0, -2.0, -4.0], tokens=[11, 12]),
+    ]
+    summary = summarize(trials, [0], [0, 1], 0)
+    assert summary.shared_controls == [["Italy", "Japan"]]
+    assert summary.specificity.margin_gain.targets == 2
+    merged = [(2.5 + 0.5) / 2, (-1.0 + 1.5) / 2, (1.0 - 1.0) / 2]  # Japan's and Italy's gains, column by column
+    alone = [1.0, 1.0, -1.0]
+    by_hand = engine_stats.relabel_test([merged, alone])
+    assert summary.specificity.margin_gain.p_value == pytest.approx(by_hand.p_value)
+    assert summary.specificity.margin_gain.p_floor == pytest.approx(2 / 9)  # 3 × 3 relabellings, two-sided

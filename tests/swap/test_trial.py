@@ -104,7 +104,7 @@ def test_executed_trial_numbers_match_coordinate_patch_hooks(tiny: LoadedModel) 
     answers = [record.baseline.source_answer.token_id, record.real.token_id]
     never = [*tok.all_special_ids, *range(len(tok), dictionary.shape[0])]
     pool = control_pool(dictionary, source, target, [*answers, *full_support, *never], 0.1)
-    assert [c.token_id for c in record.controls] == draw_controls(pool.candidates, range(5))
+    assert [c.token_id for c in record.controls] == draw_controls(pool.candidates, range(5), "trial/France→Canada")
     assert record.control_pool_size == pool.candidates.numel()
     # Margin gains: each edit's target-answer margin minus the unedited one (logits).
     unedited = record.baseline.target_answer.margin
@@ -426,7 +426,7 @@ def test_a_swaps_controls_are_one_token_per_seed_matched_at_every_layer(tiny: Lo
     }
     shared = sorted(pools[0] & pools[1] - words)
     assert pools[0] != pools[1] and len(shared) >= 5
-    expected = draw_controls(torch.tensor(shared), range(5))
+    expected = draw_controls(torch.tensor(shared), range(5), "own/France→Canada")
     for trial in trials:
         assert trial.control_pool_size == len(shared)
         assert [c.token_id for c in trial.controls] == expected

@@ -137,33 +137,73 @@ def baseline_batches(most: int) -> int:
 
 
 def judged(
-    ablator: Ablator, ranking: EdgeRanking | NodeRanking, size: int, real: float, most: int, seed: int
+    ablator: Ablator,
+    ranking: EdgeRanking | NodeRanking,
+    size: int,
+    real: float,
+    most: int,
+    seed: int,
+    post_selection: bool = False,
 ) -> Generator[str, None, CircuitBaseline]:
-    """Random circuits of ``size`` items from the ranking's candidate pool, drawn in batches (one progress step each,
-    so a job stops between batches) until ``stats.STOP_AFTER`` of them score at least the real one or ``most`` are
-    drawn; the real one's sequential rank test among them (Besag–Clifford, ``stats.sequential_rank_test``)."""
-    stream = ranking.draw_circuits(size, seed)
-    values: list[float] = []
-    while len(values) < most and sum(v >= real for v in values) < stats.STOP_AFTER:
-        wanted = min(stats.BATCH, most - len(values))
-        values.extend(ablator.recovered(ablator.run(next(stream))).value for _ in range(wanted))
-        yield f"random circuits: {len(values)} drawn (at most {most})"
-    supply = iter(values)  # the engine's test replays the same draws batch by batch and applies its stopping rule
-    test = stats.sequential_rank_test(real, lambda k: list(islice(supply, k)), "greater", n_max=most)
+    """Random circuits of ``size`` items from the ranking's candidate pool, never the circuit itself, drawn in batches
+    (one progress step each, so a job stops between batches) until ``stats.STOP_AFTER`` of them score at least the
+    real one or ``most`` (at most every other circuit the pool holds) are drawn; the real one's sequential rank test
+    among them (Besag–Clifford, ``stats.sequential_rank_test``). ``post_selection``: the circuit was chosen on the
+    pairs it is scored on, so its p is reported without a verdict."""
+    others = ranking.other_circuits(size)
+    cap = min(most, others)
+    floor = stats.rank_floor(most, others)
     pool = len(ranking.pool(size))
     unit = "edges" if ranking.granularity == "edge" else "nodes"
+    what = f"random {size}-{unit[:-1]} circuits from the top {pool}"
+    if cap < 1:
+        test = stats.RankTest(real, (), 0, 1.0, "greater")
+    else:
+        stream = ranking.draw_circuits(size, seed)
+        h, batch = min(stats.STOP_AFTER, cap), min(stats.BATCH, cap)
+        values: list[float] = []
+        while len(values) < cap and sum(v >= real for v in values) < h:
+            wanted = min(batch, cap - len(values))
+            values.extend(ablator.recovered(ablator.run(next(stream))).value for _ in range(wanted))
+            yield f"random circuits: {len(values)} drawn (at most {cap})"
+        supply = iter(values)  # the engine's test replays the same draws batch by batch and applies its stopping rule
+        test = stats.sequential_rank_test(
+            real, lambda k: list(islice(supply, k)), "greater", h=h, n_max=cap, batch=batch
+        )
     draws = list(test.draws)
+    if post_selection:
+        verdict = (
+            f"post-selection p = {test.p_value:.3g} against {test.n} {what}, no verdict: the circuit was chosen on "
+            f"the pairs it is scored on (with ≥ {MIN_HELD_OUT_PAIRS} pairs, hold some out: held_out > 0)"
+        )
+    else:
+        verdict = "the circuit " + stats.versus_random("circuit_faithfulness", test, what, floor)
     return CircuitBaseline(
         draws=draws,
-        mean=sum(draws) / len(draws),
+        mean=sum(draws) / len(draws) if draws else 0.0,
         draws_made=test.n,
         most_draws=most,
         at_least_as_good=test.at_least_as_extreme,
         p_value=test.p_value,
+        p_floor=floor,
+        pool_size=others,
+        post_selection=post_selection,
         pool=pool,
         overlap=size / pool if pool else 0.0,
-        verdict=f"the circuit {stats.versus_random(test, f'random {size}-{unit[:-1]} circuits from the top {pool}')}",
+        verdict=verdict,
     )
+
+
+MIN_HELD_OUT_PAIRS = 4  # pairs from which a selected circuit is scored on held-out pairs by default (half of them)
+
+
+def held_out_fraction(held_out: float | None, n_pairs: int) -> float:
+    """``held_out``, or by default 0.5 when there are at least ``MIN_HELD_OUT_PAIRS`` pairs (else 0: too few to split,
+    and the p is post-selection). A circuit chosen and scored on the same pairs rejected a true null 8.8 % of the time
+    at α = 0.05 (issue 41's audit); held out, within its interval of 0.05 (docs/calibration.md)."""
+    if held_out is not None:
+        return held_out
+    return 0.5 if n_pairs >= MIN_HELD_OUT_PAIRS else 0.0
 
 
 def overlap_note(baseline: CircuitBaseline, size: int, granularity: Granularity) -> list[str]:
@@ -206,7 +246,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
     granularity: Granularity = "edge"
     rank_by: RankBy = "abs"
     ablation: CircuitAblation = "corrupt"
-    held_out: float = 0.0
+    held_out: float | None = None  # default: 0.5 with top_k and ≥ 4 pairs (``held_out_fraction``), else 0
     random_circuits: int = CIRCUIT_DRAWS  # the most random circuits drawn (sequentially)
     seed: int = 0
     stored: StoredChoice | None = (
@@ -242,7 +282,8 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                 "applies to `top_k`. A given circuit was not selected on these pairs; it is evaluated on all of them."
             )
         n = len(self.clean_prompts)
-        selecting, evaluating = held_out_split(n, self.held_out, self.seed)
+        share = held_out_fraction(self.held_out, n) if self.top_k is not None else (self.held_out or 0.0)
+        selecting, evaluating = held_out_split(n, share, self.seed)
         pairs = self._pairs(selecting)
         evaluation = self._pairs(evaluating) if evaluating else pairs
         graph = graph_of(self.model.backend)
@@ -275,7 +316,10 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
             fraction = ablator.recovered(ablator.run(circuit))
             empty = ablator.recovered(ablator.run(set())).value
             yield f"circuit of {len(circuit)} edges and the empty one"
-            baseline = yield from judged(ablator, ranking, size, fraction.value, self.random_circuits, self.seed)
+            chosen_here = self.top_k is not None and not evaluating  # ranked and scored on the same pairs
+            baseline = yield from judged(
+                ablator, ranking, size, fraction.value, self.random_circuits, self.seed, chosen_here
+            )
             curve = []
             if self.top_k is not None:
                 for k in self._sizes(len(ranking.items)):
@@ -283,7 +327,8 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                     randoms = [
                         ablator.recovered(ablator.run(c)).value for c in ranking.random_circuits(k, 5, self.seed)
                     ]
-                    curve.append(CurvePoint(k=k, faithfulness=finite(value), random_mean=sum(randoms) / len(randoms)))
+                    mean = sum(randoms) / len(randoms) if randoms else value  # k = pool: the circuit is the only one
+                    curve.append(CurvePoint(k=k, faithfulness=finite(value), random_mean=mean))
                     yield f"curve: k = {k}"
         yield "done"
         notes = [
@@ -304,7 +349,8 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
             )
         elif self.top_k is not None:
             notes.append(
-                "The top-k edges were ranked and scored on the same pairs: pass held_out=0.5 to evaluate on pairs "
+                "The top-k edges were ranked and scored on the same pairs, so the p is post-selection and gives no "
+                f"verdict: with ≥ {MIN_HELD_OUT_PAIRS} pairs, pass held_out > 0 (0.5 by default) to evaluate on pairs "
                 "not used for the ranking."
             )
         notes.extend(empty_note(self.ablation, fraction.value, empty))
@@ -355,7 +401,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
     granularity: Granularity = "edge"
     rank_by: RankBy = "abs"
     ablation: CircuitAblation = "corrupt"
-    held_out: float = 0.0
+    held_out: float | None = None  # default: 0.5 with ≥ 4 pairs (``held_out_fraction``), else 0 (post-selection)
     random_circuits: int = CIRCUIT_DRAWS  # the most random circuits drawn (sequentially)
     seed: int = 0
     result: FindCircuitMeasurement | None = field(default=None, init=False)
@@ -377,7 +423,8 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
             raise InputError(f"`target` is a recovered fraction in (0, 1], got {self.target!r}; 0.8 is usual.")
         check_choice(self.granularity, self.rank_by)
         stats.check_most_draws(self.random_circuits, "random_circuits")
-        selecting, evaluating = held_out_split(len(self.clean_prompts), self.held_out, self.seed)
+        n = len(self.clean_prompts)
+        selecting, evaluating = held_out_split(n, held_out_fraction(self.held_out, n), self.seed)
         pairs = self._pairs(selecting)
         for step in attribute(self.model, pairs):
             if isinstance(step, str):
@@ -412,7 +459,9 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
                 evaluator = Ablator(self.model.backend, graph, self._pairs(evaluating), self.ablation)
                 held = evaluator.recovered(evaluator.run(circuit))
             judged_value = best.value if held is None else held.value
-            baseline = yield from judged(evaluator, ranking, high, judged_value, self.random_circuits, self.seed)
+            baseline = yield from judged(
+                evaluator, ranking, high, judged_value, self.random_circuits, self.seed, not evaluating
+            )
         yield "done"
         self.result = self._measurement(ranking, high, best, held, empty, baseline, search, ablator, evaluating)
 
@@ -443,7 +492,8 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
             )
         else:
             notes.append(
-                "Selected and scored on the same pairs: pass held_out=0.5 to evaluate on pairs not used to find it."
+                f"Selected and scored on the same pairs ({len(self.clean_prompts)} pairs; held out by default from "
+                f"{MIN_HELD_OUT_PAIRS}): the p is post-selection and gives no verdict."
             )
         notes.extend(overlap_note(baseline, k, self.granularity))
         notes.extend(empty_note(self.ablation, best.value, empty))

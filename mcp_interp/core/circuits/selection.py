@@ -15,12 +15,15 @@ embeddings to the logits, so they score ≈ 0 at every k and any circuit "beats"
 Here the random circuits are drawn from the same *candidate pool* the chosen circuit comes from: random k-subsets
 of the top 4k edges (or nodes) by the same ranking. They are made of edges attribution also rates highly, so they are
 often connected and often faithful; a circuit beats them only if *which* k it picked matters. Under H0 "the
-ranking inside the pool carries no information" the chosen circuit is one more random k-subset, so
-``stats.rank_test`` (alternative "greater": draws ≥ real count against it) gives an exact p-value.
+ranking inside the pool carries no information" the chosen circuit is one more random k-subset; the draws never
+repeat it (a redraw would be a tie), so the sequential rank test (alternative "greater": draws ≥ real count against
+it) is exact when the ranking was made on other pairs than those it is scored on — on the same pairs the circuit was
+chosen for its score there, and the p is post-selection.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -31,6 +34,7 @@ from typing import ClassVar, Generic, TypeVar
 import torch
 
 from mcp_interp.core.circuits.edge_graph import Graph
+from mcp_interp.core.engine.numbers import stats
 from mcp_interp.errors import InputError, require_choice
 from mcp_interp.schemas.common import Granularity, RankBy
 
@@ -64,11 +68,17 @@ class Ranking(ABC, Generic[Item]):
 
     def draw_circuits(self, k: int, seed: int) -> Iterator[set[Edge]]:
         """Random circuits of k items from the pool, one after another for as long as they are wanted (the same
-        seeded sequence as ``random_circuits``: its first n are this iterator's first n)."""
-        generator = random.Random(seed)
+        seeded sequence as ``random_circuits``: its first n are this iterator's first n) — never the top k itself,
+        never the same set twice, all of them in a random order when there are fewer than ``stats.ENUMERATE_BELOW``
+        (``stats.DistinctSets``; ``other_circuits`` counts them)."""
         pool = self.pool(k)
-        while True:
-            yield self.circuit(generator.sample(pool, k))
+        sets = stats.DistinctSets([stats.Slot(tuple(range(len(pool))), tuple(range(k)))], seed)
+        while chosen := sets.take(1):
+            yield self.circuit([pool[i] for i in chosen[0][0]])
+
+    def other_circuits(self, k: int) -> int:
+        """How many distinct k-subsets of the pool differ from the top k: C(pool, k) − 1."""
+        return math.comb(len(self.pool(k)), k) - 1
 
 
 class EdgeRanking(Ranking[Edge]):

@@ -28,7 +28,7 @@ import numpy as np
 
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
-from mcp_interp.core.engine.numbers.stats import ALPHA, auroc_test, detection_test
+from mcp_interp.core.engine.numbers.stats import stratified_auroc_test, stratified_detection_test, worded
 from mcp_interp.core.engine.references import Lookup
 from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.core.features.activations import TextActivations, activation_steps, count_steps
@@ -55,6 +55,7 @@ from mcp_interp.schemas.naming import (
 )
 
 QUIZ_MIN, QUIZ_MAX = 4, 100
+QUIET = 0.5  # non-firing quiz texts: at most this quantile of the texts under the threshold (well below it)
 MAX_WRITTEN = 200  # texts per generation set: more cannot sharpen a verdict an assistant's writing supports
 MAX_EXPLANATION = 2000  # characters
 QUIZ_PENDING = "quiz://pending"  # the adapter replaces it with the stored quiz's URI
@@ -154,7 +155,7 @@ class ScoreExplanationJob:
         result = ScoreExplanationMeasurement(feature=self.named.info(), explanation=self.explanation)
         if self.activating_texts is not None and self.non_activating_texts is not None:
             result.generation = yield from self._generation(
-                list(self.activating_texts), list(self.non_activating_texts)
+                list(self.activating_texts), list(self.non_activating_texts), result.notes
             )
         if self.quiz is not None:
             result.quiz, result.threshold = yield from self._draw(self.quiz, result.notes)
@@ -175,7 +176,9 @@ class ScoreExplanationJob:
         self.result = result
         yield "scored"
 
-    def _generation(self, activating: list[str], non_activating: list[str]) -> Generator[str, None, GenerationScore]:
+    def _generation(
+        self, activating: list[str], non_activating: list[str], notes: list[str]
+    ) -> Generator[str, None, GenerationScore]:
         read: list[TextActivations] = []
         yield from activation_steps(self.model, self.named, [*activating, *non_activating], read)
         scored, maxima, where = read[0].maxima()
@@ -186,18 +189,36 @@ class ScoreExplanationJob:
             index = i if i < len(activating) else i - len(activating)
             raise InputError(f"`{which}[{index}]` is one token; position 0 is never scored: write 2 or more tokens.")
         x, y = maxima[: len(activating)], maxima[len(activating) :]
-        test = auroc_test(x, y)
-        verdict = (
-            f"the activating texts rank above the non-activating ones (AUROC {test.auroc:.3f}, p = {test.p_value:.3g})"
-            if test.p_value <= ALPHA
-            else f"not shown to separate the two sets (AUROC {test.auroc:.3f}, p = {test.p_value:.3g})"
+        counts = np.array([len(v) for v in read[0].values], dtype=np.int64)  # tokens per text: the strata
+        first, second = counts[: len(activating)], counts[len(activating) :]
+        test = stratified_auroc_test(x, y, first, second)
+        verdict = worded(
+            "naming_generation",
+            test.p_value,
+            test.p_floor,
+            f"the activating texts rank above the non-activating ones of the same token count (AUROC {test.auroc:.3f} "
+            f"over {test.pairs} same-length pairs)",
+            f"not shown to separate the two sets within equal token counts (AUROC {test.auroc:.3f} over "
+            f"{test.pairs} same-length pairs)",
         )
+        unmatched = len(activating) + len(non_activating) - test.n_x - test.n_y
+        if unmatched:
+            notes.append(
+                f"{unmatched} of the {len(activating) + len(non_activating)} written texts have no text of their token "
+                "count in the other set and do not count: a longer text has more positions and so a larger maximum, "
+                "so texts are compared only with texts of their length — write both sets with matching token counts "
+                "(activating_tokens, non_activating_tokens)."
+            )
         texts = [*activating, *non_activating]
         return GenerationScore(
             auroc=test.auroc,
             auroc_ci=[test.low, test.high],
             p_value=test.p_value,
+            p_floor=test.p_floor,
             p_method=test.method,
+            pairs=test.pairs,
+            activating_tokens=first.tolist(),
+            non_activating_tokens=second.tolist(),
             verdict=verdict,
             per_text=[
                 TextScore(
@@ -211,20 +232,33 @@ class ScoreExplanationJob:
         )
 
     def _draw(self, n: int, notes: list[str]) -> Generator[str, None, tuple[QuizHandle, float]]:
+        """A quiz as Delphi's detection scorer builds one, relative to the unit's own distribution of per-text maxima
+        (the reference pool's: the search pool for a shipped corpus): firing texts from its top (maximum above the
+        threshold, by default the 90th percentile), non-firing ones from well below it (at most the ``QUIET``
+        quantile of the texts under the threshold: below the 45th percentile by default), so a dense unit's texts
+        just under the threshold are never called non-firing. Each firing text is paired with a non-firing text of
+        the same token count (a longer text has a larger maximum), and the quiz is shuffled; nothing about the
+        answers (not even how many fire) is shown before they are given."""
         pool, reference = self._quiz_pools()
         threshold = self.threshold
+        distribution: np.ndarray | None = None
         if threshold is None:
             source = pool if reference is None else reference
             read: list[TextActivations] = []
             yield from activation_steps(self.model, self.named, source.texts, read)
             scored, maxima, _ = read[0].maxima()
-            threshold = default_threshold(maxima[scored])
+            distribution = maxima[scored]
+            threshold = default_threshold(distribution)
             notes.append(
                 f"threshold = {threshold:.4g}: {THRESHOLD_RULE.replace('search pool', source.kind + ' pool')}."
             )
         read = []
         yield from activation_steps(self.model, self.named, pool.texts, read)
         scored, maxima, _ = read[0].maxima()
+        counts = np.array([len(v) for v in read[0].values], dtype=np.int64)
+        if distribution is None:
+            distribution = maxima[scored]
+        quiet = float(np.quantile(distribution, QUIET * float(np.mean(distribution <= threshold))))
         excluded = self._excluded(pool)
         eligible = np.array([scored[i] and pool.texts[i] not in excluded for i in range(len(pool.texts))], dtype=bool)
         if (~eligible & scored).any():
@@ -232,25 +266,33 @@ class ScoreExplanationJob:
                 f"{int((~eligible & scored).sum())} texts already shown or revealed for this feature were "
                 "left out of the draw."
             )
-        above = np.flatnonzero(eligible & (maxima > threshold))
-        below = np.flatnonzero(eligible & ~(maxima > threshold))
-        if above.size == 0 or below.size == 0:
-            side = "above" if above.size == 0 else "at or below"
-            raise InputError(
-                f"No eligible quiz text has its maximum {side} the threshold {threshold:.4g}; choose "
-                "another `threshold` or other `texts`."
-            )
         seed = secrets.randbelow(2**31) if self.seed is None else self.seed
         rng = np.random.default_rng(seed)
-        n_firing = min(n // 2, above.size)
-        n_quiet = min(n - n_firing, below.size)
-        chosen = np.concatenate([rng.choice(above, n_firing, replace=False), rng.choice(below, n_quiet, replace=False)])
-        chosen = chosen[rng.permutation(chosen.size)]
-        if chosen.size < n or n_firing < n // 2:
-            notes.append(
-                f"The quiz has {chosen.size} texts, {n_firing} firing: the pool had only {above.size} "
-                f"eligible texts above the threshold and {below.size} at or below it."
+        above = rng.permutation(np.flatnonzero(eligible & (maxima > threshold)))
+        below: dict[int, list[int]] = {}
+        for i in rng.permutation(np.flatnonzero(eligible & (maxima <= quiet))):
+            below.setdefault(int(counts[i]), []).append(int(i))
+        pairs: list[tuple[int, int]] = []
+        for i in above.tolist():
+            if len(pairs) == n // 2:
+                break
+            if below.get(int(counts[i])):
+                pairs.append((i, below[int(counts[i])].pop()))
+        if not pairs:
+            raise InputError(
+                f"No eligible quiz text above the threshold {threshold:.4g} has a text of its token count at or below "
+                f"{quiet:.4g} (well below it): choose another `threshold` or more `texts`."
             )
+        chosen = np.array([i for pair in pairs for i in pair])[rng.permutation(2 * len(pairs))]
+        if chosen.size < n:
+            notes.append(
+                f"The quiz has {chosen.size} texts, not {n}: the pool had too few length-matched texts above the "
+                "threshold and well below it."
+            )
+        notes.append(
+            f"Fires: maximum > {threshold:.4g}; the quiz's other texts are well below it (maximum ≤ {quiet:.4g}, "
+            "the lower half of the texts under the threshold), each of the same token count as a firing one."
+        )
         texts = [pool.texts[int(i)] for i in chosen]
         self.quiz_document = {
             "schema": "mcp-interp/quiz",
@@ -261,14 +303,14 @@ class ScoreExplanationJob:
             "pool": f"{pool.name}:{pool.kind}",
             "seed": seed,
             "threshold": threshold,
+            "quiet": quiet,
             "texts": texts,
             "fires": [bool(maxima[i] > threshold) for i in chosen],
             "max_activations": [float(maxima[i]) for i in chosen],
+            "tokens": [int(counts[i]) for i in chosen],
             "scored_by": None,
         }
-        handle = QuizHandle(
-            quiz_id=QUIZ_PENDING, texts=texts, seed=seed, pool=f"{pool.name}:{pool.kind}", n_firing=n_firing
-        )
+        handle = QuizHandle(quiz_id=QUIZ_PENDING, texts=texts, seed=seed, pool=f"{pool.name}:{pool.kind}")
         return handle, threshold
 
     def _excluded(self, pool: Pool) -> set[str]:
@@ -312,12 +354,20 @@ class ScoreExplanationJob:
                 "The explanation differs from the one the quiz was drawn with; the scores are filed under this one."
             )
         said = [bool(v) for v in values]
-        test = detection_test(fires, said)
-        verdict = (
-            f"the predictions beat chance (balanced accuracy {test.balanced_accuracy:.3f}, p = {test.p_value:.3g})"
-            if test.p_value <= ALPHA
-            else f"not shown better than chance (balanced accuracy {test.balanced_accuracy:.3f}, "
-            f"p = {test.p_value:.3g})"
+        if not any(fires) or all(fires):
+            raise InputError(f"{quiz_id} holds texts of one class only: draw a new quiz.")
+        tokens = record.get("tokens")
+        if tokens is None:  # a quiz drawn before quizzes were matched on length: one stratum
+            notes.append("This quiz was drawn before texts were matched on token count: its p ignores length.")
+            tokens = [0] * len(texts)
+        stratified = stratified_detection_test(fires, said, [int(t) for t in tokens])
+        test = stratified.test
+        verdict = worded(
+            "naming_detection",
+            stratified.p_value,
+            stratified.p_floor,
+            f"the predictions beat chance within equal token counts (balanced accuracy {test.balanced_accuracy:.3f})",
+            f"not shown better than chance (balanced accuracy {test.balanced_accuracy:.3f})",
         )
         truth = [
             QuizAnswer(text=t, fires=f, predicted=s, max_activation=float(a))
@@ -328,7 +378,8 @@ class ScoreExplanationJob:
             balanced_accuracy=test.balanced_accuracy,
             balanced_accuracy_ci=[test.low, test.high],
             interval=test.interval,
-            p_value=test.p_value,
+            p_value=stratified.p_value,
+            p_floor=stratified.p_floor,
             true_positive_rate=test.true_positive_rate,
             true_negative_rate=test.true_negative_rate,
             verdict=verdict,

@@ -44,6 +44,8 @@ p-value, which keeps "some layer is selective" at α under the null over every l
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -514,28 +516,57 @@ def shuffled_labels(
     return out, "within groups" if groups is not None else "among texts"
 
 
-MAX_TRIES = 100  # per draw, when a relabelling must leave each part of the split ≥ 2 texts of each label
+MAX_TRIES = 100  # per wanted labelling, when sampling (not enumerating) usable distinct labellings
+ENUMERATE_LABELLINGS = 100_000  # at most this many type labellings: every one is checked (exact counts)
 
 
 def keyed_labels(key: np.ndarray, y: np.ndarray, draws: int, seed: int, split: Split | None = None) -> np.ndarray:
     """Hewitt & Liang's control task with the label distribution kept: the key types' labels (the label is a
-    function of the type) permuted among the types, ``draws`` times; every text of a type gets its type's label.
+    function of the type) permuted among the types; every text of a type gets its type's label. Returns at most
+    ``draws`` *distinct* labellings [m, texts], never the real one — with T types of which r are labelled 1 there are
+    C(T, r) − 1 others, so 2 types allow 1 and 4 types 5: ``len`` of the answer says how many exist when it is below
+    ``draws``, and the floor of the test on them is 1/(m + 1).
 
     With ``split``, only relabellings that leave both parts ≥ 2 texts of each label are kept — the condition the
-    real labels met to be probed at all (``split_texts`` refuses them otherwise), so the real labelling and the
-    draws are uniform over the same set and the rank test stays exact."""
+    real labels met to be probed at all (``split_texts`` refuses them otherwise) — and an unusable one is never kept:
+    the real labelling and the draws are then exchangeable over the same set, and the rank test stays exact. Up to
+    ``ENUMERATE_LABELLINGS`` type labellings every one is checked (in a seeded random order); beyond, uniform ones
+    are drawn, a repeat or an unusable one drawn again, at most ``MAX_TRIES`` per labelling wanted."""
     rng = np.random.default_rng(seed)
     n_types = int(key.max()) + 1
     type_label = np.zeros(n_types, dtype=np.int64)
     type_label[key] = y
-    out = []
-    for _ in range(draws):
-        for _ in range(MAX_TRIES):
-            labels = type_label[rng.permutation(n_types)][key]
-            if split is None or _probeable(labels, split):
-                break
-        out.append(labels)
-    return np.stack(out)
+    ones = int(type_label.sum())
+    real = tuple(np.flatnonzero(type_label).tolist())
+    out: list[np.ndarray] = []
+
+    def usable(chosen: tuple[int, ...]) -> np.ndarray | None:
+        labels = np.zeros(n_types, dtype=np.int64)
+        labels[list(chosen)] = 1
+        text_labels = labels[key]
+        return text_labels if split is None or _probeable(text_labels, split) else None
+
+    if math.comb(n_types, ones) <= ENUMERATE_LABELLINGS:
+        every = [c for c in itertools.combinations(range(n_types), ones) if c != real]
+        for i in rng.permutation(len(every)):
+            labels = usable(every[int(i)])
+            if labels is not None:
+                out.append(labels)
+                if len(out) == draws:
+                    break
+    else:
+        seen = {real}
+        for _ in range(MAX_TRIES * draws):
+            chosen = tuple(sorted(int(t) for t in rng.choice(n_types, ones, replace=False)))
+            if chosen in seen:
+                continue
+            seen.add(chosen)
+            labels = usable(chosen)
+            if labels is not None:
+                out.append(labels)
+                if len(out) == draws:
+                    break
+    return np.stack(out) if out else np.zeros((0, len(y)), dtype=np.int64)
 
 
 def _probeable(labels: np.ndarray, split: Split) -> bool:

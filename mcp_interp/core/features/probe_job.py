@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,12 +39,18 @@ def data_hash(texts: Sequence[str], labels: Sequence[str], position: Any) -> str
 
 @dataclass(frozen=True)
 class Control:
-    """One control run over every layer: its sequential family-wise test and the held-out hits of the draws it made
-    (per layer, [draws, n_test])."""
+    """One control run over every layer: its sequential family-wise test (None when no labelling but the real one
+    exists: nothing to rank against), the held-out hits of the draws it made (per layer, [draws, n_test]), how many
+    distinct labellings it could draw (None: more than it needs) and the smallest p it can reach."""
 
     kind: ControlKind
-    test: stats.FamilyRankTest
+    test: stats.FamilyRankTest | None
     hits: list[np.ndarray]
+    labellings: int | None
+    p_floor: float
+
+    def p_values(self, members: int) -> tuple[float, ...]:
+        return self.test.p_values if self.test is not None else (1.0,) * members
 
 
 @dataclass(kw_only=True)
@@ -107,33 +114,48 @@ class ProbeJob:
             yield f"layer {layer}: held-out accuracy {row.accuracy:.3f}"
         controls: list[Control] = []
         if self.control:
-            for kind, labellings in self._nulls(y, split, groups, key):
-                test = stats.SequentialMaxTest([fit.accuracy for fit in fits], n_max=self.control_draws)
+            for kind, labellings, distinct in self._nulls(y, split, groups, key):
+                cap = min(self.control_draws, len(labellings))
+                floor = max(stats.rank_floor(self.control_draws, distinct), stats.rank_floor(cap))
+                if cap == 0:
+                    controls.append(Control(kind, None, [], 0, 1.0))
+                    continue
+                test = stats.SequentialMaxTest(
+                    [fit.accuracy for fit in fits], h=min(stats.STOP_AFTER, cap), n_max=cap, batch=min(stats.BATCH, cap)
+                )
                 hits: list[list[np.ndarray]] = [[] for _ in xs]
                 while wanted := test.wanted():
                     batch = labellings[test.n : test.n + wanted]
                     for column, x in enumerate(xs):
                         hits[column].append(probe.held_out_hits(x, batch, split, self.method))
                     test.add(np.stack([h[-1].mean(axis=1) for h in hits], axis=1))
-                    yield f"{kind.replace('_', '-')} control: {test.n} draws (at most {self.control_draws})"
+                    yield f"{kind.replace('_', '-')} control: {test.n} draws (at most {cap})"
                 result = test.result()
-                controls.append(Control(kind, result, [np.vstack(h)[: result.n] for h in hits]))
+                controls.append(Control(kind, result, [np.vstack(h)[: result.n] for h in hits], distinct, floor))
             self._fill_controls(rows, fits, controls, self._units(split, groups, key))
         self.result = self._measurement(rows, y, classes, split, key, unused, controls, len(texts))
 
     def _nulls(
         self, y: np.ndarray, split: probe.Split, groups: np.ndarray | None, key: probe.Key | None
-    ) -> list[tuple[ControlKind, np.ndarray]]:
-        """The controls to run, each with its ``control_draws`` relabellings (a sequential test uses a prefix). With
-        whole groups held out and the labels a function of a key, the only exact shuffle is among the key types —
-        the type-keyed control itself — so it runs once (it answers both "beats chance" and "selective")."""
+    ) -> list[tuple[ControlKind, np.ndarray, int | None]]:
+        """The controls to run, each with up to ``control_draws`` relabellings (a sequential test uses a prefix) and
+        how many distinct ones exist when that is fewer (None: plenty). With whole groups held out and the labels a
+        function of a key, the only exact shuffle is among the key types — the type-keyed control itself — so it runs
+        once (it answers both "beats chance" and "selective")."""
         n = self.control_draws
         keyed = None if key is None else probe.keyed_labels(key.values, y, n, self.seed + KEY_SEED_OFFSET, split)
+        keyed_count = None if keyed is None or len(keyed) >= n else len(keyed)
         if keyed is not None and groups is not None:
-            return [("type_keyed", keyed)]
+            return [("type_keyed", keyed, keyed_count)]
         shuffled, _ = probe.shuffled_labels(y, split, n, self.seed + SHUFFLE_SEED_OFFSET, groups)
-        nulls: list[tuple[ControlKind, np.ndarray]] = [("shuffled_labels", shuffled)]
-        return nulls + ([("type_keyed", keyed)] if keyed is not None else [])
+        units = (
+            [split.train, split.test] if groups is None else [np.flatnonzero(groups == g) for g in np.unique(groups)]
+        )
+        shuffles = math.prod(math.comb(len(unit), int(y[unit].sum())) for unit in units) - 1
+        nulls: list[tuple[ControlKind, np.ndarray, int | None]] = [
+            ("shuffled_labels", shuffled, shuffles if shuffles < n else None)
+        ]
+        return nulls + ([("type_keyed", keyed, keyed_count)] if keyed is not None else [])
 
     @staticmethod
     def _units(split: probe.Split, groups: np.ndarray | None, key: probe.Key | None) -> np.ndarray:
@@ -152,9 +174,12 @@ class ProbeJob:
         chance = next((c for c in controls if c.kind == "shuffled_labels"), None)
         selectivity = controls[-1]
         for column, (row, fit) in enumerate(zip(rows, fits, strict=True)):
-            if chance is not None:
+            if chance is not None and chance.test is not None:
                 row.shuffled_accuracy = float(chance.test.draws[:, column].mean())
                 row.shuffled_p = chance.test.p_values[column]
+            if selectivity.test is None:  # no labelling but the real one: nothing to compare with
+                row.selectivity_p = 1.0
+                continue
             row.control_accuracy = float(selectivity.test.draws[:, column].mean())
             row.selectivity = fit.accuracy - row.control_accuracy
             low, high = probe.selectivity_interval(fit.hits, selectivity.hits[column], units, self.seed + column)
@@ -247,9 +272,9 @@ class ProbeJob:
         if self.control:
             for row, direction in zip(rows, self.directions, strict=True):
                 direction.selectivity = row.selectivity
-            first, last = controls[0].test, controls[-1].test
-            beating = [row.layer for row, p in zip(rows, first.p_values, strict=True) if p <= stats.ALPHA]
-            selective = [row.layer for row, p in zip(rows, last.p_values, strict=True) if p <= stats.ALPHA]
+            first, last = controls[0].p_values(len(rows)), controls[-1].p_values(len(rows))
+            beating = [row.layer for row, p in zip(rows, first, strict=True) if p <= stats.ALPHA]
+            selective = [row.layer for row, p in zip(rows, last, strict=True) if p <= stats.ALPHA]
             kind = controls[-1].kind
             notes += self._control_notes(rows, key, beating, selective, controls)
         else:
@@ -288,7 +313,9 @@ class ProbeJob:
             control_kind=kind,
             control_key=None if key is None else probe.key_summary(key),
             control_draws=self.control_draws if self.control else 0,
-            draws_made={c.kind: c.test.n for c in controls},
+            draws_made={c.kind: 0 if c.test is None else c.test.n for c in controls},
+            p_floor={c.kind: c.p_floor for c in controls},
+            labellings={c.kind: c.labellings for c in controls if c.labellings is not None},
             layers=rows,
             best_layer=best.layer,
             best_ci_adjusted=list(best_interval),
@@ -306,14 +333,22 @@ class ProbeJob:
         controls: list[Control],
     ) -> list[str]:
         cap = self.control_draws
-        made = ", ".join(f"{c.kind} {c.test.n}" for c in controls)
+        made = ", ".join(f"{c.kind} {0 if c.test is None else c.test.n}" for c in controls)
+        floors = ", ".join(f"{c.kind} {c.p_floor:.4f}" for c in controls)
         notes = [
             f"Controls drawn sequentially (Besag & Clifford): until every layer has {stats.STOP_AFTER} draws whose "
             f"best layer (centred) is at least as good as it, or {cap} draws — made: {made}. Each p-value is "
             f"family-wise over the {len(rows)} layers (the draws' maximum over layers), so layers_beating_chance and "
-            f"layers_selective hold at α = 0.05 together; the smallest possible p is {1 / (cap + 1):.4f}. "
+            f"layers_selective hold at α = 0.05 together; the smallest possible p (p_floor): {floors}. "
             f"{len(beating)} of {len(rows)} layers beat chance."
         ]
+        for c in controls:
+            if c.labellings is not None:
+                notes.append(
+                    f"The {c.kind.replace('_', '-')} control has only {c.labellings} distinct usable labelling(s) "
+                    f"besides the real one (drawn once each, never the real one): its p cannot go below "
+                    f"{c.p_floor:.3g}" + (", so it cannot reject at α = 0.05." if c.p_floor > stats.ALPHA else ".")
+                )
         if controls[0].kind == "shuffled_labels":
             how = "within groups" if self.groups is not None else "among texts, within each part of the split"
             notes.append(f"Shuffled-label control: the same probe on labels shuffled {how}.")
@@ -338,11 +373,33 @@ class ProbeJob:
                 "selectivity_p are the shuffled-label control's own (equal to shuffled_accuracy and shuffled_p): "
                 "selective here means above chance."
             )
-        if selective:
-            notes.append(f"Selective (family-wise p ≤ 0.05) at layers {selective}.")
-        else:
-            reason = "memorising the key type" if key is not None else "shuffled labels"
-            notes.append(f"No layer is selective (family-wise p ≤ 0.05): the accuracy is within what {reason} gives.")
+        last = controls[-1]
+        smallest = min(last.p_values(len(rows)))
+        reason = "memorising the key type" if key is not None else "shuffled labels"
+        notes.append(
+            "Selectivity: "
+            + stats.worded(
+                "probe_selective" if last.kind == "type_keyed" else "probe_chance",
+                smallest,
+                last.p_floor,
+                f"selective at layers {selective} (family-wise, smallest p)",
+                f"no layer shown more accurate than {reason} gives at α = 0.05 (smallest family-wise p)",
+            )
+            + "."
+        )
+        if controls[0].kind == "shuffled_labels" and len(controls) > 1:
+            first = controls[0]
+            notes.append(
+                "Above chance: "
+                + stats.worded(
+                    "probe_chance",
+                    min(first.p_values(len(rows))),
+                    first.p_floor,
+                    f"layers {beating} beat shuffled labels (family-wise, smallest p)",
+                    "no layer shown above shuffled labels at α = 0.05 (smallest family-wise p)",
+                )
+                + "."
+            )
         notes.append(
             "selectivity_ci: accuracy − control ± t·√(v + s²/draws), v the larger of the draws' variance s² and a "
             "bootstrap over held-out units of the accuracy's variance (its own error and the control mean's)."

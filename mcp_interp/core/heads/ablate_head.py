@@ -24,8 +24,8 @@ def ablate_heads(
     random_draws: int = stats.MOST_DRAWS,
     lookup: Lookup | None = None,
 ) -> AblateHeadMeasurement:
-    """``ablate`` restricted to heads (the ``ablate_head`` tool), with the heads ranked among random heads of the same
-    layers (``random_baseline``)."""
+    """``ablate`` restricted to heads (the ``ablate_head`` tool), with the heads ranked among random heads of a band of
+    layers around them (``component_baseline``)."""
     require(model.backend, "ablate_head")
     parsed = parsed_ablation(model, ablation, lookup)
     outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
@@ -34,8 +34,9 @@ def ablate_heads(
     if baseline is not None:
         measurement.random_baseline = baseline
         ordered = sorted(baseline.draws)
+        spread = f", {baseline.statistic} {ordered[0]:+.3f} to {ordered[-1]:+.3f}" if ordered else ""
         measurement.notes.append(
-            f"Against random heads of the same layers ({len(ordered)} sets, {baseline.statistic} {ordered[0]:+.3f} to "
-            f"{ordered[-1]:+.3f}), the heads' {baseline.statistic} {baseline.real:+.3f} {baseline.verdict}."
+            f"Against random heads ({len(ordered)} sets of {baseline.pool_size}{spread}), the heads' "
+            f"{baseline.statistic} {baseline.real:+.3f}: {baseline.verdict}."
         )
     return measurement

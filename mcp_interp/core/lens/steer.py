@@ -276,7 +276,8 @@ def steer_steps(
             unsteered=baseline_score,
             draws=list(concept_test.draws),
             p_value=concept_test.p_value,
-            verdict=stats.versus_random(concept_test, "random directions' continuations (same norm)"),
+            p_floor=concept_test.p_floor,
+            verdict=stats.versus_random("steer_concept", concept_test, "random directions' continuations (same norm)"),
         )
         notes.append(
             f"Concept score ({concept.describe}): steered {steered_score:.3f}, unsteered {baseline_score:.3f}; "
@@ -311,7 +312,8 @@ def steer_steps(
     notes.append(
         f"The next-token distribution moves by KL {next_kl:.4f} nats; {len(random_kl)} random directions of the same "
         f"norm move it by {min(random_kl):.4f}–{max(random_kl):.4f}: the vector "
-        f"{stats.versus_random(test, 'random directions of its norm')}. This says the prediction moved, not where"
+        f"{stats.versus_random('steer_kl', test, 'random directions of its norm')}. This says the prediction moved, "
+        "not where"
         + ("; the concept score above says where." if concept is not None else ": pass `concept` to test where.")
     )
     measurement = SteerMeasurement(
@@ -331,6 +333,7 @@ def steer_steps(
         random_next_token_kl=random_kl,
         random_norm=norm,
         random_p_value=test.p_value,
+        random_p_floor=test.p_floor,
         baseline_text=model.tokenizer.decode(baseline_ids),
         steered_text=model.tokenizer.decode(steered_ids),
         repetition_baseline=rep_base,

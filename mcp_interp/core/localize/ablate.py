@@ -81,6 +81,8 @@ def projection_notes(projections: Sequence[DirectionProjection], method: Ablatio
 def compare_with_random(ablation: Ablation, baseline: RandomBaseline) -> str:
     """One sentence: the real effect, the random ones' range, the p-value and the verdict it supports."""
     ordered = sorted(baseline.draws)
+    if not ordered:
+        return f"No random set of {baseline.replaced} differs from the real one: {baseline.verdict}."
     if baseline.energy is None or baseline.draw_energy is None:  # components: random ones of the same kind
         return (
             f"{ablation.method.capitalize()}-ablating the {baseline.replaced} changes the "

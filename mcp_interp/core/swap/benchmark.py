@@ -49,6 +49,7 @@ from mcp_interp.core.swap.trial import (
     prompt_run,
     run_edits,
     score_edit_trial,
+    swap_name,
     teacher_forced_logits,
 )
 from mcp_interp.errors import InputError
@@ -114,7 +115,7 @@ class SwapBenchmarkJob:
         words = [*self.resolved.concept_ids.values(), *(t for ids in self.resolved.answer_ids.values() for t in ids)]
         for pool in pools.values():
             pool.exclude(words)  # a concept is another target's real arm: no token is an arm of two targets' tests
-        controls = {key: chosen_controls(pool, self.settings.control_seeds) for key, pool in pools.items()}
+        controls = self._draw_controls(pools)
         distances: dict[tuple[int, int], torch.Tensor] = {}
         for layer in self.layers:
             # The trials of one prompt at one layer edit the same run: their edits go through one batched forward.
@@ -147,6 +148,20 @@ class SwapBenchmarkJob:
             exclusions=self.exclusions,
             notes=self.notes + benchmark_notes(self.trials, self.settings),
         )
+
+    def _draw_controls(self, pools: dict[TrialKey, SharedPool]) -> dict[TrialKey, list[int] | None]:
+        """Each swap's controls, drawn by (seed, swap), keeping clear of the tokens other targets' swaps already drew
+        while the pool allows: a token shared by two targets' tested swaps ties their tests together (the summary
+        clusters those targets)."""
+        owner: dict[int, str] = {}
+        out: dict[TrialKey, list[int] | None] = {}
+        for key, pool in pools.items():
+            avoid = {token for token, target in owner.items() if target != key.target}
+            name = swap_name(key.function, key.source, key.target)
+            out[key] = chosen = chosen_controls(pool, self.settings.control_seeds, name, avoid)
+            for token in chosen or []:
+                owner.setdefault(token, key.target)
+        return out
 
     def _match_controls(
         self, runs: dict[tuple[str, str], PromptRun], blocked: dict[tuple[str, str, str], str]

@@ -26,15 +26,18 @@ practically never exists (on the default benchmark not one, for any target). So 
 swap per target (``swap.summary.tested_swaps``). A benchmark never draws a corpus word as a
 control: a concept is another target's real arm.
 
-The draw is uniform over the qualifying ids (sorted ascending) with a seeded **CPU**
-``torch.Generator``, so a seed names the same token on every device; the controls of one swap
-are distinct tokens (a seed whose draw repeats an earlier seed's token draws again from its
-own generator). Distances are computed in float64 on the CPU for the same reason. An empty
+The draw is uniform over the qualifying ids (sorted ascending) with a **CPU** ``torch.Generator``
+seeded by (seed, swap) (``swap_seed``), so a seed names the same token on every device and each
+swap draws its own; the controls of one swap are distinct tokens (a seed whose draw repeats an
+earlier seed's token draws again from its own generator). A benchmark also keeps one target's
+controls out of other targets' swaps while the pool allows, and clusters the targets whose tested
+swaps still share a token (``swap.summary``). Distances are computed in float64 on the CPU for the same reason. An empty
 candidate set is reported, never papered over by widening the tolerance.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -128,12 +131,21 @@ def draw_control(candidates: torch.Tensor, seed: int, taken: Sequence[int] = ())
             return token
 
 
-def draw_controls(candidates: torch.Tensor, seeds: Sequence[int]) -> list[int]:
-    """One distinct control token per seed, in seed order (``draw_control``); needs at least ``len(seeds)``
-    candidates."""
+def swap_seed(seed: int, swap: str) -> int:
+    """The generator seed of control ``seed`` for one swap (``swap`` names it, 'function/source→target'): a stable
+    hash of both, so each swap draws its own controls. Seeded by ``seed`` alone, swaps with similar pools drew the
+    same tokens, which tied different targets' tests together (a shared token's effect counts in both: the tests'
+    size rose to 0.107)."""
+    digest = hashlib.sha256(f"{int(seed)}\x00{swap}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 2**63
+
+
+def draw_controls(candidates: torch.Tensor, seeds: Sequence[int], swap: str) -> list[int]:
+    """One distinct control token per seed, in seed order (``draw_control`` with ``swap_seed(seed, swap)``); needs at
+    least ``len(seeds)`` candidates."""
     if candidates.numel() < len(seeds):
         raise ValueError(f"{candidates.numel()} candidate token(s) for {len(seeds)} seeds")
     tokens: list[int] = []
     for seed in seeds:
-        tokens.append(draw_control(candidates, seed, tokens))
+        tokens.append(draw_control(candidates, swap_seed(seed, swap), tokens))
     return tokens

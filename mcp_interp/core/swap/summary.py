@@ -19,6 +19,7 @@ target's margin more than its controls, p small): the verdict says both, so neit
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -68,10 +69,47 @@ def tested_swaps(executed: Sequence[TrialRecord]) -> dict[str, tuple[str, str]]:
     return {target: swap for target, (swap, _) in best.items()}
 
 
+def control_clusters(tested: Sequence[TrialRecord]) -> dict[str, str]:
+    """Each tested target's cluster: its own, or — when its tested swap shares a control token with another target's
+    (union–find over the tokens) — the first target of the group. Relabelling is exact when the clusters share no
+    arm token; targets tied by a shared token are relabelled together (one cluster), so the shared token's effect
+    is not counted as two independent ones. Controls are drawn by (seed, swap) and kept apart across targets while
+    the pools allow (``benchmark``), so this is rare; it is reported in ``shared_controls``."""
+    parent: dict[str, str] = {}
+
+    def find(target: str) -> str:
+        while parent.setdefault(target, target) != target:
+            parent[target] = parent[parent[target]]
+            target = parent[target]
+        return target
+
+    owner: dict[int, str] = {}
+    for trial in tested:
+        find(trial.target)
+        for control in trial.controls:
+            if control.token_id in owner:
+                a, b = find(owner[control.token_id]), find(trial.target)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+            else:
+                owner[control.token_id] = trial.target
+    return {target: find(target) for target in parent}
+
+
+def relabel_floor(arms: list[list[float]], draws: int) -> float:
+    """The smallest two-sided p ``relabel_test`` can give: 2/∏(m_c + 1) when enumerated exactly, else 2/(draws + 1)
+    (capped at 1)."""
+    total = math.prod(len(row) for row in arms) if arms else 1
+    if total <= verdicts.EXACT_ENUMERATION_LIMIT:
+        return min(1.0, 2 / total)
+    return min(1.0, 2 / (draws + 1))
+
+
 def prompt_test(arms: list[list[float]], seed: int, draws: int) -> PromptTest:
     """``relabel_test`` on one value per (target, arm), real arm first, as the schema reports it."""
     test = verdicts.relabel_test(arms, seed=seed, draws=draws)
     return PromptTest(
+        p_floor=relabel_floor(arms, draws),
         real=test.real_mean,
         control=test.control_mean,
         difference=test.statistic,
@@ -103,7 +141,11 @@ def summarize(
     prompts = {(t.function, t.source) for t in executed}
     chosen = tested_swaps(executed)
     tested = [t for t in executed if chosen[t.target] == (t.function, t.source)]
-    clusters = [t.target for t in tested]
+    cluster_of = control_clusters(tested)
+    clusters = [cluster_of[t.target] for t in tested]
+    groups: dict[str, list[str]] = {}
+    for target, root in cluster_of.items():
+        groups.setdefault(root, []).append(target)
     real = [bool(t.real and t.real.top1) for t in executed]
     control_rows = [[c.score.top1 for c in t.controls] for t in executed]
     gains = [[gain_of(t), *t.control_margin_gains] for t in executed]
@@ -131,6 +173,7 @@ def summarize(
         tested_swaps=[f"{function}/{source}→{target}" for target, (function, source) in chosen.items()],
         excluded_trials=excluded,
         target_was_active=sum(bool(t.target_was_active) for t in executed),
+        shared_controls=[sorted(group) for group in groups.values() if len(group) > 1],
     )
 
 
@@ -177,22 +220,37 @@ def layer_summary(trials: Sequence[TrialRecord], layer: int) -> LayerSummary:
 
 
 def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: int) -> str:
-    """Both answers in words, each worded from its own p-value (two-sided, α = 0.05) and never from a rate alone."""
+    """Both answers in words, each worded three ways from its own p-value and floor (two-sided, α = 0.05:
+    ``verdicts.worded``) and never from a rate alone."""
     if not real.n:
         return "No trial executed: nothing was tested (see status_counts)."
-    if swap.p_value <= verdicts.ALPHA and swap.difference > 0:
-        strict = "the real edits swap the answer more often than their controls"
-    elif swap.p_value <= verdicts.ALPHA:
-        strict = "the controls swap the answer more often than the real edits"
-    else:
-        strict = "no swap beyond the controls"
+    up = swap.difference > 0
+    strict = verdicts.worded(
+        "swap_strict",
+        swap.p_value,
+        swap.p_floor,
+        "the real edits swap the answer more often than their controls"
+        if up
+        else "the controls swap the answer more often than the real edits",
+        "no swap shown beyond the controls",
+    )
     gain = specificity.margin_gain
-    if gain.p_value <= verdicts.ALPHA and gain.difference > 0:
-        graded = "specific: the real edits raise the target answer's margin more than their controls"
-    elif gain.p_value <= verdicts.ALPHA:
-        graded = "anti-specific: the controls raise the target answer's margin more than the real edits"
-    else:
-        graded = "no specific effect: the real edits move the target answer's margin like their controls"
+    graded = verdicts.worded(
+        "swap_specificity",
+        gain.p_value,
+        gain.p_floor,
+        "specific: the real edits raise the target answer's margin more than their controls"
+        if gain.difference > 0
+        else "anti-specific: the controls raise the target answer's margin more than the real edits",
+        "not shown specific: the real edits' margin gains are not shown to differ from their controls'",
+    )
+    beats = verdicts.worded(
+        "swap_beats_all",
+        specificity.beats_all_test.p_value,
+        specificity.beats_all_test.p_floor,
+        "more often than chance",
+        "not shown more often than chance",
+    )
     rate = specificity.beats_all_rate or 0.0
     real_gain, control_gain = specificity.real_median_gain, specificity.control_median_gain
     medians = (
@@ -201,11 +259,11 @@ def verdict(real: RateSummary, swap: PromptTest, specificity: Specificity, m: in
         else ""
     )
     return (
-        f"Strict swap: {real.successes}/{real.n} real edits made the target's answer the top-1 — {strict} "
-        f"(target-level p = {swap.p_value:.3g}, {swap.targets} targets, one swap each). Graded: {graded} "
-        f"({medians}per-target mean real − control {gain.difference:+.3f} logits, p = {gain.p_value:.3g}); the real "
-        f"edit beat all {m} controls in {specificity.beats_all}/{specificity.trials} trials ({rate:.3f} vs chance "
-        f"{specificity.chance:.3f}; on the tested swaps p = {specificity.beats_all_test.p_value:.3g})."
+        f"Strict swap: {real.successes}/{real.n} real edits made the target's answer the top-1 — {strict}, "
+        f"target-level, {swap.targets} targets, one swap each. Graded: {graded} ({medians}per-target mean real − "
+        f"control {gain.difference:+.3f} logits); the real edit beat all {m} controls in "
+        f"{specificity.beats_all}/{specificity.trials} trials ({rate:.3f} vs chance {specificity.chance:.3f}; on "
+        f"the tested swaps {beats})."
     )
 
 

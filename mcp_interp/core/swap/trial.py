@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -328,11 +328,23 @@ def match_controls(
         )
 
 
-def chosen_controls(shared: SharedPool, seeds: Sequence[int]) -> list[int] | None:
-    """One distinct control token per seed from a swap's shared pool, or None when it has fewer tokens than seeds."""
+def swap_name(function: str, source: str, target: str) -> str:
+    return f"{function}/{source}→{target}"
+
+
+def chosen_controls(
+    shared: SharedPool, seeds: Sequence[int], swap: str, avoid: Collection[int] = ()
+) -> list[int] | None:
+    """One distinct control token per seed from a swap's shared pool (drawn by (seed, swap): ``draw_controls``), or
+    None when it has fewer tokens than seeds. Tokens in ``avoid`` (other targets' controls, in a benchmark) are left
+    out while enough others remain."""
     if shared.candidates is None or shared.size < len(seeds):
         return None
-    return draw_controls(shared.candidates, seeds)
+    candidates = shared.candidates
+    if avoid:
+        kept = candidates[~torch.isin(candidates, torch.tensor(sorted(avoid), dtype=candidates.dtype))]
+        candidates = kept if kept.numel() >= len(seeds) else candidates
+    return draw_controls(candidates, seeds, swap)
 
 
 def plan_edit_trial(
@@ -509,7 +521,9 @@ def causal_swap_trial(
         try:
             shared, distances = SharedPool(), dict[tuple[int, int], torch.Tensor]()
             match_controls(model, lens, run, layer, [(tokens, shared)], settings, distances)
-            controls = chosen_controls(shared, settings.control_seeds)
+            controls = chosen_controls(
+                shared, settings.control_seeds, swap_name(function.name, source.strip(), target.strip())
+            )
             plan = plan_edit_trial(model, lens, run, layer, tokens, settings, record, distances, shared, controls)
             if plan is not None:
                 score_edit_trial(model, plan, run_edits(model, run, layer, [plan])[0], settings)

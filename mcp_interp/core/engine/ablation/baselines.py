@@ -17,6 +17,7 @@ draws run stacked, several copies of the batch in one forward.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -254,7 +255,9 @@ def random_baseline(
         real=test.real,
         draws=list(test.draws),
         p_value=test.p_value,
-        verdict=stats.versus_random(test, f"energy-matched random {kind_of(ablation, special)}"),
+        p_floor=test.p_floor,
+        pool_size=None,
+        verdict=stats.versus_random("direction_ablation", test, f"energy-matched random {kind_of(ablation, special)}"),
         seed=ablation.seed,
         energy=energy(ablation),
         draw_energy=[energy(v) for v in variants[: test.n]],
@@ -276,44 +279,136 @@ def component_baseline(
     draws: int = stats.MOST_DRAWS,
 ) -> RandomBaseline | None:
     """Heads, neurons, MLPs and attention layers ranked among random sets of the same kind and count, ablated the same
-    way: each head replaced by a head of its layer, each neuron set by as many neurons of its layer, each MLP (attention
-    layer) by another layer's — drawn uniformly, distinct within a set, the real set among the possible draws (so under
-    H0 "the real set is one more random one" the test is exact). Drawn sequentially and ranked two-sided, as
-    ``random_baseline``. None when the ablation has none of these, or other targets (transcoder features)."""
+    way, never the real set (``ComponentPool``): heads from a band of layers around the real ones, neurons of their
+    layer, MLPs (attention layers) of other layers. Under H0 "the real set is one more random one" the test is exact;
+    its floor is 1/(min(draws, pool_size) + 1), and a pool too small to reach α says so. Drawn sequentially and ranked
+    two-sided, as ``random_baseline``. None when the ablation has none of these, or other targets (transcoder
+    features)."""
     if not ablation.targets or not all(isinstance(t, COMPONENT_TARGETS) for t in ablation.targets):
         return None
     stats.check_most_draws(draws)
-    names = {t.hook() for t in ablation.targets} | {t.hook() for t in possible_stand_ins(model, ablation)}
+    pool = ComponentPool.of(model, ablation.targets, draws, ablation.seed)
+    names = {t.hook() for t in ablation.targets} | {t.hook() for t in pool.stand_ins()}
     run = unablated_run(model, prompts, ablation, sorted(names), correct, incorrect)
-    generator = torch.Generator(device="cpu").manual_seed(ablation.seed)
-
-    def draw(k: int) -> list[float]:
-        return run.changes(
-            [replace(ablation, targets=random_components(model, ablation.targets, generator)) for _ in range(k)]
-        )
-
-    test = stats.sequential_two_sided_test(run.changes([ablation])[0], draw, n_max=draws)
+    cap = min(draws, pool.sets.size)
+    floor = stats.rank_floor(draws, pool.sets.size)
     effect, mask = run.effect, run.mask
     kinds = component_kinds(ablation.targets)
+    real = run.changes([ablation])[0]
+    if cap < 1:
+        test = stats.RankTest(real, (), 0, 1.0, "two-sided")
+    else:
+
+        def draw(k: int) -> list[float]:
+            return run.changes([replace(ablation, targets=targets) for targets in pool.draw(k)])
+
+        h, batch = min(stats.STOP_AFTER, cap), min(stats.BATCH, cap)
+        test = stats.sequential_two_sided_test(real, draw, h=h, n_max=cap, batch=batch)
+    what = f"random {kinds} of the same kind and count"
     return RandomBaseline(
         replaced=kinds,
         statistic=f"{effect.statistic} change",
         real=test.real,
         draws=list(test.draws),
         p_value=test.p_value,
-        verdict=stats.versus_random(test, f"random {kinds} of the same kind and count"),
+        p_floor=floor,
+        pool_size=pool.sets.size,
+        verdict=stats.versus_random("component_ablation", test, what, floor),
         seed=ablation.seed,
         energy=None,
         draw_energy=None,
         matched_positions=int(mask.sum()),
         centre=test.centre,
         notes=[
-            f"Random {kinds}: each head a uniformly drawn head of its layer, each neuron set as many neurons of its "
-            "layer, each MLP or attention layer another layer's (distinct within a set; the real set is among the "
-            f"possible draws). Drawn sequentially: {test.n} draws, two-sided about the null's centre "
-            f"{test.centre:.3g}."
+            f"Random {kinds}: {pool.describe()}; never the real set, each set drawn once ({pool.sets.size} distinct "
+            f"other sets{', all listed' if pool.sets.listed is not None else ''}). Drawn sequentially: {test.n} "
+            f"draws, two-sided about the null's centre {test.centre if test.centre is not None else real:.3g}."
         ],
     )
+
+
+HEAD_BAND_WHY = (
+    "a band of layers, not the whole model: heads at other depths differ in how much they can move the output at all, "
+    "so the band is the nearest layers that hold enough other sets to reach the floor of the draws"
+)
+
+
+@dataclass
+class ComponentPool:
+    """The random sets a component ablation is ranked among, as ``stats.DistinctSets`` over one slot per kind: every
+    head of the set drawn from the heads of the band of layers ``band`` (grown one layer each side of the real heads'
+    layers until it holds at least ``draws`` other sets, or is the whole model: see ``HEAD_BAND_WHY``), each neuron
+    set from its layer's neurons, the MLPs (attention layers) from every layer's."""
+
+    slots: list[tuple[str, Any, stats.Slot]]  # (kind, what an item means, the slot)
+    sets: stats.DistinctSets
+    band: tuple[int, int] | None
+
+    @staticmethod
+    def of(model: LoadedModel, targets: Sequence[Target], draws: int, seed: int) -> ComponentPool:
+        n_heads, n_layers = int(model.cfg.n_heads), int(model.cfg.n_layers)
+        slots: list[tuple[str, Any, stats.Slot]] = []
+        band = None
+        heads = [t for t in targets if isinstance(t, HeadTarget)]
+        if heads:
+            low, high = min(t.layer for t in heads), max(t.layer for t in heads)
+            while True:
+                count = (high - low + 1) * n_heads
+                if math.comb(count, len(heads)) - 1 >= draws or (low == 0 and high == n_layers - 1):
+                    break
+                low, high = max(0, low - 1), min(n_layers - 1, high + 1)
+            band = (low, high)
+            items = [HeadTarget(layer, head) for layer in range(low, high + 1) for head in range(n_heads)]
+            index = {(t.layer, t.head): i for i, t in enumerate(items)}
+            real = tuple(index[(t.layer, t.head)] for t in heads)
+            slots.append(("heads", items, stats.Slot(tuple(range(len(items))), real)))
+        for target in targets:
+            if isinstance(target, NeuronsTarget):
+                pool = tuple(range(int(model.cfg.d_mlp)))
+                slots.append(("neurons", target.layer, stats.Slot(pool, tuple(target.neurons))))
+        for part in ("MLP", "ATTN"):
+            blocks = [t for t in targets if isinstance(t, BlockOutputTarget) and t.part == part]
+            if blocks:
+                slots.append((part, part, stats.Slot(tuple(range(n_layers)), tuple(t.layer for t in blocks))))
+        return ComponentPool(slots, stats.DistinctSets([slot for _, _, slot in slots], seed), band)
+
+    def targets_of(self, chosen: tuple[tuple[int, ...], ...]) -> list[Target]:
+        out: list[Target] = []
+        for (kind, meaning, _), items in zip(self.slots, chosen, strict=True):
+            if kind == "heads":
+                out.extend(meaning[i] for i in items)
+            elif kind == "neurons":
+                out.append(NeuronsTarget(meaning, items))
+            else:
+                out.extend(BlockOutputTarget(layer, meaning) for layer in items)
+        return out
+
+    def draw(self, k: int) -> list[list[Target]]:
+        return [self.targets_of(chosen) for chosen in self.sets.take(k)]
+
+    def stand_ins(self) -> list[Target]:
+        """Every component a random set may hold whose values must be read (heads and blocks; neurons share their
+        layer's hook with the real ones)."""
+        out: list[Target] = []
+        for kind, meaning, slot in self.slots:
+            if kind == "heads":
+                out.extend(meaning)
+            elif kind != "neurons":
+                out.extend(BlockOutputTarget(layer, meaning) for layer in slot.pool)
+        return out
+
+    def describe(self) -> str:
+        parts = []
+        for kind, meaning, slot in self.slots:
+            if kind == "heads":
+                assert self.band is not None
+                low, high = self.band
+                parts.append(f"{slot.k} of the {len(slot.pool)} heads of layers {low}–{high} ({HEAD_BAND_WHY})")
+            elif kind == "neurons":
+                parts.append(f"{slot.k} of layer {meaning}'s {len(slot.pool)} neurons")
+            else:
+                parts.append(f"{slot.k} of the {len(slot.pool)} layers' {kind}s")
+        return "; ".join(parts)
 
 
 def component_kinds(targets: Sequence[Target]) -> str:
@@ -323,41 +418,6 @@ def component_kinds(targets: Sequence[Target]) -> str:
         for t in targets
     }  # fmt: skip
     return " and ".join(sorted(words))
-
-
-def random_components(model: LoadedModel, targets: Sequence[Target], generator: torch.Generator) -> list[Target]:
-    """One random set of the same kind and count as ``targets`` (see ``component_baseline``)."""
-    n_heads, n_layers = int(model.cfg.n_heads), int(model.cfg.n_layers)
-    taken: set[tuple[Any, ...]] = set()
-    out: list[Target] = []
-
-    def pick(size: int, exclude: set[int]) -> int:
-        free = [i for i in range(size) if i not in exclude]
-        return free[int(torch.randint(len(free), (1,), generator=generator))]
-
-    for target in targets:
-        if isinstance(target, HeadTarget):
-            used = {key[2] for key in taken if key[:2] == ("head", target.layer)}
-            head = pick(n_heads, used)
-            taken.add(("head", target.layer, head))
-            out.append(HeadTarget(target.layer, head))
-        elif isinstance(target, NeuronsTarget):
-            d_mlp = int(model.cfg.d_mlp)
-            chosen = torch.randperm(d_mlp, generator=generator)[: len(target.neurons)]
-            out.append(NeuronsTarget(target.layer, tuple(sorted(int(n) for n in chosen))))
-        else:
-            assert isinstance(target, BlockOutputTarget)
-            used = {key[2] for key in taken if key[:2] == ("block", target.part)}
-            layer = pick(n_layers, used)
-            taken.add(("block", target.part, layer))
-            out.append(BlockOutputTarget(layer, target.part))
-    return out
-
-
-def possible_stand_ins(model: LoadedModel, ablation: Ablation) -> list[Target]:
-    """Every component a random set may hold (their clean activations are read once, for mean and resample)."""
-    parts = {t.part for t in ablation.targets if isinstance(t, BlockOutputTarget)}
-    return [BlockOutputTarget(layer, part) for part in sorted(parts) for layer in range(int(model.cfg.n_layers))]
 
 
 def removed_rows(

@@ -111,6 +111,11 @@ class RankTest:
     def stopped_early(self) -> bool:
         return self.h is not None and self.at_least_as_extreme >= self.h
 
+    @property
+    def p_floor(self) -> float:
+        """The smallest p this test could have reached: 1/(n_max + 1) (sequential), 1/(n + 1) (fixed draws)."""
+        return 1.0 / ((self.n_max if self.n_max is not None else self.n) + 1)
+
 
 def _extreme(values: np.ndarray, real: float, alternative: str) -> np.ndarray:
     """Which draws are at least as extreme as ``real`` (ties count against the real effect)."""
@@ -352,15 +357,141 @@ def check_draws(n: int, what: str = "random_draws") -> None:
         )
 
 
-def versus_random(test: RankTest, what: str = "random draws", alpha: float = ALPHA) -> str:
-    """The verdict in words, from the p-value alone: "beats …" or "indistinguishable from …"."""
-    word = "beats" if test.p_value <= alpha else "is indistinguishable from"
+# --- Verdicts: three-way, and each one registered with its calibration row --------------------------------------
+
+# Every verdict the package words, by key: the row of docs/calibration.md (scripts/calibrate.py) that simulates its
+# size under its real null. ``worded`` refuses a key that is not here, and tests/test_calibration.py fails when a
+# key has no simulation or no row, or when a schema reports a p-value without its floor.
+VERDICTS: dict[str, str] = {
+    "component_ablation": "a head's, neuron set's or MLP's ablation against random ones of the same kind and count",
+    "direction_ablation": "a direction's or SAE features' ablation against energy-matched random ones",
+    "circuit_faithfulness": "a circuit's faithfulness against random circuits from the top 4k of its ranking",
+    "probe_chance": "a probe layer beats the shuffled-label control (family-wise over layers)",
+    "probe_selective": "a probe layer beats the type-keyed control (family-wise over layers)",
+    "swap_strict": "real edits swap the answer more often than their controls",
+    "swap_specificity": "real edits raise the target's margin more than their controls",
+    "swap_beats_all": "the real edit beats all its controls more often than chance",
+    "steer_kl": "a steering vector moves the next-token distribution more than random vectors of its norm",
+    "steer_concept": "a steering vector writes its concept more than random vectors of its norm",
+    "naming_generation": "an explanation's written texts separate (AUROC within token-count strata)",
+    "naming_detection": "an explanation's quiz predictions beat chance (within token-count strata)",
+}
+RESOLVE = "cannot resolve at α = 0.05"
+
+
+def outcome(p_value: float, p_floor: float, alpha: float = ALPHA) -> str:
+    """ "significant" (p ≤ α), "cannot resolve" (p > α and the smallest reachable p, ``p_floor``, is above α: the
+    test could not have rejected) or "not significant" (p > α though it could have been ≤ α)."""
+    if p_value <= alpha:
+        return "significant"
+    return "cannot resolve" if p_floor > alpha else "not significant"
+
+
+def worded(
+    key: str, p_value: float, p_floor: float, significant: str, not_significant: str, alpha: float = ALPHA
+) -> str:
+    """A verdict in words, three ways (``outcome``): ``significant`` when p ≤ α; "cannot resolve at α = 0.05" with
+    the floor when p_floor > α; else ``not_significant`` — which never says "no effect" or "indistinguishable": a p
+    above α only fails to reject. ``key`` names the verdict's calibration row (``VERDICTS``)."""
+    if key not in VERDICTS:
+        raise ValueError(f"verdict {key!r} has no calibration row: add it to stats.VERDICTS and scripts/calibrate.py")
+    kind = outcome(p_value, p_floor, alpha)
+    if kind == "significant":
+        return f"{significant} (p = {p_value:.3g})"
+    if kind == "cannot resolve":
+        return f"{RESOLVE}: the smallest p this test can reach is {p_floor:.3g} (p = {p_value:.3g})"
+    return f"{not_significant} (p = {p_value:.3g}, p_floor = {p_floor:.3g})"
+
+
+def rank_floor(n_max: int, pool: int | None = None) -> float:
+    """The smallest p a rank test can reach with at most ``n_max`` draws from ``pool`` distinct other sets (None:
+    unlimited): 1/(min(n_max, pool) + 1); 1 when the pool is empty."""
+    cap = n_max if pool is None else min(n_max, pool)
+    return 1.0 / (cap + 1)
+
+
+def versus_random(
+    key: str, test: RankTest, what: str = "random draws", p_floor: float | None = None, alpha: float = ALPHA
+) -> str:
+    """A rank test's verdict in words (``worded``, ``key`` its calibration row): "beats n …", "does not beat n … at
+    α" or "cannot resolve at α" when the floor (``p_floor``, default the test's own) is above α."""
     how = (
         f"; drawn sequentially, stopping at {test.h} at least as extreme or {test.n_max} draws"
         if test.h is not None
         else ""
     )
-    return f"{word} {test.n} {what} (p = {test.p_value:.3g}; {test.at_least_as_extreme} at least as extreme{how})"
+    floor = test.p_floor if p_floor is None else p_floor
+    count = f"{test.at_least_as_extreme} at least as extreme{how}"
+    words = worded(
+        key,
+        test.p_value,
+        floor,
+        f"beats {test.n} {what}",
+        f"does not beat {test.n} {what} at α = {alpha}",
+        alpha,
+    )
+    if outcome(test.p_value, floor, alpha) == "cannot resolve":
+        return f"{words}, against {test.n} {what}"
+    return f"{words[:-1]}; {count})"
+
+
+# --- Random sets that differ from the real one ---------------------------------------------------------------
+
+ENUMERATE_BELOW = 200  # fewer distinct other sets than this: every one of them, in a random order
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One part of a random set: ``k`` distinct items of ``pool`` (item ids), the real set's being ``real``."""
+
+    pool: tuple[int, ...]
+    real: tuple[int, ...]
+
+    @property
+    def k(self) -> int:
+        return len(self.real)
+
+
+class DistinctSets:
+    """Random sets made of one k-subset per ``Slot``, each different from the real set (every slot's ``real``) and
+    from each other: the stand-ins a real set is ranked among, which must never contain it (a redraw of the real set
+    is a tie that caps p at about 1/pool). ``size`` counts the distinct other sets; when it is below
+    ``ENUMERATE_BELOW`` every one is listed in a seeded random order, else sets are drawn uniformly and a repeat or
+    the real set is drawn again. Under H0 "the real set is one more random set" the real set and any n of these are
+    exchangeable, so a rank test on them is exact, and its floor is ``rank_floor(n_max, size)``."""
+
+    def __init__(self, slots: Sequence[Slot], seed: int) -> None:
+        self.slots = list(slots)
+        for slot in self.slots:
+            if not set(slot.real) <= set(slot.pool) or len(set(slot.real)) != slot.k:
+                raise ValueError("each slot's real items must be distinct members of its pool")
+        self.size = math.prod(math.comb(len(s.pool), s.k) for s in self.slots) - 1
+        self.generator = np.random.default_rng(seed)
+        self.real = tuple(tuple(sorted(s.real)) for s in self.slots)
+        self.seen = {self.real}
+        self.listed: list[tuple[tuple[int, ...], ...]] | None = None
+        if self.size < ENUMERATE_BELOW:
+            every = itertools.product(*(itertools.combinations(sorted(s.pool), s.k) for s in self.slots))
+            others = [c for c in every if c != self.real]
+            self.listed = [others[i] for i in self.generator.permutation(len(others))]
+        self.made = 0
+
+    def take(self, n: int) -> list[tuple[tuple[int, ...], ...]]:
+        """The next ``n`` sets (per slot its sorted items); fewer when the sets run out."""
+        if self.listed is not None:
+            out = self.listed[self.made : self.made + n]
+            self.made += len(out)
+            return out
+        out = []
+        while len(out) < n and len(self.seen) <= self.size:
+            chosen = tuple(
+                tuple(sorted(int(i) for i in self.generator.choice(s.pool, s.k, replace=False))) for s in self.slots
+            )
+            if chosen not in self.seen:
+                self.seen.add(chosen)
+                out.append(chosen)
+        self.made += len(out)
+        return out
 
 
 # --- Arm relabelling within clusters: a permutation test valid under dependence ----------------------------------
@@ -632,3 +763,112 @@ def detection_test(truth: Sequence[bool], predicted: Sequence[bool], confidence:
         true_positives=tp,
         true_negatives=tn,
     )
+
+
+# --- Naming scores that do not reward length: tests within token-count strata ---------------------------------
+#
+# A text's activation is its maximum over positions, and a longer text has more positions, so its maximum is larger
+# whatever the text says: an unrelated explanation whose "activating" texts are longer won an ordinary AUROC test
+# 24.5 % of the time at α = 0.05 (issue 41). Comparing only texts of the same token count removes length exactly:
+# within a stratum the two sets' maxima are exchangeable under H0 however long the texts are, and the test permutes
+# within strata (van Elteren's stratified rank-sum; for the quiz, Fisher's test within strata).
+
+
+@dataclass(frozen=True)
+class StratifiedAurocTest:
+    """``x`` over ``y`` compared only within strata (token counts). ``auroc`` = P(X > Y) + ½P(X = Y) over the
+    same-stratum pairs (0.5 = chance; 0.5 and p = 1 when there are none); ``low``/``high`` Newcombe's interval with
+    the texts that have a partner; ``p_value`` one-sided (x higher), the permutation of the sets' labels within each
+    stratum — exact by enumeration up to ``PERMUTATION_DRAWS`` relabellings, else Monte Carlo; ``p_floor`` the
+    smallest p it can give: 1/∏ C(n_s, a_s) (or 1/(draws + 1))."""
+
+    auroc: float
+    low: float
+    high: float
+    p_value: float
+    p_floor: float
+    method: str  # "exact stratified permutation" or "Monte Carlo stratified permutation"
+    pairs: int  # same-stratum (x, y) pairs
+    n_x: int  # x texts with at least one y of their stratum
+    n_y: int
+    strata: int
+
+
+def stratified_auroc_test(
+    x: Values, y: Values, strata_x: Sequence[int] | np.ndarray, strata_y: Sequence[int] | np.ndarray, seed: int = 0
+) -> StratifiedAurocTest:
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    sa, sb = np.asarray(strata_x), np.asarray(strata_y)
+    shared = sorted(set(sa.tolist()) & set(sb.tolist()))
+    blocks: list[tuple[np.ndarray, int]] = []  # per stratum: midranks of the pooled values, how many are x
+    u = 0.0
+    pairs = n_x = n_y = 0
+    for s in shared:
+        xs, ys = a[sa == s], b[sb == s]
+        ranks = stats.rankdata(np.concatenate([xs, ys]))
+        blocks.append((ranks, xs.size))
+        u += float(ranks[: xs.size].sum()) - xs.size * (xs.size + 1) / 2
+        pairs += xs.size * ys.size
+        n_x, n_y = n_x + xs.size, n_y + ys.size
+    if not pairs:
+        return StratifiedAurocTest(0.5, 0.0, 1.0, 1.0, 1.0, "no same-stratum pairs", 0, 0, 0, 0)
+    observed = sum(float(r[:k].sum()) for r, k in blocks)
+    tolerance = 1e-9 * max(1.0, observed)
+    total = math.prod(math.comb(r.size, k) for r, k in blocks)
+    if total <= PERMUTATION_DRAWS:
+        sums = np.zeros(1)
+        for r, k in blocks:
+            subsets = np.array([r[list(c)].sum() for c in itertools.combinations(range(r.size), k)])
+            sums = (sums[:, None] + subsets[None, :]).ravel()
+        p_value, floor, method = float(np.mean(sums >= observed - tolerance)), 1 / total, "exact stratified permutation"
+    else:
+        generator = np.random.default_rng(seed)
+        at_least = 0
+        for start in range(0, PERMUTATION_DRAWS, PERMUTATION_CHUNK):
+            size = min(PERMUTATION_CHUNK, PERMUTATION_DRAWS - start)
+            sums = np.zeros(size)
+            for r, k in blocks:
+                if k == r.size:
+                    sums += r.sum()
+                    continue
+                picks = np.argpartition(generator.random((size, r.size)), k - 1, axis=1)[:, :k]
+                sums += r[picks].sum(axis=1)
+            at_least += int(np.sum(sums >= observed - tolerance))
+        p_value = (at_least + 1) / (PERMUTATION_DRAWS + 1)
+        floor, method = max(1 / total, 1 / (PERMUTATION_DRAWS + 1)), "Monte Carlo stratified permutation"
+    value = u / pairs
+    low, high = auroc_interval(value, n_x, n_y)
+    return StratifiedAurocTest(value, low, high, min(1.0, p_value), floor, method, pairs, n_x, n_y, len(blocks))
+
+
+@dataclass(frozen=True)
+class StratifiedDetection:
+    """``DetectionTest``'s balanced accuracy and interval, with the p-value taken within strata (token counts): H0 =
+    within each stratum the predictions carry no information about which texts fire. P(TP ≥ observed) with each
+    stratum's true positives hypergeometric and independent (their distributions convolved): exact, and a predictor
+    that reads only length gains nothing. ``p_floor``: ∏ 1/C(N_s, K_s), the p of predictions that are all right."""
+
+    test: DetectionTest
+    p_value: float
+    p_floor: float
+    strata: int
+
+
+def stratified_detection_test(
+    truth: Sequence[bool], predicted: Sequence[bool], strata: Sequence[int], confidence: float = CONFIDENCE
+) -> StratifiedDetection:
+    overall = detection_test(truth, predicted, confidence)
+    fires, said, groups = np.asarray(truth, dtype=bool), np.asarray(predicted, dtype=bool), np.asarray(strata)
+    pmf = np.ones(1)
+    floor = 1.0
+    observed = 0
+    values = np.unique(groups)
+    for value in values:
+        inside = groups == value
+        n, k, called = int(inside.sum()), int(fires[inside].sum()), int(said[inside].sum())
+        observed += int((fires & said)[inside].sum())
+        support = np.arange(0, min(k, called) + 1)
+        pmf = np.convolve(pmf, stats.hypergeom.pmf(support, n, k, called))
+        floor /= math.comb(n, k)
+    p_value = float(min(1.0, max(0.0, pmf[observed:].sum())))
+    return StratifiedDetection(overall, p_value, floor, int(values.size))
