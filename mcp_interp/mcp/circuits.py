@@ -72,8 +72,8 @@ async def edge_attribution(
     metric: PairMetricArgument = "logit_diff",
     background: Background = False,
 ) -> Annotated[CallToolResult, EdgeAttributionResult]:
-    """Edge attribution patching over the residual-stream graph (embeddings, heads, MLPs → each head's q, each
-    key/value group's k and v, each MLP, the logits): the top edges, writers' totals, a graph. An estimate."""
+    """Edge attribution patching (an estimate) over the residual-stream graph (embeddings, heads, MLPs → each
+    head's q, each key/value group's k and v, each MLP, the logits): top edges, writers' totals, a graph."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(

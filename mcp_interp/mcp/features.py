@@ -12,7 +12,7 @@ import time
 from typing import Annotated, Any, Literal
 
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from mcp_interp.core.features import figures as features_figures
 from mcp_interp.core.features.examples import FeatureExamplesJob
@@ -182,7 +182,11 @@ def direction(direction_id: str, ctx: ToolContext) -> str:
     return Toolkit.of(ctx).read("direction", direction_id).decode("utf-8")
 
 
-FeatureArgument = Annotated[FeatureSpec, Field(description=FEATURE_DESCRIPTION)]
+# Published by shape only (validated in full when a call arrives, extra keys refused): the three reference types'
+# definitions, inlined in two tools, were 2.5 KB of the model-facing definitions; the description names every form.
+FeatureArgument = Annotated[
+    FeatureSpec, WithJsonSchema({"type": ["string", "object"]}), Field(description=FEATURE_DESCRIPTION)
+]
 # score_explanation stores quizzes and scores and marks a quiz scored (a second scoring is refused): not read-only, not
 # idempotent, nothing destroyed.
 FILES_SCORES = ToolAnnotations(

@@ -8,7 +8,7 @@ import json
 from typing import Annotated
 
 from mcp.types import CallToolResult
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.graphs import figures as graphs_figures
@@ -29,13 +29,13 @@ family = Family("graphs")
 TranscodersArg = Annotated[
     str,
     Field(
-        description="Transcoders in circuit-tracer's format (per-layer or cross-layer): a folder with config.yaml, or "
-        "a hub id already in the local Hugging Face or circuit-tracer cache (never downloaded)."
+        description="circuit-tracer format (per-layer or cross-layer): a folder with config.yaml, or a hub id in the "
+        "local cache (never downloaded)."
     ),
 ]
 TargetsArg = Annotated[
     list[str] | None,
-    Field(description="Output tokens to explain (' Paris'); default: the top tokens up to 95 % probability, ≤ 10."),
+    Field(description="Output tokens (' Paris'); default: the top ones up to 95 % probability, ≤ 10."),
 ]
 
 
@@ -58,9 +58,9 @@ async def attribution_graph(
     top_k: Annotated[int, Field(description="Top features listed with per-token activations, 1..50.")] = 10,
     background: Background = False,
 ) -> Annotated[CallToolResult, AttributionGraphResult]:
-    """Attribution graph (circuit tracing, Ameisen et al. 2025): MLPs as transcoders, attention and norms frozen,
-    error nodes keep it exact; direct effects between features, errors, tokens and target logits, pruned by
-    influence; Neuronpedia JSON at graph://. Test a claim with graph_intervene."""
+    """Attribution graph (Ameisen et al. 2025): MLPs as transcoders, attention and norms frozen, error nodes keep
+    it exact; direct effects between features, errors, tokens and target logits, pruned by influence; Neuronpedia
+    JSON at graph://. Test claims with graph_intervene."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(ctx, lambda model: AttributionGraphJob(model=model, **arguments))
@@ -98,10 +98,8 @@ async def graph_intervene(
     transcoders: TranscodersArg,
     features: Annotated[
         list[FeatureIntervention],
-        Field(
-            description="Features to change: {layer, position, feature, value} (new activation; 0 removes it) or "
-            "{layer, position, feature, scale} (× its activation); positions may be negative (−1 = last)."
-        ),
+        WithJsonSchema({"type": "array", "items": {"type": "object"}}),  # by shape: the description names the keys
+        Field(description="{layer, position (−1 = last), feature, value (0 removes it) or scale (× its activation)}."),
     ],
     ctx: ToolContext,
     targets: TargetsArg = None,
@@ -109,8 +107,8 @@ async def graph_intervene(
         bool, Field(description="Freeze attention patterns in the replacement and model runs (direct: always).")
     ] = True,
 ) -> Annotated[CallToolResult, GraphInterveneResult]:
-    """Test an attribution graph: set or scale transcoder features and compare each target logit's change direct
-    (all frozen: what the edges predict, reported beside), in the replacement model, and in the real model."""
+    """Test an attribution graph: set or scale transcoder features; each target logit's change direct (all
+    frozen: what the edges predict), in the replacement model, and in the real model."""
 
     def measure(model: LoadedModel) -> GraphInterveneMeasurement:
         return measure_intervention(model, prompt, transcoders, features, targets, freeze_attention)

@@ -19,7 +19,7 @@ CONTROLS_JOBS = ToolAnnotations(
     read_only_hint=False, idempotent_hint=True, open_world_hint=False, destructive_hint=False
 )
 
-JobUri = Annotated[str, Field(description="job://… from a call with background: true.")]
+JobUri = Annotated[str, Field(description="job://…")]
 
 
 def status_summary(status: JobStatus) -> str:

@@ -149,9 +149,9 @@ async def steer(
     ] = None,
     random_draws: MostRandomDraws = 200,
 ) -> Annotated[CallToolResult, SteerResult]:
-    """Steer greedy generation with activation addition (resid(positive) − resid(negative) at `layer`'s input), a
-    probe's `direction` (or a vector), or an SAE or transcoder `feature`; the next-token KL, and with `concept` the
-    continuation's concept score, are ranked among random directions of the same norm."""
+    """Steer greedy generation by adding resid(positive) − resid(negative) at `layer`'s input, a probe's
+    `direction`, or an SAE/transcoder `feature`; the next-token KL (and `concept`'s score) ranked among random
+    directions of the same norm."""
     kit = Toolkit.of(ctx)
 
     def make(model: LoadedModel) -> SteerJob:

@@ -64,8 +64,8 @@ async def patch(
     component: Annotated[
         Component,
         Field(
-            description="resid_*, attn_out, mlp_out: a [layer][position] grid; heads_by_pos: [layer][head][position];"
-            " mlp_neurons: neurons over every position (`neurons`, or the top ones by attribution)."
+            description="resid_*, attn_out, mlp_out: [layer][position]; heads_by_pos: [layer][head][position]; "
+            "mlp_neurons: `neurons` (or the top by attribution) at every position."
         ),
     ],
     ctx: ToolContext,
@@ -123,9 +123,8 @@ async def ablate(
     reference_prompts: ReferencePrompts = None,
     random_draws: MostRandomDraws = 200,
 ) -> Annotated[CallToolResult, AblateResult]:
-    """Remove components together and measure every metric before and after (logit difference, KL, log-prob,
-    rank); `notes` flag metrics that disagree. Directions and SAE features are ranked among energy-matched random
-    ones (p-value)."""
+    """Remove components together: every metric before and after (logit and probability difference, KL,
+    log-prob, rank), `notes` flagging disagreement; the effect ranked among random components (p-value)."""
     spec = Intervention(
         ablate=targets, method=method, positions=positions, seed=seed, reference_prompts=reference_prompts or []
     )

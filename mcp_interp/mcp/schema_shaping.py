@@ -66,6 +66,9 @@ def optional_by_absence(schema: dict[str, Any]) -> dict[str, Any]:
             branches = [b for b in sub["anyOf"] if b != {"type": "null"}]
             sub = {k: v for k, v in sub.items() if k not in ("anyOf", "default")}
             sub = {**branches[0], **sub} if len(branches) == 1 else {"anyOf": branches, **sub}
+        elif isinstance(sub, dict) and sub.get("default", 0) is None and isinstance(sub.get("type"), list):
+            sub = {k: v for k, v in sub.items() if k != "default"}  # a shape given by hand: {"type": [..., "null"]}
+            sub["type"] = [t for t in sub["type"] if t != "null"]
         properties[name] = sub
     return {**schema, "properties": properties}
 

@@ -43,11 +43,13 @@ Conventions, the same in every tool:
 - Answers: a string is its tokens under the model's tokenizer, without special tokens (GPT-2-style
   tokenizers want the leading space, ' Mary'); one token is read from the logits, several tokens or
   {"any_of": [...]} by teacher-forced log-probability (`answer_kind` in the result says which).
-  Minimal pairs need equal token lengths.
+  `prompts` are read at each prompt's last token. Minimal pairs: `clean_prompts` show the behaviour,
+  `corrupt_prompts` give one per clean prompt of the same token length.
 - Components: {components}.
 - Interventions (`intervention`, and `ablate`'s fields): {"ablate": [components], "method": "zero" |
   "mean" (the prompts' mean at the same distance from the end; `reference_prompts` to average others) |
-  "resample" (another prompt's, seeded), "positions": "all" | "last" | [indices], "seed"}.
+  "resample" (another prompt's, seeded), "positions": "all" | "last" (the answer) | [indices], "seed"}.
+- `seed` seeds every random draw (resampling, splits, random baselines): a call repeats exactly.
 - Every result has `notes` (read them before citing a number), `model` (which weights), `run_id`,
   `elapsed_s`; a Score is {value: the mean, per_example}. Figures are `figure_uri` (figure://, PNG).
 - Results fit a context window: ranked lists keep the top `top` items (default 20); when anything is

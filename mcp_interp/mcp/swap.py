@@ -36,8 +36,7 @@ family = Family("swap")
 Lens = Annotated[
     Literal["jacobian", "logit"],
     Field(
-        description="jacobian: the newest fitted lens, `lens_path`, or the default fit made first (~4 min, cached); "
-        "logit: J = I (no fit)."
+        description="jacobian: `lens_path`, the newest fitted lens, or a default fit (~4 min, cached); logit: J = I."
     ),
 ]
 LensPath = Annotated[str | None, Field(description="A .pt Jacobian-lens file.")]
@@ -70,11 +69,14 @@ TargetKnown = Annotated[
 
 @family.tool(annotations=WRITES_CACHE)
 async def causal_swap_trial(
-    template: Annotated[str, Field(description="With one '{arg}': 'The capital of {arg} is the'.")],
-    source: Annotated[str, Field(description="e.g. 'France'.")],
-    target: Annotated[str, Field(description="e.g. 'Canada'.")],
-    source_answer: Annotated[str, Field(description="e.g. 'Paris'.")],
-    target_answer: Annotated[str, Field(description="e.g. 'Ottawa'.")],
+    template: Annotated[
+        str,
+        Field(description="'The capital of {arg} is the'; source 'France', answer 'Paris'; target 'Canada', 'Ottawa'."),
+    ],
+    source: str,
+    target: str,
+    source_answer: str,
+    target_answer: str,
     layer: Annotated[int, Field(ge=0, description="The block whose output is edited.")],
     ctx: ToolContext,
     lens: Lens = "jacobian",

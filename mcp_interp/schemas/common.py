@@ -174,7 +174,6 @@ TARGET_FORMS: dict[str, str] = {
     "{transcoders, layer, features}": "transcoder features",
 }
 TARGETS_DESCRIPTION = "Removed together: " + ", ".join(TARGET_FORMS) + "."
-METHOD_DESCRIPTION = "zero; mean: batch mean at the same position; resample: another prompt's (equal lengths)."
 
 
 class Intervention(BaseModel):
