@@ -30,7 +30,7 @@ from mcp_interp.core.engine.text.answers import Answer, batch_of_ids
 from mcp_interp.core.engine.text.tokens import Batch
 from mcp_interp.schemas.common import PatchMetric
 
-PAD = -1  # a read slot no alternative uses
+UNUSED_SLOT = -1  # a read slot no alternative uses
 
 
 @dataclass
@@ -41,7 +41,7 @@ class RowPlan:
     n_pairs: int
     row_pair: torch.Tensor  # [R] the pair each row comes from
     continuations: list[list[int]]  # [R] tokens appended to the pair's prompt
-    reads: torch.Tensor | None = None  # [R, K] tokens whose log-prob each row reads (PAD: unused slot)
+    reads: torch.Tensor | None = None  # [R, K] tokens whose log-prob each row reads (UNUSED_SLOT: unused slot)
     metric: PatchMetric = "logit_diff"
     # Flat indices (row * K + slot) of each alternative's reads, padded with R * K (a zero appended): [A, L]
     alternative_reads: torch.Tensor | None = field(default=None, repr=False)
@@ -76,7 +76,7 @@ class RowPlan:
                     groups[2 * pair + role].append(len(alternatives))
                     alternatives.append(reads)
         width = max(len(s) for s in slots)
-        read_tokens = torch.full((len(rows), width), PAD, dtype=torch.long)
+        read_tokens = torch.full((len(rows), width), UNUSED_SLOT, dtype=torch.long)
         for row, tokens in enumerate(slots):
             for token, slot in tokens.items():
                 read_tokens[row, slot] = token
