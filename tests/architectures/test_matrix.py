@@ -77,11 +77,12 @@ GRADIENTS, WEIGHTS, EDGE_POINTS = (
     "the model's weights (unembedding, norms, projections)",
     "per-head writes and per-reader inputs (hook_result, split q/k/v inputs)",
 )
-LOCAL_EDITS, LENS, NEURON_POINT, MID_WRITES = (
+LOCAL_EDITS, LENS, NEURON_POINT, MID_WRITES, BLOCK_CALLS = (
     "edits that only a local model runs in one pass",
     "TransformerLens' Jacobian-lens tools (they run the local bridge)",
     "the MLP neurons' point (mlp.hook_post)",
     "writes to resid_mid",
+    "single block calls",
 )
 SWAP = [("causal_swap_trial", None)]
 REMOTE_CASES = [("gpt2", "inspect"), ("phi", "inspect")]
@@ -98,6 +99,7 @@ def expected_missing(arch: str, backend: str = "transformers") -> dict[tuple[str
         missing |= {("path_patch", None): EDGE_POINTS, ("circuit_faithfulness", None): EDGE_POINTS}
         missing |= dict.fromkeys(GRAPHS, GRADIENTS) | dict.fromkeys(SWAP, LENS)
         missing |= {("patch", "method='attribution'"): GRADIENTS, ("ablate", TRANSCODERS): LOCAL_EDITS}
+        missing |= {("patch", "noise corruption"): BLOCK_CALLS}  # noise is added inside the embedding's block call
         missing |= dict.fromkeys(NEURONS, NEURON_POINT) | dict.fromkeys(RESID_MID, MID_WRITES)
     if arch in PARALLEL:
         missing |= dict.fromkeys(RESID_MID, MID)

@@ -69,6 +69,7 @@ VLLM_REFUSES = {
     ("sae", "an SAE on blocks.L.hook_resid_mid"): "resid_mid",
     ("sae", "an SAE on blocks.L.mlp.hook_post"): "mlp.hook_post",
     ("ablate", "transcoder features {transcoders, layer, features}"): "edits that only a local model runs",
+    ("patch", "noise corruption"): "single block calls",
 }
 
 

@@ -161,7 +161,11 @@ def test_the_python_api_returns_the_tools_result_and_raises_its_errors(tiny: Loa
     assert mine == live and live["logit_diff"]["value"] != 0
     assert str(raised.value) == error and "No prompts" in error and raised.value.tool == "logit_diff"
     assert [(e.tool, e.status) for e in holder.ledger.entries] == [("logit_diff", "ok"), ("logit_diff", "error")]
-    assert holder.ledger.entries[0].key_numbers == {"logit_diff.value": result.logit_diff.value}
+    recorded = holder.ledger.entries[0].key_numbers  # every number of the result, by its JSON path, but wall times
+    assert recorded["logit_diff.value"] == result.logit_diff.value
+    per_example = result.logit_diff.per_example or []
+    assert [recorded[f"logit_diff.per_example[{i}]"] for i in range(len(per_example))] == per_example
+    assert len(per_example) == len(arguments["prompts"]) and "elapsed_s" not in recorded
 
 
 async def test_a_background_call_gets_its_jobs_numbers_once_done(tiny_client: Client) -> None:

@@ -124,11 +124,12 @@ async def test_every_tools_enum_arguments_list_their_choices_when_wrong(tiny_cli
 @pytest.mark.parametrize(
     ("tool", "arguments", "line"),
     [
-        (  # str | list[str]: the list branch fails at an element, and is named with where
+        (  # str | set | list of them: the list branch fails at an element, and is named with where
             "edge_attribution",
             {**PAIR, "correct": ["mary", 5]},
-            "- `correct`: got ['mary', 5]; accepted: a string or a list of strings (item [1] is not a string)"
-            " — One single-token answer for all prompts, or one per prompt.",
+            "- `correct`: got ['mary', 5]; accepted: a string, an object or a list of strings or objects"
+            " (item [1] is not a string or an object) — One token or {any_of: [tokens]}, for all prompts or one per"
+            " prompt.",
         ),
         (
             "ablate_head",
@@ -149,11 +150,11 @@ async def test_every_tools_enum_arguments_list_their_choices_when_wrong(tiny_cli
             "- `positions`: got ['a', 'b']; accepted: a list (items [0], [1] are not integers)"
             " — Default: every position.",
         ),
-        (
+        (  # an argument described once in the server's instructions: the accepted shapes, no description
             "ablate_head",
             {"prompts": ["mary"], "heads": "L1H1", "positions": ["a", "b"]},
             "- `positions`: got ['a', 'b']; accepted: 'all' or 'last' or a list of integers"
-            " (items [0], [1] are not integers) — 'all', 'last' (the answer) or token indices.",
+            " (items [0], [1] are not integers).",
         ),
     ],
 )

@@ -82,10 +82,12 @@ def _members(answers: list[Answer]) -> torch.Tensor:
 def _refuse_sequences(tokenizer: Any, answers: list[Answer]) -> None:
     long = next((a for a in answers if any(len(alt) > 1 for alt in a.alternatives)), None)
     if long is not None:
+        width = max(len(alt) for alt in long.alternatives)
         raise InputError(
-            f"The circuit tools read one position per pair, so every answer (and every member of a set) must be one "
-            f"token; {long.text!r} is {describe(tokenizer, long)}. Use single-token answers or sets of them "
-            "({'any_of': [...]}), or `patch` / `patch_heads`, which read answers of several tokens teacher-forced."
+            "The circuit tools read one position per pair, so every answer (and every member of a set) must be "
+            f"exactly one token; {long.text!r} is {width} tokens ({describe(tokenizer, long)}). Use single-token "
+            "answers or sets of them ({'any_of': [...]}), or `patch` / `patch_heads`, which read answers of several "
+            "tokens teacher-forced."
         )
 
 
