@@ -25,8 +25,8 @@ import anyio
 import anyio.to_thread
 
 from mcp_interp.core.engine.backend.loader.load import load_model
-from mcp_interp.core.engine.backend.loader.options import LoadOptions
 from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.errors import InterpError, ModelLoadError
 from mcp_interp.ledger import Ledger
 from mcp_interp.schemas.common import ModelRef

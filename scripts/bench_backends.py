@@ -38,7 +38,7 @@ def measure(engine: str, n_pairs: int) -> dict[str, object]:
     import torch
 
     from mcp_interp.core.engine.backend.loader.load import load_model
-    from mcp_interp.core.engine.backend.loader.options import LoadOptions
+    from mcp_interp.core.engine.backend.options import LoadOptions
     from mcp_interp.core.engine.jobs import drain
     from mcp_interp.core.heads.patch_heads import PatchHeadsJob
     from mcp_interp.corpora import ioi_pairs

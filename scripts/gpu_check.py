@@ -105,7 +105,7 @@ def run_calls(model: str, device: str, dtype: str, backend: str, calls: list[tup
     import torch
     from mcp import Client
 
-    from mcp_interp.core.engine.backend.loader.options import LoadOptions
+    from mcp_interp.core.engine.backend.options import LoadOptions
     from mcp_interp.host import ModelHost
     from mcp_interp.mcp.server import build_server
 

@@ -310,7 +310,7 @@ SEAM = f"{ENGINE}.backend"
 # The loaded model and its loader are public too: the host loads the model, families receive it.
 SEAM_PUBLIC = {
     f"{SEAM}.{name}"
-    for name in ("points", "sites", "edits", "forward", "capabilities", "jacobian_lens", "model", "loader")
+    for name in ("points", "sites", "edits", "forward", "capabilities", "jacobian_lens", "model", "options", "loader")
 }
 # Calls that run the model or reach into it: installing hooks, TransformerLens' caching runs, autograd.
 RUNS_THE_MODEL = {

@@ -27,7 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
-from mcp_interp.core.engine.backend.loader.options import LoadOptions
+from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.errors import ToolCallError
 from mcp_interp.folders import default_output_dir
 from mcp_interp.host import ModelHost

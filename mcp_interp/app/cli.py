@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_options(args: argparse.Namespace):  # -> LoadOptions (imported lazily: the CLI starts light)
     """The backend and placement flags as ``LoadOptions``; a bad value is a ModelLoadError saying what to pass."""
-    from mcp_interp.core.engine.backend.loader.options import LoadOptions, device_map_option, max_memory_option
+    from mcp_interp.core.engine.backend.options import LoadOptions, device_map_option, max_memory_option
 
     options = LoadOptions(
         backend=args.backend,

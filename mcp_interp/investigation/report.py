@@ -39,7 +39,7 @@ def check_claims(claims: Sequence[Any] | None, entries: list[Entry]) -> list[tup
             )
         unknown = [key for key in numbers if key not in entry.key_numbers]
         if unknown:
-            known = ", ".join(list(entry.key_numbers)[:20])
+            known = ", ".join(_scalars_first(list(entry.key_numbers))[:20])
             raise InputError(
                 f"Claim {index} cites {unknown}, which call {call} ({entry.tool}) did not record; its key numbers "
                 f"are: {known}{' …' if len(entry.key_numbers) > 20 else ''}."
@@ -127,11 +127,18 @@ def _evidence(entry: Entry) -> str:
     return ", ".join(parts) + "."
 
 
+def _scalars_first(keys: list[str]) -> list[str]:
+    """Key-number paths with a result's own numbers (``random_baseline.p_value``) before the entries of its lists
+    (``random_baseline.draws[4]``), each group in recorded order: what a reader cites comes first."""
+    return [k for k in keys if "[" not in k] + [k for k in keys if "[" in k]
+
+
 def _numbers(entry: Entry, keys: list[str], only: str | None = None) -> list[str]:
-    """The numbers a claim cites: the keys named, else its verdicts' p-values, intervals and siblings, else the first
-    top-level key numbers."""
+    """The numbers a claim cites: the keys named, else its verdicts' p-values, intervals and siblings (a verdict's own
+    numbers before its per-draw lists), else the first top-level key numbers."""
     prefixes = [only] if only is not None else list(entry.verdicts)
-    chosen = keys or [k for k in entry.key_numbers if any(_under(k, p) for p in prefixes)][:SHOWN_NUMBERS]
+    under = [k for k in entry.key_numbers if any(_under(k, p) for p in prefixes)]
+    chosen = keys or _scalars_first(under)[:SHOWN_NUMBERS]
     if not chosen and only is None:
         chosen = [k for k in entry.key_numbers if "." not in k][:SHOWN_NUMBERS]
     shown = [f"`{key}` = {entry.key_numbers[key]:.6g}" for key in chosen]

@@ -45,7 +45,7 @@ def arch_model(arch_folder: Callable[[str], Path]) -> Callable[[str], LoadedMode
 def remote_arch_model(arch_folder: Callable[[str], Path]) -> Callable[[str, str], LoadedModel]:
     """``remote_arch_model(name, backend)``: architecture ``name`` served by a RemoteBridge engine (``inspect``), once
     per session."""
-    from mcp_interp.core.engine.backend.loader.options import LoadOptions
+    from mcp_interp.core.engine.backend.options import LoadOptions
 
     loaded: dict[tuple[str, str], LoadedModel] = {}
 

@@ -321,7 +321,7 @@ def test_the_per_head_path_on_a_model_offloaded_to_disk_equals_the_one_in_memory
     weights outside their own forward, which the engine brings in for each attention call; a pattern edit runs the
     heads through the projections' own modules."""
     from mcp_interp.core.engine.backend.loader.load import load_model
-    from mcp_interp.core.engine.backend.loader.options import LoadOptions
+    from mcp_interp.core.engine.backend.options import LoadOptions
 
     options = LoadOptions(device_map="auto", max_memory={"cpu": "60KB"}, offload_folder=str(tmp_path))
     offloaded = load_model(str(arch_folder("gptj")), options=options)

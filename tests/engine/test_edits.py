@@ -9,8 +9,8 @@ import torch
 
 from mcp_interp.core.engine.backend.edits import Add, Project, Rewrite, Scale, Set, SetSlice, Suppress, observe
 from mcp_interp.core.engine.backend.loader.load import load_model
-from mcp_interp.core.engine.backend.loader.options import LoadOptions
 from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.errors import Unsupported
 
 VALUES = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)  # [batch, seq, width]

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from mcp_interp.core.engine.backend.loader.load import load_model
-from mcp_interp.core.engine.backend.loader.options import LoadOptions
+from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.core.engine.backend.points import hook_attn_out, hook_mlp_out
 from mcp_interp.core.engine.jobs import drain
 from mcp_interp.core.engine.text.answers import parse_answer

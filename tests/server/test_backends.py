@@ -22,8 +22,8 @@ import pytest
 from mcp import Client
 
 from mcp_interp.core.engine.backend.loader.load import load_model
-from mcp_interp.core.engine.backend.loader.options import LoadOptions
 from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server
 from tests.features.test_sae import random_weights, write_sae

@@ -219,12 +219,13 @@ async def test_an_exported_notebook_executes_and_fails_naming_an_altered_call(
         assert f"{len(expected_key_numbers(result))} numbers" in rows[0], shown
     assert live[1]["figure_uri"] is not None
     assert any("image/png" in out.get("data", {}) for out in book.cells[5].outputs), "patch_heads' figure is shown"
-    assert "6 calls rerun: every key number matches." in outputs(book.cells[-1])
+    assert "6 calls rerun: every number, text and argument matches." in outputs(book.cells[-1])
 
     recorded = live[0]["logit_diff"]["value"]
-    assert text.count(repr(recorded)) == 1
+    entry = f"'logit_diff.value': {recorded!r}"
+    assert text.count(entry) == 1
     with pytest.raises(CellExecutionError, match=r"MISMATCH call 1 \(logit_diff\): logit_diff.value recorded"):
-        execute(text.replace(repr(recorded), repr(recorded + 0.25)), tmp_path)
+        execute(text.replace(entry, f"'logit_diff.value': {recorded + 0.25!r}"), tmp_path)
 
 
 async def test_a_report_puts_each_claim_beside_the_verdict_and_numbers_of_its_call(tiny_client: Client) -> None:
@@ -274,6 +275,7 @@ async def test_a_handle_evicted_from_the_live_store_is_rebuilt_by_the_rerun(
     ablation brings the probe that made it, whose rerun makes the direction again: the script exits 0 and its
     ablation's numbers equal the live ones."""
     monkeypatch.setenv("MCP_INTERP_STORE_MAX_DIRECTION", "2")
+    monkeypatch.setenv("MCP_INTERP_STORE_MAX_RESULT", "1")  # a probe's complete result keeps its directions alive
     session = ModelHost("tiny", tmp_path / "out", loader=lambda *_: tiny)
     async with Client(build_server(session)) as client:
         probe = (await client.call_tool("probe", PROBE)).structured_content
@@ -281,7 +283,8 @@ async def test_a_handle_evicted_from_the_live_store_is_rebuilt_by_the_rerun(
         ablate = {"prompts": CLEAN, "targets": [{"layer": 1, "direction": direction}], "correct": "mary",
                   "incorrect": "john", "random_draws": 20, "seed": 3}  # fmt: skip
         live = (await client.call_tool("ablate", ablate)).structured_content
-        await client.call_tool("probe", {**PROBE, "labels": PROBE["labels"][::-1]})  # two new directions
+        for labels in (PROBE["labels"][::-1], PROBE["labels"]):  # new directions; the second probe's complete result
+            await client.call_tool("probe", {**PROBE, "labels": labels})  # evicts the first's, whose directions go next
         with pytest.raises(Exception, match="evicted"):
             await client.read_resource(direction)
         exported = (await client.call_tool("export_investigation", {"calls": [2]})).structured_content

@@ -27,8 +27,8 @@ import torch
 from pydantic import TypeAdapter, ValidationError
 
 from mcp_interp.core.engine.backend.capabilities import require
-from mcp_interp.core.engine.backend.loader.options import parse_dtype
 from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.core.engine.backend.options import parse_dtype
 from mcp_interp.core.engine.backend.points import hook_mlp_post, hook_out
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder
 from mcp_interp.core.engine.dictionaries.transcoders import Transcoders

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mcp_interp.core.engine.backend.base import Backend
-from mcp_interp.core.engine.backend.loader.options import LoadOptions
+from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.schemas.common import ModelSource
 
 T = TypeVar("T")

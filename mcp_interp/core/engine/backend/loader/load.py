@@ -27,11 +27,11 @@ from mcp_interp.core.engine.backend.loader.checkpoints import checkpoint_folder,
 from mcp_interp.core.engine.backend.loader.embedded import _load_embedded
 from mcp_interp.core.engine.backend.loader.fingerprints import checkpoint_fingerprint, weights_fingerprint
 from mcp_interp.core.engine.backend.loader.hf import _load_hub, _load_local
-from mcp_interp.core.engine.backend.loader.options import LoadOptions, parse_dtype
 from mcp_interp.core.engine.backend.loader.program import is_compiled_program, load_program
 from mcp_interp.core.engine.backend.loader.tiny import build_tiny
 from mcp_interp.core.engine.backend.local import LocalBackend
 from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.core.engine.backend.options import LoadOptions, parse_dtype
 from mcp_interp.errors import ModelLoadError
 from mcp_interp.names import EMBEDDED_HF_NAME, EMBEDDED_NAME, TINY_NAME
 from mcp_interp.schemas.common import ModelSource

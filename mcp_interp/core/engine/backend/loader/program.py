@@ -27,8 +27,8 @@ import torch
 
 from mcp_interp.core.engine.backend.compiled import CompiledBackend
 from mcp_interp.core.engine.backend.loader.fingerprints import weights_fingerprint
-from mcp_interp.core.engine.backend.loader.options import LoadOptions, parse_dtype
 from mcp_interp.core.engine.backend.model import LoadedModel
+from mcp_interp.core.engine.backend.options import LoadOptions, parse_dtype
 from mcp_interp.errors import ModelLoadError
 
 MARKER = "compiled_program.json"
