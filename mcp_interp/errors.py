@@ -65,6 +65,12 @@ class HttpConfigError(ValueError):
     """The HTTP options are unsafe or inconsistent; the message says how to fix them."""
 
 
+class Interrupted(BaseException):
+    """Raised inside a forward (at the next transformer block) once the caller of the model work in flight was
+    cancelled, so a cancelled call or job frees the model within one block instead of at the end of its step. A
+    ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception`` on the way may swallow it."""
+
+
 class StopForward(Exception):
     """Not an error: raised by a hook once everything a caller needs has been computed, so the rest of the forward is
     skipped (caught by the backend that raised it)."""

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from importlib import metadata
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -38,26 +38,31 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 WaitCallback = Callable[[float], Awaitable[None]]
-StepCallback = Callable[[int, str], Awaitable[None]]
+StepCallback = Callable[[int, Any], Awaitable[None]]
 _DONE = object()
 
 _VERSIONED = ("mcp-interp", "torch", "transformers", "transformer-lens", "mcp")
 
 
-async def on_thread(executor: ThreadPoolExecutor, fn: Callable[[], T]) -> T:
+async def on_thread(executor: ThreadPoolExecutor, fn: Callable[[], T], stop: threading.Event | None = None) -> T:
     """Await ``fn()`` run on ``executor``'s thread.
 
-    If the caller is cancelled while ``fn`` runs, wait (shielded) for it to finish before
-    re-raising: torch work cannot be interrupted, and the caller's lock must not be released
-    while it is still running.
+    If the caller is cancelled while ``fn`` runs, set ``stop`` (the backend then raises ``Interrupted`` before its
+    next transformer block, ``backend.interrupt``) and wait (shielded) for ``fn`` to end before re-raising: the
+    caller's lock must not be released while its work still runs. Work without blocks to interrupt (a backward, a
+    fit) runs to its end.
     """
     future = asyncio.wrap_future(executor.submit(fn))
     try:
         return await asyncio.shield(future)
     except BaseException:
+        if stop is not None:
+            stop.set()
         with anyio.CancelScope(shield=True):
             while not future.done():
                 await anyio.sleep(0.01)
+        if not future.cancelled():
+            future.exception()  # retrieved: the interrupt it ended with is expected, not an unhandled error
         raise
 
 
@@ -166,12 +171,25 @@ class ModelHost:
     # --- running ---------------------------------------------------------------------------
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn`` on the model thread while holding the model lock."""
+        """Run ``fn`` on the model thread while holding the model lock; a cancelled caller interrupts it at the next
+        transformer block."""
         await self._acquire()
         try:
-            return await on_thread(self._model_thread, partial(fn, *args, **kwargs))
+            return await self._on_model_thread(partial(fn, *args, **kwargs))
         finally:
             self._model_lock.release()
+
+    async def _on_model_thread(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the model thread as one unit of work with its own stop event, which the backend watches."""
+        stop = threading.Event()
+        return await on_thread(self._model_thread, partial(self._watched, fn, stop), stop)
+
+    def _watched(self, fn: Callable[[], T], stop: threading.Event) -> T:
+        backend = self._model.backend if self._model is not None else None
+        if backend is None:
+            return fn()
+        with backend.interrupt.running(stop):
+            return fn()
 
     async def render(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a figure renderer on the figure thread (matplotlib caches fonts per thread)."""
@@ -182,24 +200,24 @@ class ModelHost:
         (tokenizing, reading the config), so it is never stuck behind a long scan."""
         return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
-    async def run_steps(self, steps: Iterator[str], on_step: StepCallback | None = None) -> int:
+    async def run_steps(self, steps: Iterator[Any], on_step: StepCallback | None = None) -> int:
         """Drive a generator of work steps, one worker-thread hop per step, under the model lock.
 
-        Between steps the caller hears ``on_step(n_done, message)`` and cancellation takes
-        effect: a cancelled request stops at the next step boundary (the step in flight
-        finishes, since torch cannot be interrupted), the generator is closed and the lock
-        released, so the next call runs at once. Returns the number of steps run.
+        After each step the caller hears ``on_step(n_done, message)`` (a message is a string or a ``Progress``).
+        A cancelled request interrupts the step in flight at its next transformer block (``backend.interrupt``; a
+        step without blocks, such as a backward, runs to its end), the generator is closed on the model thread and
+        the lock released, so the next call runs at once. Returns the number of steps run.
         """
         done = 0
         await self._acquire()
         try:
             while True:
-                message = await on_thread(self._model_thread, partial(next, steps, _DONE))
+                message = await self._on_model_thread(partial(next, steps, _DONE))
                 if message is _DONE:
                     return done
                 done += 1
                 if on_step is not None:
-                    await on_step(done, str(message))
+                    await on_step(done, message)
         finally:
             steps_close = getattr(steps, "close", None)
             try:

@@ -29,7 +29,8 @@ def status_summary(status: JobStatus) -> str:
     where = f", {status.queue_position} ahead" if status.queue_position else ""
     done = f"; result in `result`{f' and {status.result_uri}' if status.result_uri else ''}" if status.result else ""
     error = f": {status.error}" if status.error else ""
-    return f"{status.tool} {status.job_uri}: {status.state}{where}{progress}{done}{error}"
+    kept = "; its best result so far in `partial`" if status.partial else ""
+    return f"{status.tool} {status.job_uri}: {status.state}{where}{progress}{done}{error}{kept}"
 
 
 @family.tool()
@@ -46,7 +47,7 @@ async def job_status(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult,
 
 @family.tool(annotations=CONTROLS_JOBS)
 async def job_cancel(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult, JobStatus]:
-    """Cancel a job: a queued one never runs; a running one stops at its next step and frees the model."""
+    """Cancel a job: a queued one never runs; a running one stops within 2 s, keeping its best result in `partial`."""
     kit = Toolkit.of(ctx)
     with error_boundary():
         try:

@@ -7,6 +7,11 @@ were started (a FIFO; each holds the model lock for its whole run, so other mode
 while ``model_info``, ``tokenize`` and resource reads do not). A job outlives the call that started it; its record
 is stored (``job://{id}`` in the store), so after a restart its status says it was lost rather than nothing.
 Progress a job reports goes to its record (``current_job``), not to a request that has ended.
+
+**Cancel** answers within ``CANCEL_WAIT_S``: the step in flight is interrupted at its next transformer block
+(``backend.interrupt``). If the job is still busy then (a step without blocks, a backward), the record says cancelled
+all the same — nothing after that step runs, and its end frees the model. A cancelled (or failed) job keeps its best
+result so far in ``partial``, when the job can say what that is (``core.engine.jobs.partial_of``).
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from mcp.types import CallToolResult, TextContent
 
+from mcp_interp.core.engine.jobs import partial_of
 from mcp_interp.errors import NotFound
 from mcp_interp.schemas.jobs import JobProgress, JobStatus
 from mcp_interp.store import Store, parse_uri
@@ -29,6 +36,8 @@ from mcp_interp.store import Store, parse_uri
 log = logging.getLogger(__name__)
 
 PERSIST_EVERY_S = 1.0  # progress is written to the stored record at most this often
+CANCEL_WAIT_S = 1.5  # job_cancel waits at most this long for the job to stop before it answers
+FINAL = ("done", "failed", "cancelled")
 
 
 def now() -> str:
@@ -41,6 +50,7 @@ class JobRecord:
     started: float | None = None  # perf_counter when it started running
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     persisted: float = 0.0
+    job: Any = field(default=None, repr=False)  # the running core job (``Toolkit.run_job``), for its ``partial``
 
 
 current_job: ContextVar[JobRecord | None] = ContextVar("current_job", default=None)
@@ -80,21 +90,26 @@ class JobQueue:
                     result = await run()
                 finally:
                     current_job.reset(token)
-            if result.is_error:
+            if status.state == "cancelled":  # job_cancel stopped waiting and answered; this is the step's end
+                pass
+            elif result.is_error:
                 status.state = "failed"
                 status.error = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+                status.partial = partial_of(record.job)
             else:
                 status.state, status.result = "done", result.structured_content
                 status.result_uri = (result.structured_content or {}).get("result_uri")
         except asyncio.CancelledError:
             status.state = "cancelled"
+            status.partial = partial_of(record.job)
             with contextlib.suppress(ValueError):
                 self.waiting.remove(job_id)
         except Exception as exc:  # a tool's own errors come back as is_error results; this is a bug
             log.exception("job %s (%s) failed", job_id, status.tool)
             status.state, status.error = "failed", f"Internal error in mcp-interp ({type(exc).__name__}); see the log."
+            status.partial = partial_of(record.job)
         finally:
-            status.finished_at = now()
+            status.finished_at = status.finished_at or now()
             if record.started is not None:
                 status.elapsed_s = round(time.perf_counter() - record.started, 3)
                 if status.state == "done":
@@ -135,14 +150,22 @@ class JobQueue:
         return status
 
     async def cancel(self, uri: str) -> JobStatus:
-        """Stop a job: a queued one never starts; a running one stops at its next step boundary (the step in flight
-        finishes, since torch cannot be interrupted) and the model is free again."""
+        """Stop a job: a queued one never starts; a running one is interrupted at its next transformer block and
+        keeps its best result so far (``partial``). Answers within ``CANCEL_WAIT_S``: a step that cannot be
+        interrupted (no blocks) is left to end on its own, the job already recorded as cancelled."""
         entry = parse_uri(uri, "job")
         record = self.records.get(entry.id)
-        if record is not None and record.task is not None and not record.task.done():
-            record.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await record.task
+        task = record.task if record is not None else None
+        if record is not None and task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
+            status = record.status
+            if not task.done() and status.state not in FINAL:
+                status.state, status.finished_at = "cancelled", now()
+                status.partial = partial_of(record.job)
+                if record.started is not None:
+                    status.elapsed_s = round(time.perf_counter() - record.started, 3)
+                self._persist(record, force=True)
         return self.status(uri)
 
     async def shutdown(self) -> None:

@@ -58,7 +58,7 @@ Conventions, the same in every tool:
   (find_circuit) in `circuit_faithfulness`, artifact:// in `verify_artifact`; graph:// is the full
   attribution graph (Neuronpedia JSON). An evicted handle says so.
 - Long tools take `background: true`: they return a job:// at once; `job_status` reports state,
-  progress and, when done, the result; `job_cancel` stops it at its next step.
+  progress and, when done, the result; `job_cancel` stops it within 2 s (best result so far in `partial`).
 - Verdicts come from p-values: a direction, SAE feature, steering vector or circuit is ranked among
   random stand-ins matched on what matters, p = (1 + #{random ≥ real}) / (n + 1).
 """

@@ -34,7 +34,7 @@ from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import BaseModel
 
 from mcp_interp.core.engine.backend.model import LoadedModel
-from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.jobs import Job, Progress
 from mcp_interp.errors import InputError, InterpError, NotFound, NumericalError
 from mcp_interp.figures import Plot
 from mcp_interp.host import ModelHost
@@ -136,13 +136,23 @@ class Toolkit:
     async def run_job(self, ctx: ToolContext, job: Job[Any]) -> None:
         """Drive a long job one step per model-thread hop, reporting MCP progress after each step.
 
-        A cancelled request stops at the next step boundary; the job is closed on the model thread.
+        A cancelled request stops within the step in flight (at its next transformer block); the job is closed on the
+        model thread. Inside a background job the job is kept on its record, so a cancelled one keeps its ``partial``.
         """
+        record = current_job.get()
+        if record is not None:
+            record.job = job
         with error_boundary():
             total = job.total_steps()
+            steps = 0  # the job's whole steps (its string messages); a ``Progress`` says where it stands itself
 
-            async def progress(done: int, message: str) -> None:
-                await self.report(ctx, done, total, message)
+            async def progress(_: int, message: Any) -> None:
+                nonlocal steps
+                if isinstance(message, Progress):
+                    await self.report(ctx, message.done, message.total, message.message)
+                else:
+                    steps += 1
+                    await self.report(ctx, steps, total, str(message))
 
             await self.host.run_steps(job.steps(), progress)
 

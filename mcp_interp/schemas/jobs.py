@@ -31,3 +31,4 @@ class JobStatus(BaseModel):
     result: dict[str, Any] | None = Field(default=None, description="The tool's structured result (state done).")
     result_uri: str | None = Field(default=None, description="result://… the complete result, when it was cut.")
     error: str | None = Field(default=None, description="Why it failed (state failed or lost).")
+    partial: dict[str, Any] | None = Field(default=None, description="Cancelled or failed: the best result so far.")

@@ -90,3 +90,13 @@ async def test_circuit_tools_score_one_token_answers_and_refuse_longer_ones(tiny
     assert assert_valid_structured(tools[tool], call)["answer_kind"] == "token"
     longer = await tiny_client.call_tool(tool, {**ONE_TOKEN_ONLY[tool], "correct": TWO_TOKENS, "incorrect": "john"})
     assert "exactly one token" in error_text(longer)
+
+
+async def test_model_info_states_the_answer_rule_the_tools_follow(tiny_client: Client) -> None:
+    """model_info's tokenization rule says what the tools accept (one token, a sequence, a set), and each of those
+    is accepted by logit_diff with the kind the rule names — it no longer says answers "must be exactly one token"."""
+    rule = (await tiny_client.call_tool("model_info", {})).structured_content["tokenization_rule"]
+    assert "exactly one token" not in rule and "any_of" in rule and "'sequence'" in rule and "'set'" in rule
+    for answer, kind in (("mary", "token"), (TWO_TOKENS, "sequence"), (A_SET, "set")):
+        result = await tiny_client.call_tool("logit_diff", {"prompts": CLEAN, "correct": answer, "incorrect": "john"})
+        assert not result.is_error and result.structured_content["answer_kind"] == kind, (answer, result.content)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import torch
@@ -44,6 +45,9 @@ from mcp_interp.core.engine.text.tokens import Batch
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.common import Score
 
+CHUNK_SECONDS = 2.0  # the longest stretch of ablated runs between a job's progress messages (on the measured speed)
+ABLATED_COST = 2.0  # an ablated run's cost in plain forwards, before any was measured
+
 
 def writer_values(backend: Any, graph: Graph, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """Every writer point's value in a plain forward of ``ids`` (within ``backend.edge_points``), with each post-norm
@@ -65,9 +69,11 @@ def ablated_metric(
     circuit: set[tuple[int, int]],
     replacement: dict[str, torch.Tensor],
     metric: RowMetric,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The metric per pair with every edge outside ``circuit`` (pairs of writer and reader indices)
-    ablated to ``replacement`` (writer hook → values, as ``writer_values`` returns).
+    ablated to ``replacement`` (writer hook → values, as ``writer_values`` returns); only the pairs ``rows`` when
+    given (a chunk of a long run: each pair's forward is independent of the others').
 
     A reader's upstream writers are always the first ``in_degree`` writers of ``build_graph``'s order
     (embeddings, then per layer its heads and its MLP; a parallel block's MLP reader stops before its own
@@ -80,6 +86,14 @@ def ablated_metric(
     minus its write with every head replaced, recorded where the norm's output is added (``hook_attn_out``); a
     reader adds back the norm recomputed from the heads it takes (cached per set of heads within the forward).
     """
+    if rows is not None:
+        clean = Batch(
+            [clean.texts[int(i)] for i in rows],
+            clean.input_ids[rows],
+            clean.attention_mask[rows],
+            clean.answer_positions[rows],
+        )
+        replacement = {name: value[rows] for name, value in replacement.items()}
     n_layers = backend.n_layers
     maps = write_maps(backend)
     replaced_writes = {layer: wide(fn(replacement[hook_heads_sum(layer)])) for layer, fn in maps.items()}
@@ -166,9 +180,9 @@ def ablated_metric(
     edits: list[Edit] = [Rewrite(name, record(name), is_pure=False) for name in by_hook_writers]
     edits += [Rewrite(hook_result(layer), keep(hook_result(layer)), is_pure=False) for layer in maps]
     edits += [Rewrite(name, rebuild(name, readers), is_pure=False) for name, readers in readers_by_hook.items()]
-    rows = torch.arange(clean.input_ids.shape[0])
+    local = torch.arange(clean.input_ids.shape[0])
     logits = backend.logits(clean.input_ids, edits, mode="no_grad")
-    return metric(logits[rows, clean.answer_positions], rows).to(torch.float64)
+    return metric(logits[local, clean.answer_positions], local if rows is None else rows).to(torch.float64)
 
 
 def upstream_prefixes(graph: Graph) -> Counter[int]:
@@ -220,7 +234,11 @@ class Ablator:
         self.replacement = replacement_values(backend, graph, pairs.clean, pairs.corrupt, ablation)
         rows = torch.arange(pairs.n)
         clean, corrupt = pairs.clean, pairs.corrupt
+        started = time.perf_counter()
         clean_logits = backend.logits(clean.input_ids, mode="no_grad")[rows, clean.answer_positions]
+        # An ablated run costs about ABLATED_COST plain forwards (hooks rebuild every reader's input): the first
+        # estimate of a pair's seconds, replaced by the measured one after each run.
+        self.pair_seconds = ABLATED_COST * (time.perf_counter() - started) / max(1, pairs.n)
         corrupt_logits = backend.logits(corrupt.input_ids, mode="no_grad")[rows, corrupt.answer_positions]
         with torch.no_grad():
             self.clean_m = pairs.readout.from_logits(clean_logits, rows)
@@ -229,9 +247,43 @@ class Ablator:
 
     def run(self, circuit: set[tuple[int, int]]) -> torch.Tensor:
         """The metric per pair with every edge outside ``circuit`` ablated."""
-        return ablated_metric(
+        started = time.perf_counter()
+        values = ablated_metric(
             self.backend, self.graph, self.pairs.clean, circuit, self.replacement, self.pairs.readout.from_logits
         )
+        self.pair_seconds = (time.perf_counter() - started) / max(1, self.pairs.n)
+        return values
+
+    def chunks(self) -> list[torch.Tensor]:
+        """The pairs in chunks of about ``CHUNK_SECONDS`` of ablated runs (one chunk when a whole run is quicker)."""
+        per = max(1, int(CHUNK_SECONDS / max(self.pair_seconds, 1e-9)))
+        return [torch.arange(i, min(i + per, self.pairs.n)) for i in range(0, self.pairs.n, per)]
+
+    def run_chunked(self, circuit: set[tuple[int, int]]) -> Generator[tuple[int, int], None, torch.Tensor]:
+        """``run`` in chunks of pairs, yielding (pairs done, pairs) after each chunk but the last, so a job's progress
+        moves and other callers get the model within seconds of a long run (a whole run of SmolLM2 with answer sets
+        took minutes). A run quicker than one chunk is one forward, exactly ``run``."""
+        chunks = self.chunks()
+        if len(chunks) == 1:
+            return self.run(circuit)
+        pieces = []
+        for n, rows in enumerate(chunks):
+            started = time.perf_counter()
+            pieces.append(
+                ablated_metric(
+                    self.backend,
+                    self.graph,
+                    self.pairs.clean,
+                    circuit,
+                    self.replacement,
+                    self.pairs.readout.from_logits,
+                    rows,
+                )
+            )
+            self.pair_seconds = (time.perf_counter() - started) / len(rows)
+            if n + 1 < len(chunks):
+                yield int(rows[-1]) + 1, self.pairs.n
+        return torch.cat(pieces)
 
     def recovered(self, values: torch.Tensor) -> Score:
         """(values − corrupt) / (clean − corrupt): the recovered fraction, mean and per pair."""

@@ -10,19 +10,22 @@ not the corrupt run), so it is reported for every result.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+import torch
+
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores, graph_of
 from mcp_interp.core.circuits.edge_graph import Graph
-from mcp_interp.core.circuits.faithfulness import Ablator
+from mcp_interp.core.circuits.faithfulness import CHUNK_SECONDS, Ablator
 from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.circuits.selection import EdgeRanking, NodeRanking, check_choice, held_out_split, rank
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
-from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.jobs import Job, Progress
 from mcp_interp.core.engine.numbers import metrics, stats
 from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, finite, gap_is_small
 from mcp_interp.core.engine.patching.pairs import Pairs, subset_pairs
@@ -44,6 +47,7 @@ ATTRIBUTION_STEPS = 3  # edge attribution's progress messages (clean run, corrup
 # The most random circuits a baseline draws by default: 100, not the 200 of cheaper baselines, because each draw is an
 # exact edge-ablated run over every pair (≈ 5 s on SmolLM2's 8 IOI pairs on a 2-core CPU): p can reach 1/101.
 CIRCUIT_DRAWS = 100
+PARTIAL_EDGES = 500  # a cancelled find_circuit names the edges of its best circuit so far up to this many
 
 
 def circuit_from_names(graph: Graph, edges: Sequence[Any]) -> set[tuple[int, int]]:
@@ -131,6 +135,41 @@ def attribute(model: LoadedModel, pairs: Pairs) -> Iterator[str | EdgeScores]:
     yield attribution.result
 
 
+@dataclass
+class Pace:
+    """Where a job stands for its in-step progress: ``base`` steps done before the stage, ``total`` steps in all; a
+    message is due once ``CHUNK_SECONDS`` passed since the last one (so a quick run yields nothing extra)."""
+
+    base: float
+    total: float
+    last: float = field(default_factory=time.perf_counter)
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.last >= CHUNK_SECONDS
+
+    def reset(self) -> None:
+        self.last = time.perf_counter()
+
+    def at(self, done: float, message: str) -> Progress:
+        self.reset()
+        return Progress(message, self.base + done, self.total)
+
+
+def measured(
+    ablator: Ablator, circuit: set[tuple[int, int]], pace: Pace, done: float, what: str
+) -> Generator[Progress, None, torch.Tensor]:
+    """``ablator.run_chunked(circuit)`` saying after each chunk how far it is (``done`` steps before it)."""
+    runs = ablator.run_chunked(circuit)
+    while True:
+        try:
+            pairs, n = next(runs)
+        except StopIteration as finished:
+            pace.reset()
+            values: torch.Tensor = finished.value
+            return values
+        yield pace.at(done + pairs / n, f"{what}: pairs {pairs}/{n}")
+
+
 def baseline_batches(most: int) -> int:
     """The most progress steps ``judged`` yields: one per batch of draws."""
     return -(-most // stats.BATCH)
@@ -144,12 +183,16 @@ def judged(
     most: int,
     seed: int,
     post_selection: bool = False,
-) -> Generator[str, None, CircuitBaseline]:
+    pace: Pace | None = None,
+    drawn: list[float] | None = None,
+) -> Generator[str | Progress, None, CircuitBaseline]:
     """Random circuits of ``size`` items from the ranking's candidate pool, never the circuit itself, drawn in batches
     (one progress step each, so a job stops between batches) until ``stats.STOP_AFTER`` of them score at least the
     real one or ``most`` (at most every other circuit the pool holds) are drawn; the real one's sequential rank test
     among them (Besag–Clifford, ``stats.sequential_rank_test``). ``post_selection``: the circuit was chosen on the
-    pairs it is scored on, so its p is reported without a verdict."""
+    pairs it is scored on, so its p is reported without a verdict. With ``pace``, a batch that takes longer than
+    ``CHUNK_SECONDS`` also says how far it is (``Progress``), draw by draw and chunk by chunk; ``drawn`` (when given)
+    is filled as draws are made, for a cancelled job's ``partial``."""
     others = ranking.other_circuits(size)
     cap = min(most, others)
     floor = stats.rank_floor(most, others)
@@ -161,10 +204,27 @@ def judged(
     else:
         stream = ranking.draw_circuits(size, seed)
         h, batch = min(stats.STOP_AFTER, cap), min(stats.BATCH, cap)
-        values: list[float] = []
+        values: list[float] = drawn if drawn is not None else []
+        batches = 0
         while len(values) < cap and sum(v >= real for v in values) < h:
             wanted = min(batch, cap - len(values))
-            values.extend(ablator.recovered(ablator.run(next(stream))).value for _ in range(wanted))
+            for draw in range(wanted):
+                runs = ablator.run_chunked(next(stream))
+                while True:
+                    try:
+                        done, n = next(runs)
+                    except StopIteration as finished:
+                        values.append(ablator.recovered(finished.value).value)
+                        break
+                    if pace is not None:
+                        yield pace.at(batches + (draw + done / n) / wanted, f"random circuits: draw "
+                                      f"{len(values) + 1}, pairs {done}/{n}")  # fmt: skip
+                if pace is not None and draw + 1 < wanted and pace.due():
+                    message = f"random circuits: {len(values)} drawn (at most {cap})"
+                    yield pace.at(batches + (draw + 1) / wanted, message)
+            batches += 1
+            if pace is not None:
+                pace.reset()
             yield f"random circuits: {len(values)} drawn (at most {cap})"
         supply = iter(values)  # the engine's test replays the same draws batch by batch and applies its stopping rule
         test = stats.sequential_rank_test(
@@ -254,6 +314,14 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
     )
     caller_notes: list[str] = field(default_factory=list)
     result: CircuitFaithfulnessMeasurement | None = field(default=None, init=False)
+    so_far: dict[str, Any] = field(default_factory=dict, init=False)  # what is known so far (``partial``)
+    drawn: list[float] = field(default_factory=list, init=False)
+
+    def partial(self) -> dict[str, Any] | None:
+        """What a cancelled run had measured: the circuit's faithfulness and the random circuits drawn so far."""
+        if not self.so_far:
+            return None
+        return {**self.so_far, "random_drawn": len(self.drawn), "random_values": [round(v, 4) for v in self.drawn]}
 
     def total_steps(self) -> int:
         sizes = len(self._sizes(10**9)) if self.top_k is not None else 0
@@ -264,7 +332,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         assert self.top_k is not None
         return sorted({min(k, total) for k in (*CURVE, self.top_k)})
 
-    def steps(self) -> Iterator[str]:
+    def steps(self) -> Iterator[str | Progress]:
         require(self.model.backend, "circuit_faithfulness")
         if (self.edges is None) == (self.top_k is None):
             raise InputError(
@@ -313,20 +381,30 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                 size, granularity = len(circuit), "edge"
         with self.model.backend.edge_points():
             ablator = Ablator(self.model.backend, graph, evaluation, self.ablation)
-            fraction = ablator.recovered(ablator.run(circuit))
-            empty = ablator.recovered(ablator.run(set())).value
+            before = 0 if self.stored is not None else ATTRIBUTION_STEPS
+            pace = Pace(before, self.total_steps())
+            fraction = ablator.recovered((yield from measured(ablator, circuit, pace, 0, "the circuit")))
+            self.so_far = {"n_edges": len(circuit), "faithfulness": finite(fraction.value)}
+            empty = ablator.recovered((yield from measured(ablator, set(), pace, 0.5, "the empty circuit"))).value
+            self.so_far["empty_circuit"] = finite(empty)
             yield f"circuit of {len(circuit)} edges and the empty one"
             chosen_here = self.top_k is not None and not evaluating  # ranked and scored on the same pairs
+            pace = Pace(before + 1, self.total_steps())
             baseline = yield from judged(
-                ablator, ranking, size, fraction.value, self.random_circuits, self.seed, chosen_here
+                ablator, ranking, size, fraction.value, self.random_circuits, self.seed, chosen_here, pace, self.drawn
             )
             curve = []
             if self.top_k is not None:
-                for k in self._sizes(len(ranking.items)):
-                    value = ablator.recovered(ablator.run(ranking.top(k))).value
-                    randoms = [
-                        ablator.recovered(ablator.run(c)).value for c in ranking.random_circuits(k, 5, self.seed)
-                    ]
+                pace = Pace(before + 1 + baseline_batches(self.random_circuits), self.total_steps())
+                for point, k in enumerate(self._sizes(len(ranking.items))):
+                    runs = [ranking.top(k), *ranking.random_circuits(k, 5, self.seed)]
+                    fractions = []
+                    for n, run in enumerate(runs):  # six exact runs: say how far when they take long
+                        values = yield from measured(ablator, run, pace, point + n / len(runs), f"curve: k = {k}")
+                        fractions.append(ablator.recovered(values).value)
+                        if n + 1 < len(runs) and pace.due():
+                            yield pace.at(point + (n + 1) / len(runs), f"curve: k = {k}, run {n + 1}/{len(runs)}")
+                    value, randoms = fractions[0], fractions[1:]
                     mean = sum(randoms) / len(randoms) if randoms else value  # k = pool: the circuit is the only one
                     curve.append(CurvePoint(k=k, faithfulness=finite(value), random_mean=mean))
                     yield f"curve: k = {k}"
@@ -409,15 +487,42 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
     circuit: set[tuple[int, int]] | None = field(default=None, init=False)
     graph: Graph | None = field(default=None, init=False)
     choice: StoredChoice | None = field(default=None, init=False)  # what a circuit:// keeps to be judged again alike
+    search: list[SearchStep] = field(default_factory=list, init=False)  # every k measured so far
+    found: tuple[int, float | None] | None = field(default=None, init=False)  # smallest k reaching the target
+    drawn: list[float] = field(default_factory=list, init=False)
+
+    def partial(self) -> dict[str, Any] | None:
+        """What a cancelled search had: every k measured, the smallest reaching the target with its faithfulness and
+        (for up to ``PARTIAL_EDGES``) its edges, and the random circuits drawn so far."""
+        if not self.search:
+            return None
+        out: dict[str, Any] = {
+            "stage": "baseline" if self.circuit is not None else "bisection",
+            "target": self.target,
+            "search": [step.model_dump() for step in self.search],
+            "best_k": None,
+            "best_faithfulness": None,
+        }
+        if self.found is not None and self._ranking is not None and self.graph is not None:
+            k, value = self.found
+            edges = self._ranking.top(k)
+            out.update(best_k=k, best_faithfulness=value, best_n_edges=len(edges))
+            if len(edges) <= PARTIAL_EDGES:
+                out["best_edges"] = edge_names(self.graph, edges)
+        if self.drawn:
+            out["random_drawn"] = len(self.drawn)
+        return out
+
+    _ranking: EdgeRanking | NodeRanking | None = field(default=None, init=False, repr=False)
 
     def total_steps(self) -> int:
-        graph = graph_of(self.model.backend)
+        graph = self.graph or graph_of(self.model.backend)
         items = len(graph.edges) if self.granularity == "edge" else len(graph.writers) - 1
         bisection = max(0, (items - 1).bit_length())  # steps while high − low > 1, from (0, items)
         batches = baseline_batches(self.random_circuits) if isinstance(self.random_circuits, int) else 1
         return ATTRIBUTION_STEPS + bisection + batches + 1
 
-    def steps(self) -> Iterator[str]:
+    def steps(self) -> Iterator[str | Progress]:
         require(self.model.backend, "find_circuit")
         if not 0 < self.target <= 1:
             raise InputError(f"`target` is a recovered fraction in (0, 1], got {self.target!r}; 0.8 is usual.")
@@ -433,34 +538,49 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
                 self.scores = step
         assert self.scores is not None
         graph = self.graph = self.scores.graph
-        ranking = rank(graph, self.scores.scores, self.granularity, self.rank_by)
+        ranking = self._ranking = rank(graph, self.scores.scores, self.granularity, self.rank_by)
+        total = self.total_steps()
         with self.model.backend.edge_points():
             ablator = Ablator(self.model.backend, graph, pairs, self.ablation)
             low, high = 0, len(ranking.items)  # every item = the full graph, which recovers 1 ≥ target
-            search: list[SearchStep] = []
+            search = self.search
             best = None
+            pace = Pace(ATTRIBUTION_STEPS, total)
             while high - low > 1:
                 middle = (low + high) // 2
-                fraction = ablator.recovered(ablator.run(ranking.top(middle)))
+                what = f"bisection: k = {middle}"
+                values = yield from measured(ablator, ranking.top(middle), pace, len(search), what)
+                fraction = ablator.recovered(values)
                 search.append(SearchStep(k=middle, faithfulness=finite(fraction.value)))
                 if fraction.value >= self.target:
                     high, best = middle, fraction
+                    self.found = (middle, finite(fraction.value))
                 else:
                     low = middle
                 yield f"bisection: k = {middle}, faithfulness {fraction.value:+.3f}"
             circuit = self.circuit = ranking.top(high)
             self.choice = StoredChoice(self.granularity, high, pool_names(graph, ranking.pool(high)))
+            done = len(search)
             if best is None:
-                best = ablator.recovered(ablator.run(circuit))
-            empty = ablator.recovered(ablator.run(set())).value
+                best = ablator.recovered((yield from measured(ablator, circuit, pace, done, "the circuit")))
+            empty = ablator.recovered((yield from measured(ablator, set(), pace, done, "the empty circuit"))).value
             evaluator = ablator
             held: Any = None
             if evaluating:
                 evaluator = Ablator(self.model.backend, graph, self._pairs(evaluating), self.ablation)
-                held = evaluator.recovered(evaluator.run(circuit))
+                held = evaluator.recovered((yield from measured(evaluator, circuit, pace, done, "held-out pairs")))
             judged_value = best.value if held is None else held.value
+            pace = Pace(ATTRIBUTION_STEPS + len(search), total)
             baseline = yield from judged(
-                evaluator, ranking, high, judged_value, self.random_circuits, self.seed, not evaluating
+                evaluator,
+                ranking,
+                high,
+                judged_value,
+                self.random_circuits,
+                self.seed,
+                not evaluating,
+                pace,
+                self.drawn,
             )
         yield "done"
         self.result = self._measurement(ranking, high, best, held, empty, baseline, search, ablator, evaluating)

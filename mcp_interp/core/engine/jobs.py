@@ -4,11 +4,17 @@ Long work (patching every head, ``explain``, the swap benchmark, fitting a lens)
 a job rather than a function so that the server can
 
 * report progress: ``total_steps()`` is known up front and each step yields a message;
-* stop on cancellation between steps: torch cannot be interrupted mid-call, so a cancelled
-  request takes effect at the next step boundary and the model is free again at once;
+* stop on cancellation: the step in flight is interrupted at its next transformer block
+  (``core.engine.backend.interrupt``) and the generator closed, so the model is free again at once;
+* share the model: other callers' work runs between steps (``host.run_steps``), so a step
+  should take seconds, not minutes — and progress should move at least every 10 s — which is
+  why long loops yield inside (a bisection step yields per chunk of pairs, ``Progress`` saying
+  how far it is);
 * run each step, and close the generator on cancellation, on the model thread: a step may
   enter thread-local state (``torch.inference_mode()``) that must be exited on the thread that
-  entered it (see ``Session.run_steps``).
+  entered it;
+* keep what it measured when it is cancelled: ``partial()`` (optional) describes the best
+  result so far, which a cancelled background job keeps in its record.
 
 Scripts and tests that want the result without any of that call ``drain(job)``.
 """
@@ -16,10 +22,32 @@ Scripts and tests that want the result without any of that call ``drain(job)``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
+
+
+class Progress(NamedTuple):
+    """A step's message with where the job stands (``done`` of ``total`` steps, fractions allowed), for steps that
+    split a long stage into chunks whose count is known only once the stage starts."""
+
+    message: str
+    done: float
+    total: float | None
+
+
+def partial_of(job: Any) -> dict[str, Any] | None:
+    """A job's best result so far (its ``partial()``, when it has one), or None; never raises (it is read while a
+    cancelled job winds down)."""
+    describe = getattr(job, "partial", None)
+    if describe is None:
+        return None
+    try:
+        found = describe()
+    except Exception:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 class Job(Protocol[R_co]):
@@ -29,8 +57,9 @@ class Job(Protocol[R_co]):
         """How many messages ``steps()`` will yield (for progress totals; may be computed before any work)."""
         ...
 
-    def steps(self) -> Iterator[str]:
-        """Do the work, yielding one progress message per step; fills ``result`` when exhausted.
+    def steps(self) -> Iterator[str | Progress]:
+        """Do the work, yielding one progress message per step (a ``Progress`` when a step says how far it is within a
+        stage); fills ``result`` when exhausted.
 
         Closing the generator early (``.close()``) abandons the job cleanly at that step boundary.
         """

@@ -31,8 +31,10 @@ def tokenization_rule(model: LoadedModel) -> str:
     return (
         "The model's own Hugging Face tokenizer with its default special tokens "
         f"(add_special_tokens=True): {bos}. Prompts in one call are right-padded; each prompt's "
-        "answer position is its last real token. Answers are tokenized without special tokens "
-        "and must be exactly one token."
+        "answer position is its last real token. Answers are tokenized without special tokens: one "
+        "token is read from the answer position; several are scored by their teacher-forced log-probability "
+        "(answer_kind 'sequence'; tools that need one token refuse them, naming the count); {'any_of': [...]} is a "
+        "set, scored by its summed probability (answer_kind 'set')."
     )
 
 

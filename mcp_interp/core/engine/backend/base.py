@@ -17,6 +17,7 @@ import torch
 
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.backend.forward import BlockTrace, Capture, Mode, Output, Run
+from mcp_interp.core.engine.backend.interrupt import Interrupt
 from mcp_interp.errors import Unsupported
 from mcp_interp.schemas.common import BackendName
 
@@ -52,6 +53,15 @@ class Backend:
 
     def supports(self, feature: BackendFeature) -> bool:
         return feature in self.features
+
+    @property
+    def interrupt(self) -> Interrupt:
+        """The stop signal of the work in flight (``interrupt``); a backend that runs blocks here checks it per
+        block, so a cancelled caller frees the model within one block."""
+        found = self.__dict__.get("_interrupt")
+        if found is None:
+            found = self.__dict__["_interrupt"] = Interrupt()
+        return found
 
     def refuse(self, feature: BackendFeature, what: str = "This measurement") -> Unsupported:
         return Unsupported(

@@ -57,6 +57,11 @@ class LocalBackend(Backend):
     def __init__(self, bridge: Any, device: str = "cpu") -> None:
         self.bridge = bridge
         self.device = device  # where inputs go
+        # Before every block of every forward: stop there when the caller of the work in flight was cancelled
+        # (``interrupt``). A plain torch pre-hook, not a TransformerLens hook: no reset of the bridge's hooks removes
+        # it, and it costs one Python call per block.
+        for block in getattr(bridge, "blocks", []):
+            block.register_forward_pre_hook(self.interrupt.check)
 
     # --- what the model is ------------------------------------------------------------------------------------
 
