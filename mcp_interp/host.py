@@ -2,10 +2,13 @@
 
 The model loads in a background thread started by the server's lifespan, so ``initialize``
 and ``tools/list`` answer at once; a tool call that arrives while it loads waits (reporting
-progress) instead of failing. All model work goes through ``run``, which holds one lock in the
-worker thread, so two experiments never interleave hooks on the same model. The lock is a
-thread lock rather than an asyncio one so a Session can outlive an event loop (in-process
-clients in tests, ``mcp-interp call``).
+progress) instead of failing. All model work goes through ``run_for`` / ``run_steps``, one unit at a
+time on the one model thread, so two experiments never interleave hooks on the same model. Who goes
+next is ``turns.Turns``: principals in turn, and a job gives the model up between its steps, so a short
+call waits at most one step of someone else's job — at a step boundary where the model is at rest
+(``Backend.at_rest``: no edge points, frozen weights or inference mode a step left on), else the job
+keeps its turn. The turns use a thread lock rather than an asyncio one so a Session can outlive an
+event loop (in-process clients in tests, ``mcp-interp call``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from mcp_interp.errors import InterpError, ModelLoadError
 from mcp_interp.ledger import Ledger
 from mcp_interp.schemas.common import ModelRef
 from mcp_interp.store import Store
+from mcp_interp.turns import Ticket, Turns
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +106,7 @@ class ModelHost:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self._model_lock = threading.Lock()
+        self.turns = Turns()  # the model's time: one unit of work at a time, principals in turn
         # One long-lived thread for all model work and one for figures, instead of a rotating
         # pool: torch's allocations stay in one malloc arena and matplotlib opens its fonts once
         # (it caches them per thread), so a long session's memory and file descriptors stay flat.
@@ -171,13 +175,17 @@ class ModelHost:
     # --- running ---------------------------------------------------------------------------
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn`` on the model thread while holding the model lock; a cancelled caller interrupts it at the next
+        """``run_for`` the one principal of stdio and the public API."""
+        return await self.run_for(None, partial(fn, *args, **kwargs))
+
+    async def run_for(self, principal: str | None, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the model thread in ``principal``'s turn; a cancelled caller interrupts it at the next
         transformer block."""
-        await self._acquire()
+        ticket = await self.turns.take(principal)
         try:
-            return await self._on_model_thread(partial(fn, *args, **kwargs))
+            return await self._on_model_thread(fn)
         finally:
-            self._model_lock.release()
+            self.turns.release(ticket)
 
     async def _on_model_thread(self, fn: Callable[[], T]) -> T:
         """``fn()`` on the model thread as one unit of work with its own stop event, which the backend watches."""
@@ -200,39 +208,52 @@ class ModelHost:
         (tokenizing, reading the config), so it is never stuck behind a long scan."""
         return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
-    async def run_steps(self, steps: Iterator[Any], on_step: StepCallback | None = None) -> int:
-        """Drive a generator of work steps, one worker-thread hop per step, under the model lock.
+    async def run_steps(
+        self, steps: Iterator[Any], on_step: StepCallback | None = None, principal: str | None = None
+    ) -> int:
+        """Drive a generator of work steps, one model-thread hop per step, each in ``principal``'s turn.
 
-        After each step the caller hears ``on_step(n_done, message)`` (a message is a string or a ``Progress``).
-        A cancelled request interrupts the step in flight at its next transformer block (``backend.interrupt``; a
-        step without blocks, such as a backward, runs to its end), the generator is closed on the model thread and
-        the lock released, so the next call runs at once. Returns the number of steps run.
+        Between two steps the model goes to whoever waits next (``turns``) — when the step left the model at rest;
+        a step that returns inside a mode (edge points, frozen weights, inference mode) keeps the turn, so no one
+        else's work ever runs in it. After each step the caller hears ``on_step(n_done, message)`` (a message is a
+        string or a ``Progress``). A cancelled request interrupts the step in flight at its next transformer block
+        (``backend.interrupt``; a step without blocks, such as a backward, runs to its end), the generator is closed
+        on the model thread and the turn released, so the next call runs at once. Returns the number of steps run.
         """
         done = 0
-        await self._acquire()
+        ticket: Ticket | None = await self.turns.take(principal)
         try:
             while True:
-                message = await self._on_model_thread(partial(next, steps, _DONE))
+                if ticket is None:
+                    ticket = await self.turns.take(principal)
+                message, at_rest = await self._on_model_thread(partial(self._step, steps))
                 if message is _DONE:
                     return done
                 done += 1
+                if at_rest:
+                    self.turns.release(ticket)
+                    ticket = None
                 if on_step is not None:
                     await on_step(done, message)
         finally:
-            steps_close = getattr(steps, "close", None)
             try:
+                steps_close = getattr(steps, "close", None)
                 if steps_close is not None:
-                    # Close on the model thread: the generator's `with torch.inference_mode()` (and
-                    # any other thread-local state) must be exited on the thread that entered it.
+                    # Close on the model thread, in a turn of its own if it gave its turn up: the generator's `with
+                    # torch.inference_mode()` (and any other thread-local state) must be exited on the thread that
+                    # entered it, and no other work may run while it winds down.
                     with anyio.CancelScope(shield=True):
+                        if ticket is None:
+                            ticket = await self.turns.take(principal)
                         await on_thread(self._model_thread, steps_close)
             finally:
-                self._model_lock.release()
+                if ticket is not None:
+                    self.turns.release(ticket)
 
-    async def _acquire(self) -> None:
-        """Take the model lock without parking a worker thread on it (so cancellation is clean)."""
-        while not self._model_lock.acquire(blocking=False):
-            await anyio.sleep(0.005)
+    def _step(self, steps: Iterator[Any]) -> tuple[Any, bool]:
+        """One step on the model thread, and whether it left the model at rest (others' work may run next)."""
+        message = next(steps, _DONE)
+        return message, self._model is None or self._model.backend.at_rest()
 
     def model_ref(self) -> ModelRef:
         model = self._loaded()

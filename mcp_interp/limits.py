@@ -29,6 +29,9 @@ class Limits:
     # texts in one `feature_examples` / `score_explanation` call: read in batches, keeping the feature's activation on
     # every token (and, up to 256 MB, the values at its point, for the next feature read there).
     max_feature_texts: int = 4096
+    # background jobs one principal runs at once (the rest wait in its queue); every job gives the model up between
+    # its steps, so this bounds memory (each job holds its activations), not anyone else's share of the model.
+    max_jobs: int = 1
 
     @classmethod
     def from_env(cls) -> Limits:

@@ -25,7 +25,7 @@ import re
 import secrets
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -155,6 +155,24 @@ class Store:
             self._write(folder, f"{entry_id}{REFS_SUFFIX}", json.dumps(sorted(refs)).encode())
         self._write(folder, f"{entry_id}{KINDS[kind]}", data)
 
+    def update(
+        self, kind: str, entry_id: str, change: Callable[[bytes | None], bytes | None], references: Iterable[str] = ()
+    ) -> bool:
+        """Read, compare and write an entry under the kind's lock, so servers sharing this folder never overwrite
+        each other's writes unseen (a job record's "done"): ``change`` gets the current bytes (None when there are
+        none) and returns the new bytes, or None to leave the entry as it is. Returns whether it wrote."""
+        self._check_id(kind, entry_id)
+        with self._locked(kind):
+            try:
+                current: bytes | None = (self._folder(kind) / f"{entry_id}{KINDS[kind]}").read_bytes()
+            except FileNotFoundError:
+                current = None
+            new = change(current)
+            if new is None:
+                return False
+            self.replace(kind, entry_id, new, references)
+            return True
+
     @staticmethod
     def _write(folder: Path, name: str, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
@@ -207,7 +225,9 @@ class Store:
                 f"{kind}://{entry_id} was evicted at {tombstone.get('evicted_at')}: {tombstone.get('reason')} "
                 "Run the tool again to recreate it."
             )
-        return f"No {kind} with id {entry_id!r} was ever stored here (this server's output folder is {self.root})."
+        # The same words for an id never stored and one stored by another principal (whose entries live in another
+        # folder), and no server path: an error reaches the client.
+        return f"No {kind} with id {entry_id!r} was ever stored here."
 
     def _check_id(self, kind: str, entry_id: str) -> None:
         if kind not in KINDS or not isinstance(entry_id, str) or not ID_PATTERN.fullmatch(entry_id):
@@ -234,7 +254,7 @@ class Store:
 
     @contextlib.contextmanager
     def _locked(self, kind: str) -> Iterator[None]:
-        """One evicting process per kind at a time (several servers may share this folder)."""
+        """One evicting or updating process per kind at a time (several servers may share this folder)."""
         with open(self._folder(kind) / ".lock", "a+b") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:

@@ -36,6 +36,7 @@ FLOORS: list[tuple[str, ...]] = [
         "mcp_interp.figures",
         "mcp_interp.store",
         "mcp_interp.ledger",
+        "mcp_interp.turns",
         "mcp_interp.investigation",
     ),
     ("mcp_interp.core.engine",),

@@ -92,9 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     serve.add_argument(
+        "--auth-tokens",
+        type=Path,
+        default=None,
+        help="HTTP: a file of `NAME TOKEN` lines, one principal each (own ledger, results, jobs); docs/security.md.",
+    )
+    serve.add_argument(
         "--auth-token",
-        default=os.environ.get("MCP_INTERP_AUTH_TOKEN"),
-        help="Bearer token required on every HTTP request (env MCP_INTERP_AUTH_TOKEN); required off loopback.",
+        default=os.environ.get("MCP_INTERP_AUTH_TOKEN") or None,
+        help="One bearer token for every HTTP request (prefer env MCP_INTERP_AUTH_TOKEN: a flag shows in `ps`).",
     )
     serve.add_argument(
         "--allow-root",
@@ -260,14 +266,20 @@ def _serve(args: argparse.Namespace) -> int:
 
         anyio.run(serve_stdio, build_server(_session(args)), protocol)
         return 0
+    from mcp_interp.app.http import run_http
+    from mcp_interp.app.tokens import read_tokens_file, single_token
+    from mcp_interp.errors import HttpConfigError
     from mcp_interp.mcp.server import build_server
 
-    server = build_server(_session(args))
-    from mcp_interp.app.http import run_http
-    from mcp_interp.errors import HttpConfigError
-
-    try:
-        run_http(server, args.host, args.port, args.auth_token, args.allowed_host)
+    try:  # the tokens are checked before the model starts loading
+        if args.auth_tokens is not None and args.auth_token is not None:
+            raise HttpConfigError(
+                "Give --auth-tokens FILE or --auth-token (MCP_INTERP_AUTH_TOKEN), not both: the file names every "
+                "principal."
+            )
+        principals = read_tokens_file(args.auth_tokens) if args.auth_tokens else single_token(args.auth_token)
+        server = build_server(_session(args))
+        run_http(server, args.host, args.port, principals, args.allowed_host)
     except HttpConfigError as exc:
         print(f"mcp-interp: {exc}", file=sys.stderr)
         return 2

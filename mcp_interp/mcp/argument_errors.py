@@ -18,25 +18,27 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
-from mcp_interp.host import ModelHost
 from mcp_interp.mcp.recording import recorded
 from mcp_interp.mcp.sdk_internals import input_schema, parsed_arguments
+from mcp_interp.mcp.toolkit import Toolkit
 
 
 class Server(MCPServer[Any]):
     """The SDK's server, with one change: a call whose arguments fail the input schema gets ``argument_error``'s
     words (field, value given, what is accepted) instead of pydantic's report and its errors.pydantic.dev links.
     ``call_tool`` is where every tools/call passes and the only place that still sees the ``ValidationError``; it is
-    also where every call is recorded in the ledger of ``recorded_host`` (set by ``build_server``)."""
+    also where every call is recorded in its principal's ledger (``recording_toolkit``, the server's lifespan toolkit,
+    set by ``build_server``; a call's own context names its principal)."""
 
-    recorded_host: ModelHost | None = None
+    recording_toolkit: Toolkit | None = None
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        if self.recorded_host is None:
+        if self.recording_toolkit is None:
             return await self._call_tool(name, arguments, context)
-        return await recorded(self.recorded_host, name, arguments, lambda: self._call_tool(name, arguments, context))
+        kit = Toolkit.of(context) if context is not None else self.recording_toolkit
+        return await recorded(kit, name, arguments, lambda: self._call_tool(name, arguments, context))
 
     async def _call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None

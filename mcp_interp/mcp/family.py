@@ -95,7 +95,7 @@ def announcing(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any
     @functools.wraps(fn)
     async def run(*args: Any, **kwargs: Any) -> Any:
         ctx = kwargs.get("ctx")
-        store = Toolkit.of(ctx).host.store if ctx is not None else None
+        store = Toolkit.of(ctx).workspace.store if ctx is not None else None
         before = store.version if store is not None else 0
         result = await fn(*args, **kwargs)
         if ctx is not None and store is not None and store.version != before:

@@ -238,7 +238,7 @@ async def feature_examples(
 def explanation_documents(kit: Toolkit, key: str, fingerprint: str) -> list[tuple[dict[str, Any], ScoredExplanation]]:
     """Every stored explanation of the feature ``key`` on these weights, newest first (read from disk without
     refreshing the store's least-recently-used order)."""
-    store = kit.host.store
+    store = kit.workspace.store
     found = []
     for entry in reversed(store.ids("explanation")):
         try:
@@ -324,7 +324,7 @@ async def score_explanation(
         links.append(link)
         if entry is not None and record is not None:
             record["scored_by"] = measurement.explanation_uri
-            kit.host.store.replace("quiz", entry, json.dumps(record).encode(), [measurement.explanation_uri])
+            kit.workspace.store.replace("quiz", entry, json.dumps(record).encode(), [measurement.explanation_uri])
     result = kit.with_provenance(ScoreExplanationResult, measurement, started)
     parts = [f"score_explanation {result.feature.key}:"]
     if result.generation is not None:

@@ -42,7 +42,7 @@ async def export_investigation(
         investigation.check_format(format)
         if claims and format != "md":
             raise InputError("`claims` go in the Markdown report: pass format='md' with them.")
-        entries, notes = investigation.select(kit.host.ledger, calls)
+        entries, notes = investigation.select(kit.workspace.ledger, calls)
         if not entries:
             raise InputError("The ledger holds no call to export yet: call a tool first, then export.")
         checked = check_claims([c.model_dump() for c in claims or []], entries)
@@ -97,7 +97,7 @@ def ledger(page: str, ctx: ToolContext) -> str:
         raise ResourceNotFoundError(f"ledger pages are numbered from 0 (ledger://0); got {page!r}.") from None
     kit = Toolkit.of(ctx)
     settle_jobs(kit)
-    content = kit.host.ledger.page(number)
+    content = kit.workspace.ledger.page(number)
     if number < 0 or number >= content["pages"]:
         raise ResourceNotFoundError(f"The ledger has pages 0–{content['pages'] - 1}; got {number}.")
     return json.dumps(content)

@@ -1,5 +1,5 @@
 """Job tools: ``job_status`` and ``job_cancel`` follow the ``job://`` handle a long tool returns when called with
-``background: true`` (the queue is ``mcp.queue``)."""
+``background: true`` (the queue is ``mcp.queue``; each principal sees only its own jobs, ``mcp.workspace``)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def status_summary(status: JobStatus) -> str:
     done = f"; result in `result`{f' and {status.result_uri}' if status.result_uri else ''}" if status.result else ""
     error = f": {status.error}" if status.error else ""
     kept = "; its best result so far in `partial`" if status.partial else ""
-    return f"{status.tool} {status.job_uri}: {status.state}{where}{progress}{done}{error}{kept}"
+    elsewhere = " (on another server)" if status.server else ""
+    return f"{status.tool} {status.job_uri}: {status.state}{elsewhere}{where}{progress}{done}{error}{kept}"
 
 
 @family.tool()

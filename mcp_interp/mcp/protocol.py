@@ -7,9 +7,10 @@ a live ``resources/list``, and ``listChanged`` when that list changes.
   is ``-32602`` (invalid params) with what was wrong in ``data``; the SDK answers code 0.
 * **Completions** (``completion/complete``): stored ids for every resource template (newest first), and prompt
   arguments: the shipped corpora and tasks, and component names of the loaded model ("L1" → "L1H0", "L1MLP", …).
-* **resources/list** lists what is stored (newest first, the last ``LISTED`` of each kind), so a client sees the
-  figures, reports, results and jobs a session made; every tool call that stored something announces it with
-  ``notifications/resources/list_changed`` (and on 2026-07-28 connections, on the subscription bus).
+* **resources/list** lists what the caller's principal stored (newest first, the last ``LISTED`` of each kind), so a
+  client sees the figures, reports, results and jobs it made and never another principal's (``mcp.workspace``); every
+  tool call that stored something announces it with ``notifications/resources/list_changed`` (and on 2026-07-28
+  connections, on the subscription bus). Completions of stored ids are the principal's too.
 
 The SDK has no public hooks for these: each replaces one request handler of the low-level server
 (``add_request_handler``, the documented way to serve a method) around the SDK's own handler — reaches that live in
@@ -27,6 +28,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    CompleteRequestParams,
+    CompleteResult,
     Completion,
     CompletionArgument,
     CompletionContext,
@@ -88,25 +91,35 @@ def install(server: MCPServer[Toolkit], toolkit: Toolkit) -> None:
 
     async def list_resources(ctx: Any, params: PaginatedRequestParams | None) -> ListResourcesResult:
         static = await server.list_resources()
-        return ListResourcesResult(resources=[*static, *stored_resources(toolkit)])
+        return ListResourcesResult(resources=[*static, *stored_resources(Toolkit.for_request(ctx))])
 
     serve_method(server, "resources/read", ReadResourceRequestParams, read_resource)
     serve_method(server, "prompts/get", GetPromptRequestParams, get_prompt)
     serve_method(server, "resources/list", PaginatedRequestParams, list_resources)
 
-    @server.completion()
+    @server.completion()  # advertises the capability; served below with the request's principal
     async def complete(
         ref: PromptReference | ResourceTemplateReference,
         argument: CompletionArgument,
         context: CompletionContext | None,
     ) -> Completion | None:
-        values = completions(toolkit, ref, argument.name, argument.value)
-        return Completion(values=values[:COMPLETION_LIMIT], total=len(values), has_more=len(values) > COMPLETION_LIMIT)
+        return completion_of(completions(toolkit, ref, argument.name, argument.value))
+
+    async def complete_for(ctx: Any, params: CompleteRequestParams) -> CompleteResult:
+        kit = Toolkit.for_request(ctx)
+        return CompleteResult(completion=completion_of(completions(kit, params.ref, params.argument.name,
+                                                                   params.argument.value)))  # fmt: skip
+
+    serve_method(server, "completion/complete", CompleteRequestParams, complete_for)
+
+
+def completion_of(values: list[str]) -> Completion:
+    return Completion(values=values[:COMPLETION_LIMIT], total=len(values), has_more=len(values) > COMPLETION_LIMIT)
 
 
 def stored_resources(toolkit: Toolkit) -> list[Resource]:
-    """The newest ``LISTED`` stored entries of each kind, as concrete resources."""
-    store = toolkit.host.store
+    """The newest ``LISTED`` stored entries of each kind in the toolkit's principal's store, as concrete resources."""
+    store = toolkit.workspace.store
     out = []
     for kind in KINDS:
         for entry_id in reversed(store.ids(kind)[-LISTED:]):
@@ -126,7 +139,7 @@ def completions(toolkit: Toolkit, ref: PromptReference | ResourceTemplateReferen
         kind = ref.uri.partition("://")[0]
         if kind not in KINDS:
             return []
-        return [i for i in reversed(toolkit.host.store.ids(kind)) if i.startswith(value)]
+        return [i for i in reversed(toolkit.workspace.store.ids(kind)) if i.startswith(value)]
     choices = PROMPT_CHOICES.get((ref.name, name))
     if choices is not None:
         shipped = sorted(p.stem for p in corpora_dir().glob("*.json"))

@@ -1,5 +1,6 @@
-"""Every tool call into the session's ledger (``mcp_interp.ledger``), from the one place every call passes:
-``argument_errors.Server.call_tool`` (over any transport, and for the public Python API, which calls it too).
+"""Every tool call into its principal's ledger (``mcp_interp.ledger``, in the caller's ``Workspace``), from the one
+place every call passes: ``argument_errors.Server.call_tool`` (over any transport, and for the public Python API, which
+calls it too).
 
 A call is recorded as it starts (tool, arguments as sent, each handle resolved to the call that made it with the
 sha256 of its stored bytes, seeds) and closed when it ends: the weights and library versions, the wall time, the
@@ -21,18 +22,18 @@ from mcp.types import CallToolResult, TextContent
 from mcp_interp.host import ModelHost
 from mcp_interp.ledger import VERSIONED, Ledger, uris_at
 from mcp_interp.mcp.toolkit import Toolkit
-from mcp_interp.store import parse_uri
+from mcp_interp.store import Store, parse_uri
 
 T = TypeVar("T")
 
 
-def handle_hashes(host: ModelHost, arguments: dict[str, Any]) -> dict[str, str | None]:
-    """The sha256 of each stored URI in ``arguments`` (None for one no longer stored)."""
+def handle_hashes(store: Store, arguments: dict[str, Any]) -> dict[str, str | None]:
+    """The sha256 of each stored URI in ``arguments`` (None for one not stored, for this principal)."""
     hashes: dict[str, str | None] = {}
     for uri in uris_at(arguments).values():
         try:
             stored = parse_uri(uri)
-            hashes[uri] = hashlib.sha256(host.store.path(stored.kind, stored.id).read_bytes()).hexdigest()
+            hashes[uri] = hashlib.sha256(store.path(stored.kind, stored.id).read_bytes()).hexdigest()
         except (LookupError, OSError):
             hashes[uri] = None
     return hashes
@@ -53,12 +54,13 @@ def model_record(host: ModelHost) -> dict[str, Any] | None:
     }
 
 
-async def recorded(host: ModelHost, tool: str, arguments: dict[str, Any], call: Callable[[], Awaitable[T]]) -> T:
-    """``call()``, recorded in ``host.ledger``; its result or exception passes through unchanged."""
-    ledger: Ledger = host.ledger
+async def recorded(kit: Toolkit, tool: str, arguments: dict[str, Any], call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, recorded in the ledger of ``kit``'s principal; its result or exception passes through unchanged."""
+    host, ledger = kit.host, kit.workspace.ledger
     entry = ledger.open(
-        tool, dict(arguments), handle_hashes(host, arguments), datetime.now(UTC).isoformat(timespec="seconds")
-    )
+        tool, dict(arguments), handle_hashes(kit.workspace.store, arguments),
+        datetime.now(UTC).isoformat(timespec="seconds"),
+    )  # fmt: skip
     started = time.perf_counter()
     try:
         result = await call()
@@ -83,10 +85,11 @@ async def recorded(host: ModelHost, tool: str, arguments: dict[str, Any], call: 
 
 def settle_jobs(kit: Toolkit) -> None:
     """Fill in the background calls whose jobs have finished since they were recorded."""
-    for entry in kit.host.ledger.pending_jobs():
+    ledger: Ledger = kit.workspace.ledger
+    for entry in ledger.pending_jobs():
         try:
             status = kit.jobs.status(entry.job_uri or "")
         except LookupError:
-            kit.host.ledger.settle(entry, "lost", None, f"{entry.job_uri} is no longer stored")
+            ledger.settle(entry, "lost", None, f"{entry.job_uri} is no longer stored")
             continue
-        kit.host.ledger.settle(entry, status.state, status.result, status.error)
+        ledger.settle(entry, status.state, status.result, status.error)

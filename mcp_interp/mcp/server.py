@@ -95,10 +95,10 @@ def build_server(host: ModelHost) -> MCPServer[Toolkit]:
         try:
             yield toolkit
         finally:  # the server is stopping: no background job outlives it half-run
-            await toolkit.jobs.shutdown()
+            await toolkit.workspaces.shutdown()
 
     server = Server("mcp-interp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
-    server.recorded_host = host
+    server.recording_toolkit = toolkit
     for family in FAMILIES:
         family.register(server)
     protocol.install(server, toolkit)

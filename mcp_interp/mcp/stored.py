@@ -29,7 +29,7 @@ async def get_figure(
     try:
         if kind != "figure":
             raise NotFound(f"{uri[:100]!r} is not a figure URI; figure URIs look like figure://<32 hex>.")
-        png = Toolkit.of(ctx).host.store.get("figure", figure_id)
+        png = Toolkit.of(ctx).workspace.store.get("figure", figure_id)
         width, height = figures.png_size(png)
     except (NotFound, ValueError) as exc:
         raise ToolError(str(exc)) from exc

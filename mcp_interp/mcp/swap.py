@@ -148,7 +148,7 @@ async def store_artifact(
     document = artifact.benchmark_document(job, kit.host.model_ref(), __version__, timing)
     uri, link = kit.store("artifact", artifact.encode_artifact(document), "causal swap artifact")
     measurement.artifact_uri = uri
-    measurement.artifact_path = str(kit.host.store.path("artifact", uri.partition("://")[2]))
+    measurement.artifact_path = str(kit.workspace.store.path("artifact", uri.partition("://")[2]))
     measurement.fingerprints = document["fingerprints"]
     return link
 

@@ -1,7 +1,9 @@
 """What every tool family's adapter uses: the model, its thread, progress, figures, results, errors.
 
-One ``Toolkit`` lives as long as the server (it is the lifespan context, so a tool reaches it
-with ``Toolkit.of(ctx)``). Each method is a step every tool would otherwise write again:
+One ``Toolkit`` lives as long as the server (it is the lifespan context), and one more per principal
+(``mcp.workspace``): a tool reaches the toolkit of the principal its request was authenticated as with
+``Toolkit.of(ctx)``, whose ``workspace`` holds that principal's store, ledger and jobs and whose model work
+runs in that principal's turn. Each method is a step every tool would otherwise write again:
 
 * ``model`` — wait for the model while it loads, telling the client how long so far;
 * ``call`` / ``run`` / ``run_job`` — core work on the model thread under the model lock (``run``
@@ -26,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context
@@ -40,6 +43,7 @@ from mcp_interp.figures import Plot
 from mcp_interp.host import ModelHost
 from mcp_interp.mcp.queue import JobQueue, current_job
 from mcp_interp.mcp.results import DEFAULT_TOP, compact, cut_note, summary_text
+from mcp_interp.mcp.workspace import Workspace, Workspaces, principal_of
 from mcp_interp.schemas.common import Measurement, Provenance
 from mcp_interp.store import MIME_TYPES, URI_PATTERN
 
@@ -68,14 +72,36 @@ def error_boundary() -> Iterator[None]:
 
 
 class Toolkit:
-    def __init__(self, host: ModelHost) -> None:
+    def __init__(self, host: ModelHost, workspaces: Workspaces | None = None, principal: str | None = None) -> None:
         self.host = host
-        self.jobs = JobQueue(host.store)
+        self.workspaces = workspaces or Workspaces(host)
+        self.workspace: Workspace = self.workspaces.of(principal)
+        self._principals: dict[str, Toolkit] = {}  # the root toolkit's: one per named principal
+
+    @property
+    def jobs(self) -> JobQueue:
+        return self.workspace.jobs
 
     @staticmethod
     def of(ctx: ToolContext) -> Toolkit:
-        """The server's toolkit, from any tool's or resource's context (the server's typed lifespan context)."""
-        return ctx.request_context.lifespan_context
+        """The toolkit of the principal whose request this is, from any tool's or resource's context."""
+        return Toolkit.for_request(ctx.request_context)
+
+    @staticmethod
+    def for_request(request_context: Any) -> Toolkit:
+        """The toolkit of a request's principal, from the SDK's request context (a tool's ``ctx.request_context``, or
+        what a low-level handler gets): the server's lifespan toolkit, or the one of the principal the HTTP transport
+        authenticated (``workspace.principal_of``)."""
+        root: Toolkit = request_context.lifespan_context
+        return root.for_principal(principal_of(getattr(request_context, "request", None)))
+
+    def for_principal(self, principal: str | None) -> Toolkit:
+        if principal is None:
+            return self
+        found = self._principals.get(principal)
+        if found is None:
+            found = self._principals[principal] = Toolkit(self.host, self.workspaces, principal)
+        return found
 
     # --- the model and its thread ---------------------------------------------------------------
 
@@ -92,9 +118,10 @@ class Toolkit:
     async def call(self, fn: Callable[..., T], *args: Any, locked: bool = True) -> T:
         """``fn(*args)`` on the model thread under the model lock (``locked=False``: a worker thread, for work
         that runs no forward pass, so it never waits behind a long scan)."""
-        runner = self.host.run if locked else self.host.run_unlocked
         with error_boundary():
-            return await runner(fn, *args)
+            if locked:
+                return await self.host.run_for(self.workspace.principal, partial(fn, *args))
+            return await self.host.run_unlocked(fn, *args)
 
     async def report(self, ctx: ToolContext, done: float, total: float | None, message: str | None) -> None:
         """Progress: to the request as notifications/progress, or — inside a background job — to the job's record."""
@@ -131,7 +158,7 @@ class Toolkit:
 
     def direction_lookup(self, direction_id: str) -> bytes:
         """A stored direction's JSON by id (``NotFound``, a ``LookupError``, for an unknown one)."""
-        return self.host.store.get("direction", direction_id)
+        return self.workspace.store.get("direction", direction_id)
 
     async def run_job(self, ctx: ToolContext, job: Job[Any]) -> None:
         """Drive a long job one step per model-thread hop, reporting MCP progress after each step.
@@ -154,7 +181,7 @@ class Toolkit:
                     steps += 1
                     await self.report(ctx, steps, total, str(message))
 
-            await self.host.run_steps(job.steps(), progress)
+            await self.host.run_steps(job.steps(), progress, self.workspace.principal)
 
     async def measured_job(self, ctx: ToolContext, make_job: Callable[[LoadedModel], J]) -> tuple[J, float]:
         """The common body of a long tool: the job built on the loaded model, run with progress and cancellation;
@@ -189,21 +216,21 @@ class Toolkit:
     def store(self, kind: str, data: bytes, name: str, references: list[str] | None = None) -> tuple[str, ResourceLink]:
         """Store ``data`` as a new entry of ``kind`` (figure, report, artifact, …) that keeps the stored entries it
         ``references`` alive; its URI and a resource link."""
-        stored = self.host.store.put(kind, data, references or ())
+        stored = self.workspace.store.put(kind, data, references or ())
         link = ResourceLink(type="resource_link", uri=stored.uri, name=name, mime_type=MIME_TYPES[kind], size=len(data))
         return stored.uri, link
 
     def read(self, kind: str, entry_id: str) -> bytes:
         """A stored entry's bytes for a resource read; an unknown, evicted or malformed id is a resource error."""
         try:
-            return self.host.store.get(kind, entry_id)
+            return self.workspace.store.get(kind, entry_id)
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from exc
 
     def read_entry(self, kind: str, entry_id: str) -> bytes:
         """A stored entry's bytes for a tool (a handle passed back in); unknown or evicted ids are input errors."""
         try:
-            return self.host.store.get(kind, entry_id)
+            return self.workspace.store.get(kind, entry_id)
         except NotFound as exc:
             raise InputError(str(exc)) from None
 

@@ -21,6 +21,7 @@ class JobStatus(BaseModel):
     job_uri: str = Field(description="job://…: pass to job_status / job_cancel.")
     tool: str
     state: JobState = Field(description="lost: the server stopped before the job finished.")
+    server: str | None = Field(default=None, description="Set when another server sharing the store runs it.")
     queue_position: int | None = Field(default=None, description="Jobs ahead of this one (queued only).")
     progress: JobProgress | None = None
     created_at: str

@@ -24,7 +24,7 @@ faithfulness.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from mcp_interp.core.circuits.edge_writes import (
 )
 from mcp_interp.core.engine.backend.edits import Edit, Rewrite, Set
 from mcp_interp.core.engine.backend.points import HOOK_EMBED
+from mcp_interp.core.engine.jobs import per_step
 from mcp_interp.core.engine.numbers.row_readouts import (
     RowMetric,  # here: (answer logits [rows, vocab], prompts) → [rows]
 )
@@ -105,38 +106,47 @@ class EdgeAttribution:
         scale_points = {layer: backend.norm_scale_point(layer, norm) for layer, norm in norms.items()}
         frozen = {layer: backend.norm(layer, norm) for layer, norm in norms.items()}
         reader_hooks = sorted({reader_hook(r, n_layers) for r in graph.readers})
-        with backend.edge_points():
-            clean_values, clean_metric = self._forward(self.clean, writer_points(graph.writers, maps))
-            yield "clean run"
-            corrupt_values, corrupt_metric = self._forward(self.corrupt, writer_points(graph.writers, maps))
-            yield "corrupt run"
-            self.values = (clean_values, corrupt_values)
-            deltas = torch.stack(
-                [wide(write_of(clean_values, w)) - wide(write_of(corrupt_values, w)) for w in graph.writers], dim=1
-            ).to(torch.float64)  # [batch, writers, seq, d_model]
-            normed = [(i, w.layer) for i, w in enumerate(graph.writers) if w.kind == "head" and w.layer in maps]
-            alphas = [k / self.ig_steps for k in range(1, self.ig_steps + 1)] if self.integrated else [0.0]
-            per_pair = torch.zeros(deltas.shape[0], len(graph.writers), len(graph.readers), dtype=torch.float64)
-            for alpha in alphas:
-                grads, scales = self._gradients(
-                    reader_hooks, list(scale_points.values()), clean_values[HOOK_EMBED], corrupt_values[HOOK_EMBED],
-                    alpha,
-                )  # fmt: skip
-                step_deltas = deltas.clone() if normed else deltas
-                for i, layer in normed:  # the post-norm's scale frozen at this gradient run
-                    step_deltas[:, i] = frozen_norm(frozen[layer], scales[scale_points[layer]], deltas[:, i])
-                gradients = torch.stack(
-                    [reader_input(grads, r, n_layers) for r in graph.readers],
-                    dim=1,
-                )  # [batch, readers, seq, d_model]
-                per_pair += step_deltas.flatten(2) @ gradients.flatten(2).transpose(1, 2)
-                yield f"gradient at α = {alpha:.3f}"
-        per_pair = per_pair / len(alphas)  # [batch, writers, readers]
+        per_pair, clean_metric, corrupt_metric = yield from per_step(
+            backend.edge_points, self._edge_runs(maps, scale_points, frozen, reader_hooks)
+        )  # per_pair: [batch, writers, readers]
         mask = torch.zeros(per_pair.shape[1:], dtype=torch.bool)
         writers_of, readers_of = zip(*graph.edges, strict=True)
         mask[list(writers_of), list(readers_of)] = True
         per_pair = torch.where(mask, per_pair, 0.0)
         self.result = EdgeScores(graph, per_pair.mean(dim=0), per_pair, clean_metric, corrupt_metric)
+
+    def _edge_runs(
+        self, maps: Any, scale_points: dict[int, str], frozen: dict[int, Any], reader_hooks: list[str]
+    ) -> Generator[str, None, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The clean and corrupt runs and the gradients (under edge points, entered per step): the summed
+        per-pair scores averaged over the integration steps, and the clean and corrupt metrics."""
+        graph, n_layers = self.graph, self.backend.n_layers
+        clean_values, clean_metric = self._forward(self.clean, writer_points(graph.writers, maps))
+        yield "clean run"
+        corrupt_values, corrupt_metric = self._forward(self.corrupt, writer_points(graph.writers, maps))
+        yield "corrupt run"
+        self.values = (clean_values, corrupt_values)
+        deltas = torch.stack(
+            [wide(write_of(clean_values, w)) - wide(write_of(corrupt_values, w)) for w in graph.writers], dim=1
+        ).to(torch.float64)  # [batch, writers, seq, d_model]
+        normed = [(i, w.layer) for i, w in enumerate(graph.writers) if w.kind == "head" and w.layer in maps]
+        alphas = [k / self.ig_steps for k in range(1, self.ig_steps + 1)] if self.integrated else [0.0]
+        per_pair = torch.zeros(deltas.shape[0], len(graph.writers), len(graph.readers), dtype=torch.float64)
+        for alpha in alphas:
+            grads, scales = self._gradients(
+                reader_hooks, list(scale_points.values()), clean_values[HOOK_EMBED], corrupt_values[HOOK_EMBED],
+                alpha,
+            )  # fmt: skip
+            step_deltas = deltas.clone() if normed else deltas
+            for i, layer in normed:  # the post-norm's scale frozen at this gradient run
+                step_deltas[:, i] = frozen_norm(frozen[layer], scales[scale_points[layer]], deltas[:, i])
+            gradients = torch.stack(
+                [reader_input(grads, r, n_layers) for r in graph.readers],
+                dim=1,
+            )  # [batch, readers, seq, d_model]
+            per_pair += step_deltas.flatten(2) @ gradients.flatten(2).transpose(1, 2)
+            yield f"gradient at α = {alpha:.3f}"
+        return per_pair / len(alphas), clean_metric, corrupt_metric
 
     def exact_effects(self, edges: list[tuple[int, int]]) -> torch.Tensor:
         """Each edge's exact effect, ``[edges, pairs]``: the metric of the corrupt run whose reader alone gets the

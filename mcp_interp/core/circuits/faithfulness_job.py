@@ -25,7 +25,7 @@ from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.circuits.selection import EdgeRanking, NodeRanking, check_choice, held_out_split, rank
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
-from mcp_interp.core.engine.jobs import Job, Progress
+from mcp_interp.core.engine.jobs import Job, Progress, per_step
 from mcp_interp.core.engine.numbers import metrics, stats
 from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, finite, gap_is_small
 from mcp_interp.core.engine.patching.pairs import Pairs, subset_pairs
@@ -379,7 +379,8 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                 circuit = circuit_from_names(graph, self.edges)
                 ranking = rank(graph, scores.scores, "edge", self.rank_by)  # a given circuit is a set of edges
                 size, granularity = len(circuit), "edge"
-        with self.model.backend.edge_points():
+
+        def exact() -> Generator[str | Progress, None, tuple[Ablator, Any, float, CircuitBaseline, list[CurvePoint]]]:
             ablator = Ablator(self.model.backend, graph, evaluation, self.ablation)
             before = 0 if self.stored is not None else ATTRIBUTION_STEPS
             pace = Pace(before, self.total_steps())
@@ -408,6 +409,10 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                     mean = sum(randoms) / len(randoms) if randoms else value  # k = pool: the circuit is the only one
                     curve.append(CurvePoint(k=k, faithfulness=finite(value), random_mean=mean))
                     yield f"curve: k = {k}"
+            return ablator, fraction, empty, baseline, curve
+
+        # Edge points entered per step (``per_step``): between steps the model is at rest for others' calls.
+        ablator, fraction, empty, baseline, curve = yield from per_step(self.model.backend.edge_points, exact())
         yield "done"
         notes = [
             f"Exact: {len(graph.edges) - len(circuit)} of {len(graph.edges)} edges ablated ({self.ablation}) in real "
@@ -540,7 +545,8 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         graph = self.graph = self.scores.graph
         ranking = self._ranking = rank(graph, self.scores.scores, self.granularity, self.rank_by)
         total = self.total_steps()
-        with self.model.backend.edge_points():
+
+        def exact() -> Generator[str | Progress, None, tuple[int, Any, Any, float, CircuitBaseline, Ablator]]:
             ablator = Ablator(self.model.backend, graph, pairs, self.ablation)
             low, high = 0, len(ranking.items)  # every item = the full graph, which recovers 1 ≥ target
             search = self.search
@@ -582,8 +588,12 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
                 pace,
                 self.drawn,
             )
+            return high, best, held, empty, baseline, ablator
+
+        # Edge points entered per step (``per_step``): between steps the model is at rest for others' calls.
+        high, best, held, empty, baseline, ablator = yield from per_step(self.model.backend.edge_points, exact())
         yield "done"
-        self.result = self._measurement(ranking, high, best, held, empty, baseline, search, ablator, evaluating)
+        self.result = self._measurement(ranking, high, best, held, empty, baseline, self.search, ablator, evaluating)
 
     def _measurement(
         self,

@@ -136,15 +136,17 @@ class PathPatchJob(Job[PathPatchMeasurement]):
         writer = Writer("head", sender_layer, sender_head) if sender_head is not None else Writer("mlp", sender_layer)
         maps = write_maps(backend)
         points = writer_points([writer], maps)
+        # Edge points entered per step, so the model is at rest between the two (others' calls may run there).
         with backend.edge_points():
             clean_values, clean_m = self._run(clean.input_ids, clean.answer_positions, readout, points)
             corrupt_values, corrupt_m = self._run(corrupt.input_ids, corrupt.answer_positions, readout, points)
-            yield "clean and corrupt runs"
+        yield "clean and corrupt runs"
+        with backend.edge_points():
             delta = one_edge_delta(writer, clean_values, corrupt_values, maps)
             n_layers = backend.n_layers
             patches = [reader_patch(self._reader(receiver, n_layers), n_layers, delta) for receiver in receivers]
             patched = patch_readers(backend, corrupt.input_ids, corrupt.answer_positions, readout.from_logits, patches)
-            yield f"{len(receivers)} receivers patched"
+        yield f"{len(receivers)} receivers patched"
         self.result = self._measurement(
             receivers, patched, clean_m, corrupt_m, writer.kind == "head" and writer.layer in maps, pairs.notes
         )

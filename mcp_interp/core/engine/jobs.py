@@ -9,7 +9,9 @@ a job rather than a function so that the server can
 * share the model: other callers' work runs between steps (``host.run_steps``), so a step
   should take seconds, not minutes — and progress should move at least every 10 s — which is
   why long loops yield inside (a bisection step yields per chunk of pairs, ``Progress`` saying
-  how far it is);
+  how far it is). Between steps the model must be at rest (``Backend.at_rest``): a mode a stage
+  needs (edge points, frozen weights, inference mode) is entered per step (``per_step``), never
+  held across a yield — a step that returns inside one keeps the model until it leaves it;
 * run each step, and close the generator on cancellation, on the model thread: a step may
   enter thread-local state (``torch.inference_mode()``) that must be exited on the thread that
   entered it;
@@ -21,11 +23,13 @@ Scripts and tests that want the result without any of that call ``drain(job)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
+Y = TypeVar("Y")
 
 
 class Progress(NamedTuple):
@@ -69,6 +73,22 @@ class Job(Protocol[R_co]):
     def result(self) -> R_co | None:
         """None until ``steps()`` has run to the end."""
         ...
+
+
+def per_step(enter: Callable[[], AbstractContextManager[Any]], steps: Generator[Y, None, R]) -> Generator[Y, None, R]:
+    """``steps`` run with ``enter()`` (a mode of the model: ``backend.edge_points``, ``backend.weights_frozen``)
+    entered around each of its steps and left at each yield, so the model is at rest between steps and other callers'
+    work may run there (``host.run_steps``); returns what ``steps`` returns. Closing it closes ``steps``."""
+    try:
+        while True:
+            with enter():
+                try:
+                    message = next(steps)
+                except StopIteration as finished:
+                    return finished.value
+            yield message
+    finally:
+        steps.close()
 
 
 def drain(job: Job[R]) -> R:

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from mcp_interp.core.engine.backend.capabilities import require
-from mcp_interp.core.engine.jobs import Job
+from mcp_interp.core.engine.jobs import Job, per_step
 from mcp_interp.core.graphs.intervene import replacement_logit_error
 from mcp_interp.core.graphs.neuronpedia import AttributionGraph, neuronpedia_json
 from mcp_interp.core.graphs.pruning import Pruned, graph_scores, normalized_rows, partial_influences, prune_graph
@@ -116,17 +116,20 @@ class AttributionGraphJob(Job[AttributionGraphMeasurement]):
         clock.forward += time.perf_counter() - clock.started
         yield f"real forward: {active.n} active features, {len(targets)} target logits"
         batch = min(self.batch_size, max(n_rows, len(targets)))
-        with self.model.backend.weights_frozen():
+        edges = torch.zeros(n_rows + len(targets), n_columns)
+        row_nodes = torch.zeros(n_rows + len(targets), dtype=torch.long)
+
+        def rows() -> Generator[str, None, None]:
             started = time.perf_counter()
             frozen = FrozenForward(self.model, prepared.transcoders, prepared.input_ids, batch)
             clock.forward += time.perf_counter() - started
             yield f"frozen forward of {batch} copies"
-            edges = torch.zeros(n_rows + len(targets), n_columns)
-            row_nodes = torch.zeros(n_rows + len(targets), dtype=torch.long)
             self._logit_rows(frozen, prepared, targets, edges, row_nodes, n_rows, clock)
             yield f"logit rows: {len(targets)}"
             yield from self._feature_rows(frozen, prepared, targets, edges, row_nodes, n_rows, clock)
-        del frozen
+
+        # The weights frozen per step (``per_step``): between steps the model is at rest for others' calls.
+        yield from per_step(self.model.backend.weights_frozen, rows())
         self._finish(prepared, targets, edges, row_nodes, n_rows, clock)
         yield "pruned"
 

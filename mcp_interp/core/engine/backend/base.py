@@ -9,6 +9,7 @@ first, so a refusal comes before any model work and agrees with what ``model_inf
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal
@@ -62,6 +63,21 @@ class Backend:
         if found is None:
             found = self.__dict__["_interrupt"] = Interrupt()
         return found
+
+    def at_rest(self) -> bool:
+        """Whether the model is in its ordinary state on this thread: no mode a job step entered (``edge_points``,
+        ``weights_frozen``) still on, autograd on and inference mode off. Only then may another caller's work run
+        between two steps of a job (``host.run_steps``): a step that returns inside a mode keeps the model."""
+        return not self.__dict__.get("_modes") and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+    @contextlib.contextmanager
+    def mode_entered(self) -> Iterator[None]:
+        """Count a mode that changes how the model runs as on for the duration (``at_rest`` is False inside)."""
+        self.__dict__["_modes"] = self.__dict__.get("_modes", 0) + 1
+        try:
+            yield
+        finally:
+            self.__dict__["_modes"] -= 1
 
     def refuse(self, feature: BackendFeature, what: str = "This measurement") -> Unsupported:
         return Unsupported(

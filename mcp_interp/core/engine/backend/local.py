@@ -194,7 +194,8 @@ class LocalBackend(Backend):
         try:
             for p, _ in saved:
                 p.requires_grad_(False)
-            yield
+            with self.mode_entered():
+                yield
         finally:
             for p, flag in saved:
                 # accelerate may have swapped an offloaded weight for an inference tensor read from disk while
@@ -206,7 +207,7 @@ class LocalBackend(Backend):
     def edge_points(self) -> Iterator[None]:
         """Each head's own write (``bridge.hook_result``) and each reader's own input (``hook_qkv_input``,
         ``hook_mlp_in``) exist as points for the duration (``bridge.edge_hooks``)."""
-        with tl.edge_hooks(self.bridge):
+        with tl.edge_hooks(self.bridge), self.mode_entered():
             yield
 
     # --- one block at a time (the patching sweep) -------------------------------------------------------------

@@ -145,8 +145,10 @@ class PatchSweep(ABC):
         rows_unit = torch.empty(0, dtype=torch.long)  # index into self.units
         rows_layer = torch.empty(0, dtype=torch.long)  # the layer each row's unit is patched at
         last_layer = self.backend.n_layers - 1
-        with torch.inference_mode():
-            for layer in self.layers():
+        # Inference mode per step, not around the yields: between two steps the model is at rest, so others' work
+        # may run there (``host.run_steps``).
+        for layer in self.layers():
+            with torch.inference_mode():
                 joining = [i for i in order if self.units[i].layer == layer]
                 if joining:
                     new = self.base.inputs[layer][:, start:].repeat(len(joining), 1, 1)
@@ -171,7 +173,8 @@ class PatchSweep(ABC):
                 if self.site == "resid_post":
                     query = self.answer_positions[rows_prompt] - start if answer_only else None
                     self._apply_around(layer, residual, rows_prompt, rows_unit, rows_layer, query)
-                yield layer
+            yield layer
+        with torch.inference_mode():
             assert residual is not None
             if self.ANSWER_ONLY_AT_LAST:
                 final = residual[:, 0]  # the last layer returned only each row's answer position
