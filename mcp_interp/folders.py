@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+PRINCIPAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a principal's name (``--auth-tokens``): a plain word
+PRINCIPALS_FOLDER = "principals"  # under the output folder: one store per named principal
 
 
 def cache_dir() -> Path:
@@ -24,3 +28,10 @@ def default_output_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("mcp-interp")) / "output"
+
+
+def principal_dir(output_dir: Path, principal: str) -> Path:
+    """Where a named principal's stored entries live: its own folder under the output folder (``mcp.workspace``)."""
+    if not PRINCIPAL_NAME.fullmatch(principal):  # the tokens file admits no other name: a folder name stays plain
+        raise ValueError(f"not a principal's name: {principal[:80]!r}")
+    return output_dir / PRINCIPALS_FOLDER / principal

@@ -266,20 +266,20 @@ def _serve(args: argparse.Namespace) -> int:
 
         anyio.run(serve_stdio, build_server(_session(args)), protocol)
         return 0
-    from mcp_interp.app.http import run_http
     from mcp_interp.app.tokens import read_tokens_file, single_token
     from mcp_interp.errors import HttpConfigError
-    from mcp_interp.mcp.server import build_server
 
-    try:  # the tokens are checked before the model starts loading
+    try:  # the tokens are checked before anything heavy is imported or the model starts loading
         if args.auth_tokens is not None and args.auth_token is not None:
             raise HttpConfigError(
                 "Give --auth-tokens FILE or --auth-token (MCP_INTERP_AUTH_TOKEN), not both: the file names every "
                 "principal."
             )
         principals = read_tokens_file(args.auth_tokens) if args.auth_tokens else single_token(args.auth_token)
-        server = build_server(_session(args))
-        run_http(server, args.host, args.port, principals, args.allowed_host)
+        from mcp_interp.app.http import run_http
+        from mcp_interp.mcp.server import build_server
+
+        run_http(build_server(_session(args)), args.host, args.port, principals, args.allowed_host)
     except HttpConfigError as exc:
         print(f"mcp-interp: {exc}", file=sys.stderr)
         return 2

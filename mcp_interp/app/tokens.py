@@ -3,7 +3,8 @@
 ``--auth-tokens FILE`` gives one principal per line (``NAME TOKEN``; blank lines and ``#`` comments skipped), so a team
 can share one server while each researcher's ledger, stored results, jobs and exports stay their own
 (``mcp.workspace``). ``--auth-token`` (or ``MCP_INTERP_AUTH_TOKEN``) is one token for one unnamed principal, as before.
-Every rule is checked when the server starts; a file that breaks one is refused naming the line, before anything is
+Every rule is checked when the server starts, before the heavy imports (this module imports nothing that loads torch
+or the SDK); a file that breaks one is refused naming the line, before anything is
 served: a token shorter than ``MIN_TOKEN`` characters, a line that is not two fields, a name that is not a plain word
 (it names a folder of the store), a name or a token given twice.
 """
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mcp_interp.errors import HttpConfigError
-from mcp_interp.mcp.workspace import NAME_PATTERN
+from mcp_interp.folders import PRINCIPAL_NAME
 
 MIN_TOKEN = 16
 TOKEN_ENV = "MCP_INTERP_AUTH_TOKEN"
@@ -60,7 +61,7 @@ def read_tokens_file(path: Path) -> Principals:
         if len(fields) != 2:
             raise HttpConfigError(f"{where}: expected `NAME TOKEN` (two fields), got {len(fields)}.")
         name, token = fields
-        if not NAME_PATTERN.fullmatch(name):
+        if not PRINCIPAL_NAME.fullmatch(name):
             raise HttpConfigError(
                 f"{where}: the name {name[:80]!r} is not a plain name (letters, digits, '_', '.', '-'; at most 64, "
                 "starting with a letter or digit)."

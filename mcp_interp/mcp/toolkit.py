@@ -37,7 +37,7 @@ from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import BaseModel
 
 from mcp_interp.core.engine.backend.model import LoadedModel
-from mcp_interp.core.engine.jobs import Job, Progress
+from mcp_interp.core.engine.jobs import Job, Pause, Progress
 from mcp_interp.errors import InputError, InterpError, NotFound, NumericalError
 from mcp_interp.figures import Plot
 from mcp_interp.host import ModelHost
@@ -175,6 +175,8 @@ class Toolkit:
 
             async def progress(_: int, message: Any) -> None:
                 nonlocal steps
+                if isinstance(message, Pause):  # only a point where others got the model
+                    return
                 if isinstance(message, Progress):
                     await self.report(ctx, message.done, message.total, message.message)
                 else:

@@ -13,19 +13,17 @@ its workspace is the host's own store and ledger, as before principals existed.
 from __future__ import annotations
 
 import contextlib
-import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_interp.folders import principal_dir
 from mcp_interp.host import ModelHost
 from mcp_interp.ledger import Ledger
 from mcp_interp.mcp.queue import JobQueue
 from mcp_interp.store import Store
 
 PRINCIPAL_SCOPE = "mcp_interp.principal"  # the ASGI scope key the HTTP transport sets to the token's principal
-PRINCIPALS_FOLDER = "principals"  # under the output folder: one store per named principal
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a principal's name: a plain folder name
 
 
 @dataclass
@@ -58,9 +56,7 @@ class Workspaces:
             return self.default
         found = self.named.get(principal)
         if found is None:
-            if not NAME_PATTERN.fullmatch(principal):  # the tokens file admits no other; a folder name stays plain
-                raise ValueError(f"not a principal's name: {principal[:80]!r}")
-            store = Store(self.host.store.root / PRINCIPALS_FOLDER / principal)
+            store = Store(principal_dir(self.host.store.root, principal))
             jobs = JobQueue(store, principal, self.server)
             found = self.named[principal] = Workspace(principal, store, Ledger(), jobs)
         return found

@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_interp.app.http import build_app, is_loopback
+from mcp_interp.app.tokens import single_token
 from mcp_interp.errors import HttpConfigError
 
 TOKEN = "test-token-0123456789abcdef"
@@ -27,10 +28,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+def start(tmp_path: Path, *extra: str, env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MCP_INTERP_OUTPUT": str(tmp_path / "out")}
     env.pop("MCP_INTERP_AUTH_TOKEN", None)
+    env.update(env_extra or {})
     process = subprocess.Popen(
         [
             sys.executable,
@@ -116,8 +118,12 @@ def test_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
     with pytest.raises(HttpConfigError, match="auth-token"):
         build_app(server, "0.0.0.0", 8000, None, [])
     with pytest.raises(HttpConfigError, match="16 characters"):
-        build_app(server, "0.0.0.0", 8000, "short", [])
-    assert build_app(server, "0.0.0.0", 8000, TOKEN, []) is not None
+        single_token("short")
+    for spaced in (" " * 16, "sixteen-chars-or more"):
+        with pytest.raises(HttpConfigError, match="whitespace"):
+            single_token(spaced)
+    assert single_token("") is None and single_token(None) is None  # an empty variable counts as unset
+    assert build_app(server, "0.0.0.0", 8000, single_token(TOKEN), []) is not None
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
     done = subprocess.run(

@@ -25,7 +25,7 @@ from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.circuits.selection import EdgeRanking, NodeRanking, check_choice, held_out_split, rank
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
-from mcp_interp.core.engine.jobs import Job, Progress, per_step
+from mcp_interp.core.engine.jobs import PAUSE, Job, Pause, Progress, per_step
 from mcp_interp.core.engine.numbers import metrics, stats
 from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, finite, gap_is_small
 from mcp_interp.core.engine.patching.pairs import Pairs, subset_pairs
@@ -185,7 +185,7 @@ def judged(
     post_selection: bool = False,
     pace: Pace | None = None,
     drawn: list[float] | None = None,
-) -> Generator[str | Progress, None, CircuitBaseline]:
+) -> Generator[str | Progress | Pause, None, CircuitBaseline]:
     """Random circuits of ``size`` items from the ranking's candidate pool, never the circuit itself, drawn in batches
     (one progress step each, so a job stops between batches) until ``stats.STOP_AFTER`` of them score at least the
     real one or ``most`` (at most every other circuit the pool holds) are drawn; the real one's sequential rank test
@@ -222,6 +222,8 @@ def judged(
                 if pace is not None and draw + 1 < wanted and pace.due():
                     message = f"random circuits: {len(values)} drawn (at most {cap})"
                     yield pace.at(batches + (draw + 1) / wanted, message)
+                elif draw + 1 < wanted:
+                    yield PAUSE  # others get the model between draws, not only between batches
             batches += 1
             if pace is not None:
                 pace.reset()
@@ -332,7 +334,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         assert self.top_k is not None
         return sorted({min(k, total) for k in (*CURVE, self.top_k)})
 
-    def steps(self) -> Iterator[str | Progress]:
+    def steps(self) -> Iterator[str | Progress | Pause]:
         require(self.model.backend, "circuit_faithfulness")
         if (self.edges is None) == (self.top_k is None):
             raise InputError(
@@ -380,7 +382,9 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                 ranking = rank(graph, scores.scores, "edge", self.rank_by)  # a given circuit is a set of edges
                 size, granularity = len(circuit), "edge"
 
-        def exact() -> Generator[str | Progress, None, tuple[Ablator, Any, float, CircuitBaseline, list[CurvePoint]]]:
+        def exact() -> Generator[
+            str | Progress | Pause, None, tuple[Ablator, Any, float, CircuitBaseline, list[CurvePoint]]
+        ]:
             ablator = Ablator(self.model.backend, graph, evaluation, self.ablation)
             before = 0 if self.stored is not None else ATTRIBUTION_STEPS
             pace = Pace(before, self.total_steps())
@@ -405,6 +409,8 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
                         fractions.append(ablator.recovered(values).value)
                         if n + 1 < len(runs) and pace.due():
                             yield pace.at(point + (n + 1) / len(runs), f"curve: k = {k}, run {n + 1}/{len(runs)}")
+                        elif n + 1 < len(runs):
+                            yield PAUSE
                     value, randoms = fractions[0], fractions[1:]
                     mean = sum(randoms) / len(randoms) if randoms else value  # k = pool: the circuit is the only one
                     curve.append(CurvePoint(k=k, faithfulness=finite(value), random_mean=mean))
@@ -527,7 +533,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         batches = baseline_batches(self.random_circuits) if isinstance(self.random_circuits, int) else 1
         return ATTRIBUTION_STEPS + bisection + batches + 1
 
-    def steps(self) -> Iterator[str | Progress]:
+    def steps(self) -> Iterator[str | Progress | Pause]:
         require(self.model.backend, "find_circuit")
         if not 0 < self.target <= 1:
             raise InputError(f"`target` is a recovered fraction in (0, 1], got {self.target!r}; 0.8 is usual.")
@@ -546,7 +552,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         ranking = self._ranking = rank(graph, self.scores.scores, self.granularity, self.rank_by)
         total = self.total_steps()
 
-        def exact() -> Generator[str | Progress, None, tuple[int, Any, Any, float, CircuitBaseline, Ablator]]:
+        def exact() -> Generator[str | Progress | Pause, None, tuple[int, Any, Any, float, CircuitBaseline, Ablator]]:
             ablator = Ablator(self.model.backend, graph, pairs, self.ablation)
             low, high = 0, len(ranking.items)  # every item = the full graph, which recovers 1 ≥ target
             search = self.search

@@ -41,6 +41,18 @@ class Progress(NamedTuple):
     total: float | None
 
 
+class Pause:
+    """A step that says nothing new: a point, inside a stage of many short runs, where the job gives the model to
+    whoever waits (``host.run_steps``) without a progress message. Yield ``PAUSE`` between the runs of a loop whose
+    messages come seconds apart, so others wait one run rather than the whole stretch."""
+
+    def __repr__(self) -> str:
+        return "PAUSE"
+
+
+PAUSE = Pause()
+
+
 def partial_of(job: Any) -> dict[str, Any] | None:
     """A job's best result so far (its ``partial()``, when it has one), or None; never raises (it is read while a
     cancelled job winds down)."""
@@ -61,9 +73,9 @@ class Job(Protocol[R_co]):
         """How many messages ``steps()`` will yield (for progress totals; may be computed before any work)."""
         ...
 
-    def steps(self) -> Iterator[str | Progress]:
+    def steps(self) -> Iterator[str | Progress | Pause]:
         """Do the work, yielding one progress message per step (a ``Progress`` when a step says how far it is within a
-        stage); fills ``result`` when exhausted.
+        stage, ``PAUSE`` where it only gives others the model); fills ``result`` when exhausted.
 
         Closing the generator early (``.close()``) abandons the job cleanly at that step boundary.
         """
