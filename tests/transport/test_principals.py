@@ -321,3 +321,19 @@ async def test_a_job_whose_server_died_reads_running_until_its_heartbeat_is_stal
         stop(b)
     assert 1.0 < waited < 6.0, f"lost after {waited:.1f} s (heartbeat 0.2 s, stale after 2 s)"
     assert "heartbeat" in (lost["error"] or "")
+
+
+def test_an_mcp_session_opened_with_one_token_is_not_found_with_another(team: int) -> None:
+    url = f"http://127.0.0.1:{team}/mcp"
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
+    opened = httpx2.post(url, json=initialize, headers={**accept, "Authorization": f"Bearer {TOKENS['alice']}"},
+                         timeout=30)  # fmt: skip
+    session = opened.headers.get("mcp-session-id")
+    assert opened.status_code == 200 and session, (opened.status_code, opened.text[:200])
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    for name, expected in (("bob", 404), ("alice", 200)):
+        headers = {**accept, "Authorization": f"Bearer {TOKENS[name]}", "mcp-session-id": session,
+                   "mcp-protocol-version": "2025-06-18"}  # fmt: skip
+        assert httpx2.post(url, json=ping, headers=headers, timeout=30).status_code == expected, name
