@@ -36,7 +36,7 @@ from mcp_interp.core.engine.backend import vllm_rows
 from mcp_interp.core.engine.backend.base import Backend, BackendFeature
 from mcp_interp.core.engine.backend.edits import Add, Edit, Observe, Scale, Set, Suppress
 from mcp_interp.core.engine.backend.forward import Mode, Output, Run
-from mcp_interp.core.engine.backend.points import hook_out
+from mcp_interp.core.engine.backend.points import EMBED_OUT, hook_out
 from mcp_interp.schemas.common import BackendName
 
 # Where a point sits within its block, for processing materialised edits in forward order.
@@ -54,7 +54,6 @@ _ORDER = {
 }
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 _HEAD_SPLIT = ("attn.hook_z", "attn.hook_q", "attn.hook_k", "attn.hook_v")
-EMBED = "embed.hook_out"
 ROWS_PER_REQUEST = 64  # rows one request carries at most where the engine takes several (memory of its logits)
 
 
@@ -97,8 +96,8 @@ class RemoteBackend(Backend):
             layer = int(match.group(1))
             if layer > 0 and hook_out(layer - 1) in self._supported:
                 return hook_out(layer - 1)
-            if layer == 0 and EMBED in self._supported and self._embedding_enters_block_0():
-                return EMBED  # block 0 reads the token embedding itself
+            if layer == 0 and EMBED_OUT in self._supported and self._embedding_enters_block_0():
+                return EMBED_OUT  # block 0 reads the token embedding itself
         return name
 
     def _embedding_enters_block_0(self) -> bool:
@@ -114,7 +113,7 @@ class RemoteBackend(Backend):
         """Whether edits may be sent at ``name`` (the driver's capture-only points — a derived resid_mid, attention
         patterns — may not)."""
         canonical = self.canonical(name)
-        if canonical == EMBED:  # vLLM's embedding output: an affine hook like every block's
+        if canonical == EMBED_OUT:  # vLLM's embedding output: an affine hook like every block's
             return canonical in self._supported
         match = _BLOCK.match(canonical)
         read_only = ("ln2.hook_in", "attn.hook_pattern")

@@ -36,8 +36,10 @@ from transformer_lens.model_bridge.sources.vllm.worker_extension import (
     encode_tensor,
 )
 
+from mcp_interp.core.engine.backend.points import FINAL_NORM_NORMALIZED
+
 WORKER_EXTENSION = f"{__name__}.RowsExtension"
-LN_FINAL = "ln_final.hook_normalized"  # the post-weight final norm vLLM's logits are rebuilt from
+LN_FINAL = FINAL_NORM_NORMALIZED  # the post-weight final norm vLLM's logits are rebuilt from
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from mcp_interp.core.engine.backend.sites import CHANNEL_SITES, Site
 from mcp_interp.core.engine.numbers.row_readouts import RowMetric
 from mcp_interp.core.engine.patching.sweep import Unit
 
-ROWS_PER_CALL = 256  # patched rows stacked into one backend call (the backend splits them into requests)
+PATCHED_ROWS_PER_CALL = 256  # patched rows stacked into one backend call (the backend splits them into requests)
 
 
 @dataclass(kw_only=True)
@@ -56,7 +56,7 @@ class EditPatchSweep:
         sent = getattr(self.backend, "requests", 0)
         for layer in layers:
             members = [i for i, u in enumerate(self.units) if u.layer == layer]
-            per_call = max(1, ROWS_PER_CALL // batch)
+            per_call = max(1, PATCHED_ROWS_PER_CALL // batch)
             for lo in range(0, len(members), per_call):
                 chunk = members[lo : lo + per_call]
                 edit = self._edit(layer, [self.units[i] for i in chunk])
