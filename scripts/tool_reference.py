@@ -61,14 +61,19 @@ async def _read_surface() -> Surface:
 
     families = {tool.__name__: family.name for family in FAMILIES for tool in family.tools}
     with tempfile.TemporaryDirectory() as out:
-        async with Client(build_server(ModelHost("tiny", Path(out)))) as client:
-            return Surface(
+        host = ModelHost("tiny", Path(out))
+        async with Client(build_server(host)) as client:
+            surface = Surface(
                 tools=await _listed(client.list_tools, "tools"),
                 instructions=client.instructions or "",
                 prompts=await _listed(client.list_prompts, "prompts"),
                 templates=await _listed(client.list_resource_templates, "resource_templates"),
                 families=families,
             )
+        # The server starts loading its model at once; let that finish here rather than leave a thread importing
+        # transformers behind (a test process that imports it next raced that thread and failed to import it).
+        host.wait_loaded(300)
+        return surface
 
 
 def read_surface() -> Surface:
