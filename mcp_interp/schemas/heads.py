@@ -98,6 +98,8 @@ class PatchHeadsMeasurement(Measurement):
     )
     figure_uri: str | None = Field(default=None, description="Heatmap of scores (layers × heads), figure://…")
     sweep: str | None = Field(default=None, description="How exact patched runs were computed (exact runs only).")
+    engine_requests: int | None = Field(default=None, description="Remote backends: requests the exact runs took.")
+    rows: int | None = Field(default=None, description="Remote backends: patched rows they carried.")
 
 
 class PatchHeadsResult(Provenance, PatchHeadsMeasurement):

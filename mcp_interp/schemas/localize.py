@@ -126,6 +126,8 @@ class PatchMeasurement(Measurement):
         default=None, description="With attribution and verify_top: exact scores of the top cells."
     )
     sweep: str | None = Field(default=None, description="How exact patched runs were computed.")
+    engine_requests: int | None = Field(default=None, description="Remote backends: requests the exact runs took.")
+    rows: int | None = Field(default=None, description="Remote backends: patched rows they carried.")
     noise: NoiseInfo | None = Field(default=None, description="With `noise`: the corruption as run.")
     figure_uri: str | None = Field(default=None, description="Heatmap of scores, figure://…")
 

@@ -1,11 +1,11 @@
-"""What the vLLM engine can run, decided from the points TransformerLens' vLLM driver serves (no GPU here).
+"""What the vLLM engine can run, decided from the points TransformerLens' vLLM driver serves, without booting vLLM
+(which runs in .venv-vllm: tests/vllm runs every tool on it for real).
 
-vLLM cannot run on this machine, so the numbers on it are checked by ``scripts/gpu_check.sh``. What can be checked
-here is the decision made from its driver: the hook points are TransformerLens' own vLLM overlay's
-(``DecoderOnlyOverlay.capture_specs``, the list the driver serves as ``supported_hook_points``), and the backend
-built on them must (a) map a block's input to the previous block's output and block 0's to the embedding,
-(b) refuse exactly the tools and options whose points or features that list lacks, and (c) refuse a value that
-differs between positions, which the driver's one-vector-per-point buffers would broadcast wrongly."""
+The hook points are TransformerLens' own vLLM overlay's (``DecoderOnlyOverlay.capture_specs``, the list the driver
+serves as ``supported_hook_points``), and the backend built on them must (a) map a block's input to the previous
+block's output and block 0's to the embedding, which it may write, (b) refuse exactly the tools and options whose
+points or features that list lacks, and (c) send a value that differs between positions to vLLM as token rows of its
+per-position buffers (its driver's specs carry one vector per point), to Inspect as one value per position."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from transformer_lens.model_bridge.sources.vllm.overlays.decoder_only import DecoderOnlyOverlay
 from transformers import LlamaConfig
 
 from mcp_interp.core.engine.backend.capabilities import capabilities
-from mcp_interp.core.engine.backend.remote import RemoteBackend
-from mcp_interp.errors import InputError
+from mcp_interp.core.engine.backend.remote import RemoteBackend, Write
 
 N_LAYERS, D_MODEL = 4, 64
 
@@ -87,14 +87,25 @@ def test_vllm_refuses_exactly_what_its_driver_lacks(vllm_backend: RemoteBackend)
     assert ("patch", "component='resid_pre'") not in refused
 
 
-def test_a_value_that_differs_between_positions_is_refused_on_vllm_only(vllm_backend: RemoteBackend) -> None:
+def test_a_value_that_differs_between_positions_goes_to_vllm_as_token_rows(vllm_backend: RemoteBackend) -> None:
     same = np.tile(np.arange(D_MODEL, dtype=np.float32), (3, 1))
-    assert np.array_equal(vllm_backend._one_value_per_point(same, "blocks.1.hook_out"), same[0])
     differing = same + np.arange(3, dtype=np.float32)[:, None]
-    with pytest.raises(InputError, match="different value at each position"):
-        vllm_backend._one_value_per_point(differing, "blocks.1.hook_out")
-    vllm_backend.name = "inspect"  # Inspect's driver takes one value per position
+    one_vector = Write("set", [1, 2, 4], vllm_backend._wire(torch.from_numpy(same), "blocks.1.hook_out"))
+    varying = Write("set", [1, 2, 4], vllm_backend._wire(torch.from_numpy(differing), "blocks.1.hook_out"))
+    assert one_vector.value is not None and one_vector.value.shape == (D_MODEL,)  # the same at every position
+    specs, staged = vllm_backend._specs({"blocks.1.hook_out": one_vector, "blocks.2.hook_out": varying})
+    assert specs["blocks.1.hook_out"]["pos"] == [1, 2, 4] and not set(staged) - {"blocks.2.hook_out"}
+    assert "blocks.2.hook_out" not in specs  # the driver's spec would broadcast one vector
+    (rows,) = staged["blocks.2.hook_out"]
+    assert rows.rows == [1, 2, 4] and np.array_equal(rows.values, differing)
+    vllm_backend.name = "inspect"  # Inspect's provider takes one value per position
     try:
-        assert np.array_equal(vllm_backend._one_value_per_point(differing, "blocks.1.hook_out"), differing)
+        specs, staged = vllm_backend._specs({"blocks.2.hook_out": varying})
+        assert not staged and np.array_equal(specs["blocks.2.hook_out"]["value"], differing)
     finally:
         vllm_backend.name = "vllm"
+
+
+def test_block_0s_input_is_written_at_the_embedding(vllm_backend: RemoteBackend) -> None:
+    assert vllm_backend.can_write("blocks.0.hook_in") and vllm_backend.can_write("embed.hook_out")
+    assert not vllm_backend.can_write("ln_final.hook_normalized")

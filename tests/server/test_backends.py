@@ -42,7 +42,8 @@ PAIRS = {"clean_prompts": CLEAN, "corrupt_prompts": CORRUPT, "correct": GOOD, "i
 SKIP = {"run_id", "elapsed_s", "model", "load_seconds", "notes", "sweep", "backend", "device_map", "capabilities",
         "figure_uri", "figure_uris", "result_uri", "direction_uri", "graph_uri", "report_uri", "circuit_uri",
         "artifact_path", "job", "timing", "seconds", "examples_uri", "explanation_uri",
-        "output_tokens"}  # fmt: skip  # output_tokens: read from local weights (inspect: a note says why absent)
+        "output_tokens", "engine_requests", "rows"}  # fmt: skip  # output_tokens: read from local weights (inspect: a
+# note says why absent); engine_requests and rows: how a remote backend sent the work (local backends: none)
 
 
 def texts_and_labels() -> tuple[list[str], list[str]]:

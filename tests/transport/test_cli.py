@@ -55,3 +55,24 @@ def test_doctor_fails_with_a_fix_for_an_unavailable_model(tmp_path: Path) -> Non
     done = run_cli("doctor", "--model", "no-such-org/no-such-model", tmp_path=tmp_path)
     assert done.returncode == 1
     assert "smollm2-135m" in done.stdout and "FAILED" in done.stdout
+
+
+def test_call_prints_only_its_json_while_libraries_print(tmp_path: Path) -> None:
+    """Libraries that print to stdout while the model loads and runs (a thread writing to sys.stdout and to descriptor
+    1 from the moment torch is imported, as vLLM's logs and worker processes do) reach stderr, not the answer."""
+    from tests.transport.test_stdout_purity import NOISE
+
+    (tmp_path / "sitecustomize.py").write_text(NOISE)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "MCP_INTERP_OUTPUT": str(tmp_path / "out"),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_interp", "call", "--model", "tiny", "tokenize", "--args", '{"texts": ["a b"]}'],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "library chatter" in done.stderr  # the noise ran, and went to stderr
+    assert json.loads(done.stdout)["texts"][0]["tokens"]  # stdout is the JSON and nothing else

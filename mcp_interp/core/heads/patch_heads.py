@@ -101,6 +101,8 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
             heads=rows,
             verified=verified,
             sweep=outcome.sweep,
+            engine_requests=outcome.engine_requests,
+            rows=outcome.rows,
             notes=outcome.notes + self._notes(outcome),
         )
 

@@ -120,7 +120,7 @@ class LossJob(Job[LossMeasurement]):
             loss_rows, hit_rows = [], []
             for rows in chunks:
                 sink = FirstKeyAttention(model.cfg.n_layers)
-                edits = run.edits_for(rows) if run is not None else sink.observers()
+                edits = run.edits_for(rows) if run is not None else sink.observers(model.backend)
                 logits = model.backend.logits(batch.input_ids[rows], edits)
                 lengths = [batch.lengths[i] for i in rows]
                 if run is None:

@@ -125,6 +125,8 @@ class PatchReport:
             cells=rows,
             verified=verified,
             sweep=outcome.sweep,
+            engine_requests=outcome.engine_requests,
+            rows=outcome.rows,
             noise=outcome.noise,
             notes=outcome.notes
             + self.notes(clean_m, corrupt_m, first_diff, len(tokens))

@@ -8,6 +8,8 @@ with these functions and never spell one; ``bridge`` holds what reaches into the
 from __future__ import annotations
 
 HOOK_EMBED = "hook_embed"
+EMBED_OUT = "embed.hook_out"  # the embedding's output on a RemoteBridge (vLLM's driver serves it, not hook_embed)
+FINAL_NORM_NORMALIZED = "ln_final.hook_normalized"  # vLLM's final norm after its weight: what its logits are built from
 
 
 FINAL_NORM_SCALE = "ln_final.hook_scale"

@@ -80,6 +80,8 @@ class PatchOutcome:
     sweep: str | None
     notes: list[str]
     noise: NoiseInfo | None = None
+    engine_requests: int | None = None  # a remote backend's requests for the exact runs (None: a local backend)
+    rows: int | None = None  # the patched rows those requests carried
 
 
 @dataclass(kw_only=True)
@@ -100,6 +102,8 @@ class PatchingJob(Job[R], ABC, Generic[R]):
     outcome: PatchOutcome | None = field(default=None, init=False)
     sweep: str | None = field(default=None, init=False)
     notes: list[str] = field(default_factory=list, init=False)
+    engine_requests: int | None = field(default=None, init=False)
+    engine_rows: int | None = field(default=None, init=False)
     plan: RowPlan = field(default_factory=lambda: RowPlan.identity(0), init=False)
     _token_answers: tuple[list[Answer] | None, list[Answer] | None] = field(default=(None, None), init=False)
 
@@ -262,6 +266,8 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             sweep=self.sweep if self.method == "exact" or verified else None,
             notes=self.notes,
             noise=None if noise is None else noise.info,
+            engine_requests=self.engine_requests,
+            rows=self.engine_rows,
         )
         self.result = self.report(self.outcome)
 
@@ -381,6 +387,9 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             yield f"exact patching: layer {layer} of {last} done"
         assert chosen.sweep.values is not None
         patched[run] = chosen.sweep.values
+        if isinstance(chosen, ChosenEditSweep):
+            self.engine_requests = (self.engine_requests or 0) + chosen.sweep.requests
+            self.engine_rows = (self.engine_rows or 0) + chosen.sweep.rows
         return patched
 
 

