@@ -75,7 +75,8 @@ def parity_calls(n_pairs: int) -> list[tuple[str, dict[str, Any]]]:
 
 
 def numbers(value: Any, path: str = "") -> dict[str, float]:
-    skip = {"run_id", "elapsed_s", "model", "notes", "engine", "figure_uri", "result_uri", "job", "capabilities"}
+    skip = {"run_id", "elapsed_s", "model", "notes", "engine", "figure_uri", "result_uri", "job", "capabilities",
+            "engine_requests", "rows"}  # fmt: skip  # how a remote engine was driven, not what it measured
     out: dict[str, float] = {}
     if isinstance(value, dict):
         for key, sub in value.items():

