@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import BinaryIO
 
 from mcp_interp.folders import default_output_dir
 from mcp_interp.names import EMBEDDED_NAME, describe_model_names
@@ -301,16 +300,13 @@ def _setup(args: argparse.Namespace) -> int:
 
 
 def _call(args: argparse.Namespace) -> int:
-    """One tool call; its structured result is the only thing on stdout. Descriptor 1 points at stderr while it runs
-    (``stdout_to_stderr``), so what libraries print while loading and running — vLLM's logs, its worker processes,
-    progress bars — lands in the log, and the JSON goes to the stdout it was given."""
-    from mcp_interp.app.stdio import stdout_to_stderr
+    """One tool call; its structured result is the only thing on stdout. Descriptor 1 points at stderr from the start
+    (``claim_stdout``) to the end of the process — what libraries print while loading and running, vLLM's logs, its
+    worker processes, progress bars, lands in the log — and the JSON goes to the stdout it was given. A command, not a
+    library function: called in-process (a test), read the answer at the descriptor (pytest's ``capfd``)."""
+    from mcp_interp.app.stdio import claim_stdout
 
-    with stdout_to_stderr() as answer:
-        return _call_with(args, answer)
-
-
-def _call_with(args: argparse.Namespace, answer: BinaryIO) -> int:
+    answer = claim_stdout()
     import anyio
     from mcp import Client
 

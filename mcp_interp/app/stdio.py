@@ -30,8 +30,8 @@ import logging
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, BinaryIO
 
 import anyio
@@ -54,26 +54,6 @@ def claim_stdout() -> BinaryIO:
     os.dup2(2, 1)
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", line_buffering=True)
     return protocol
-
-
-@contextmanager
-def stdout_to_stderr() -> Iterator[BinaryIO]:
-    """While open, descriptor 1 and ``sys.stdout`` write to stderr (what libraries and their child processes print
-    lands in the log); yields the real stdout for the one answer ``mcp-interp call`` prints. Restored on exit, so a
-    longer-lived caller (a test calling ``cli.main``) gets its stdout back."""
-    sys.stdout.flush()
-    saved_fd, saved_stdout = os.dup(1), sys.stdout
-    answer = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)
-    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", line_buffering=True)
-    try:
-        yield answer
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved_fd, 1)
-        os.close(saved_fd)
-        sys.stdout = saved_stdout
-        answer.close()
 
 
 def claim_stdin() -> BinaryIO:
