@@ -139,19 +139,19 @@ async def steer(
         str | None, Field(description="With `layer`, `feature`: a transcoder set (circuit-tracer format).")
     ] = None,
     max_new_tokens: Annotated[int, Field(ge=1)] = 20,
-    seed: Annotated[int, Field(description="Seed of the random directions (decoding is greedy).")] = 0,
+    seed: Annotated[int, Field(description="Seed of the reference texts' order (decoding is greedy).")] = 0,
     concept: Annotated[
         list[str] | str | None,
         Field(
             description="What the steered text should be about: words (' sea') or a 'direction://'; its score is "
-            "ranked among random directions' continuations."
+            "ranked among the stand-ins' continuations."
         ),
     ] = None,
     random_draws: MostRandomDraws = 200,
 ) -> Annotated[CallToolResult, SteerResult]:
     """Steer greedy generation by adding resid(positive) − resid(negative) at `layer`'s input, a probe's
-    `direction`, or an SAE/transcoder `feature`; the next-token KL (and `concept`'s score) ranked among random
-    directions of the same norm."""
+    `direction`, or an SAE/transcoder `feature`; the next-token KL (and `concept`'s score) ranked among other texts'
+    activation differences, same norm."""
     kit = Toolkit.of(ctx)
 
     def make(model: LoadedModel) -> SteerJob:
@@ -166,10 +166,10 @@ async def steer(
     r = kit.with_provenance(SteerResult, job.result, started)
     summary = (
         f"steer at L{r.layer} {r.site} × {r.coefficient:g} (added norm {r.added_norm:.3g}): next-token KL "
-        f"{r.next_token_kl:.4f} nats (random directions of norm {r.random_norm:.3g}: p = {r.random_p_value:.3g})."
+        f"{r.next_token_kl:.4f} nats (stand-ins of norm {r.random_norm:.3g}: p = {r.random_p_value:.3g})."
         + (
             f" Concept score {r.concept_baseline.real:.3f} (unsteered {r.concept_baseline.unsteered:.3f}) against "
-            f"random directions' texts: p = {r.concept_baseline.p_value:.3g}."
+            f"the stand-ins' texts: p = {r.concept_baseline.p_value:.3g}."
             if r.concept_baseline is not None
             else ""
         )

@@ -135,16 +135,16 @@ class InductionResult(Provenance, InductionMeasurement):
 
 
 class ConceptBaseline(BaseModel):
-    """The steered continuation's concept score ranked among the continuations of random directions of the same norm
-    at the same site (greedy, same prompt), drawn sequentially."""
+    """The steered continuation's concept score ranked among the continuations of stand-in vectors of the same norm at
+    the same site (differences of two reference texts' activations there; greedy, same prompt), drawn sequentially."""
 
     concept: str = Field(description="What the score is (see `steer`'s `concept`).")
     real: float = Field(description="The steered continuation's score.")
     unsteered: float = Field(description="The unsteered continuation's score, for scale.")
-    draws: list[float] = Field(description="Each random direction's continuation's score.")
+    draws: list[float] = Field(description="Each stand-in's continuation's score.")
     p_value: float = Field(
-        description="Sequential rank test, 'greater': 10/n when the 10th random score ≥ real came at draw n, else "
-        "(1 + #)/(n_max + 1); valid under H0 'the vector is a random one'."
+        description="Sequential rank test, 'greater': 10/n when the 10th stand-in score ≥ real came at draw n, else "
+        "(1 + #)/(n_max + 1); valid under H0 'the vector is one more stand-in'."
     )
     p_floor: float = Field(description="Smallest reachable p: 1/(random_draws + 1).")
     verdict: str
@@ -180,12 +180,13 @@ class SteerMeasurement(Measurement):
         "first prediction moves."
     )
     random_next_token_kl: list[float] = Field(
-        description="The same KL for random directions of norm random_norm at the same site (seeded by `seed`)."
+        description="The same KL for stand-ins of norm random_norm at the same site: differences of two reference "
+        "texts' activations there, cut to the vector's texts' token counts (seeded by `seed`)."
     )
-    random_norm: float = Field(description="L2 norm each random direction was scaled to: added_norm.")
+    random_norm: float = Field(description="L2 norm each stand-in was scaled to: added_norm.")
     random_p_value: float = Field(
-        description="Sequential rank test of next_token_kl among the random KLs ('greater'; 10/n when the 10th random "
-        "KL ≥ it came at draw n, else (1 + #)/(n_max + 1)): the prediction moved more than random ones move it."
+        description="Sequential rank test of next_token_kl among the stand-ins' KLs ('greater'; 10/n when the 10th "
+        "KL ≥ it came at draw n, else (1 + #)/(n_max + 1)): the prediction moved more than the stand-ins move it."
     )
     random_p_floor: float = Field(description="Smallest reachable p: 1/(random_draws + 1).")
     baseline_text: str = Field(description="Greedy continuation without steering.")
@@ -193,10 +194,10 @@ class SteerMeasurement(Measurement):
     repetition_baseline: float = Field(description="Fraction of repeated 3-grams in the baseline continuation.")
     repetition_steered: float = Field(description="Fraction of repeated 3-grams in the steered continuation.")
     concept_baseline: ConceptBaseline | None = Field(
-        default=None, description="With `concept`: the steered text's score against random directions' texts."
+        default=None, description="With `concept`: the steered text's score against the stand-ins' texts."
     )
     random_continuations: list[str] = Field(
-        default_factory=list, description="With `concept`: the first 3 random directions' continuations."
+        default_factory=list, description="With `concept`: the first 3 stand-ins' continuations."
     )
 
 

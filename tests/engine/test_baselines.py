@@ -192,11 +192,11 @@ def test_sae_feature_baseline_draws_energy_matched_features(tiny: LoadedModel, t
     assert stop == len(baseline.draws) and baseline.p_value == pytest.approx(p)
 
 
-def test_steer_ranks_its_kl_among_random_directions_of_its_norm(tiny: LoadedModel) -> None:
-    """Rebuilt without the package's own pieces: the ActAdd vector from the bridge's caches, the steered and random
-    runs through hand hooks, every KL by scipy (``scipy.stats.entropy``), the random directions from their documented
-    draw written out here (a CPU ``torch.Generator`` seeded by ``seed``, standard normals in float64, normalised, cast
-    to float32), and the p-value from the rank formula on those numbers — none of them read from the result."""
+def test_steer_ranks_its_kl_among_reference_differences_of_its_norm(tiny: LoadedModel) -> None:
+    """Rebuilt without the package's own pieces: the ActAdd vector from the bridge's caches, the steered and stand-in
+    runs through hand hooks, every KL by scipy (``scipy.stats.entropy``), the stand-ins from their documented draw
+    written out here (``hand_reference_units``), and the p-value from the rank formula on those numbers — none of them
+    read from the result."""
     from scipy.stats import entropy
 
     from mcp_interp.core.lens.steer import steer
@@ -217,7 +217,9 @@ def test_steer_ranks_its_kl_among_random_directions_of_its_norm(tiny: LoadedMode
     base = next_token(None)
     real = float(entropy(base, next_token(added)))
     n = len(result.random_next_token_kl)
-    units = hand_units(2, -(-n // 20) * 20)
+    units = hand_reference_units(
+        tiny, 2, (len(tiny.tokenizer(" happy")["input_ids"]), len(tiny.tokenizer(" sad")["input_ids"])), n
+    )
     norm = float(added.norm())
     kls = [float(entropy(base, next_token(norm * unit))) for unit in units]
     assert result.next_token_kl == pytest.approx(real, rel=1e-4, abs=1e-7)
@@ -226,12 +228,43 @@ def test_steer_ranks_its_kl_among_random_directions_of_its_norm(tiny: LoadedMode
     assert stop == n and result.random_p_value == pytest.approx(p)
 
 
-def hand_units(seed: int, n: int) -> torch.Tensor:
-    """The documented draw of steer's random directions: a CPU generator seeded by ``seed``, 20 standard normals
-    per batch in float64, each normalised, cast to float32."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    gaussians = torch.cat([torch.randn(20, 64, generator=generator, dtype=torch.float64) for _ in range(n // 20)])
-    return (gaussians / gaussians.norm(dim=1, keepdim=True)).float()
+def hand_reference_units(
+    model: LoadedModel, seed: int, lengths: tuple[int, int], n: int, hook: str = "blocks.1.hook_in"
+) -> torch.Tensor:
+    """The documented stand-ins of ``steer``, written out: the shipped WordNet example sentences (the search pool) in
+    the order of ``torch.randperm`` seeded by ``seed``; draw j reads sentences order[2j] and order[2j + 1], each
+    tokenized with the tokenizer's special tokens and cut to the positive's and the negative's token counts (running
+    on into the next sentence, after a space, while short), a pair cut to the same tokens skipped; the residual at
+    ``hook`` at the last token of each, one text per forward; their difference normalised in float64, cast to
+    float32."""
+    from mcp_interp.corpora import text_corpus
+
+    texts = list(text_corpus("wordnet_examples").search)
+    order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed)).tolist()
+
+    def cut(index: int, count: int) -> list[int]:
+        text, following = texts[index], index
+        ids = model.tokenizer(text)["input_ids"]
+        while len(ids) < count:
+            following = (following + 1) % len(texts)
+            text = f"{text} {texts[following]}"
+            ids = model.tokenizer(text)["input_ids"]
+        return list(ids[:count])
+
+    def last(ids: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return model.bridge.run_with_cache(torch.tensor([ids]))[1][hook][0, -1].double()
+
+    units, j = [], 0
+    while len(units) < n:
+        first, second = cut(order[(2 * j) % len(order)], lengths[0]), cut(order[(2 * j + 1) % len(order)], lengths[1])
+        j += 1
+        if first == second:  # two texts cut to the same tokens: a zero difference, skipped
+            continue
+        difference = last(first) - last(second)
+        units.append((difference / difference.norm()).float())
+    assert j > n, "no pair was skipped: the test would not see the skip"
+    return torch.stack(units)
 
 
 def hand_sequential_greater(real: float, draws: list[float], h: int = 10, n_max: int = 200) -> tuple[int, float]:
@@ -245,11 +278,11 @@ def hand_sequential_greater(real: float, draws: list[float], h: int = 10, n_max:
     return n_max, (1 + count) / (n_max + 1)
 
 
-def test_steer_scores_its_continuation_for_a_concept_against_random_directions(tiny: LoadedModel) -> None:
-    """The concept test rebuilt by hand: the steered, unsteered and random continuations by greedy decoding through
-    hand hooks (each random direction of the same norm added at every position), each scored by the unsteered model's
-    log P(next ∈ concept tokens) averaged over the continuation (torch log-softmax, by hand), and the sequential p
-    'greater' by hand; the raw-vector direction and the per-position residual norms checked too."""
+def test_steer_scores_its_continuation_for_a_concept_against_reference_differences(tiny: LoadedModel) -> None:
+    """The concept test rebuilt by hand: the steered, unsteered and stand-in continuations by greedy decoding through
+    hand hooks (each stand-in, ``hand_reference_units``, of the same norm added at every position), each scored by the
+    unsteered model's log P(next ∈ concept tokens) averaged over the continuation (torch log-softmax, by hand), and the
+    sequential p 'greater' by hand; the raw-vector direction and the per-position residual norms checked too."""
     from mcp_interp.core.lens.concept import concept_from_words
     from mcp_interp.core.lens.steer import steer
 
@@ -286,9 +319,10 @@ def test_steer_scores_its_continuation_for_a_concept_against_random_directions(t
     assert baseline.unsteered == pytest.approx(score(continue_(None)), abs=1e-5)
     n = len(baseline.draws)
     norm = float(added.norm())
-    randoms = [continue_(norm * unit) for unit in hand_units(2, -(-n // 20) * 20)]
+    lengths = (len(tiny.tokenizer(" happy")["input_ids"]), len(tiny.tokenizer(" sad")["input_ids"]))
+    randoms = [continue_(norm * unit) for unit in hand_reference_units(tiny, 2, lengths, n)]
     scores = [score(c) for c in randoms]
-    assert baseline.draws == pytest.approx(scores[:n], abs=1e-5)
+    assert baseline.draws == pytest.approx(scores, abs=1e-5)
     stop, p = hand_sequential_greater(baseline.real, scores, n_max=39)
     assert stop == n and baseline.p_value == pytest.approx(p)
     assert result.random_continuations == [tiny.tokenizer.decode(c) for c in randoms[:3]]

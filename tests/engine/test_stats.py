@@ -1,6 +1,6 @@
 """The shared verdict statistics: hand-computed values, and seeded model-free simulations of each test's size under
 its null (≤ 0.06 at α = 0.05) and its power — including the dependence real data has (a token effect shared by
-every trial it is an arm of, with the default causal-swap corpus's real sharing: ``tests/swap/sharing.py``)."""
+every trial it is an arm of, with the default causal-swap corpus's real sharing: ``mcp_interp/core/swap/nulls.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mcp_interp.core.engine.numbers import stats
+from mcp_interp.core.swap import nulls as sharing
 from mcp_interp.errors import InputError
-from tests.swap import sharing
 
 ALPHA = 0.05
 
@@ -281,7 +281,7 @@ def test_relabel_test_monte_carlo_agrees_with_exact() -> None:
 def corpus_clusters(
     rng: np.random.Generator, sigma: float, effect: float, outcome: str, unit: str = "tested"
 ) -> list[np.ndarray]:
-    """One simulated causal-swap benchmark with the default corpus's real sharing (``tests/swap/sharing.py``: every
+    """One simulated causal-swap benchmark with the default corpus's real sharing (``core/swap/nulls.py``: every
     token's effect, σ logits, shared by every trial it is an arm of — a target's by every swap toward it), summarised
     per cluster and arm. ``outcome``: the margin gain, or strict success; ``unit``: the clusters — "tested" (per
     target, one swap each: the protocol), "prompt" (function, source) or "trial"."""

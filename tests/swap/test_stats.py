@@ -14,10 +14,10 @@ import torch
 from scipy import stats
 
 from mcp_interp.core.engine.numbers import stats as engine_stats
+from mcp_interp.core.swap import nulls as sharing
 from mcp_interp.core.swap import stats as swap_stats
 from mcp_interp.core.swap.summary import summarize
 from mcp_interp.schemas.swap import AnswerScore, ControlDraw, TrialBaseline, TrialRecord
-from tests.swap import sharing
 
 ALPHA = 0.05
 
@@ -219,7 +219,7 @@ def test_the_verdict_tells_no_swap_from_no_effect() -> None:
     assert "24/24 trials" in summary.verdict and "chance 0.250" in summary.verdict
 
 
-# --- the protocol under the shipped corpora's sharing: seeded size and power (tests/swap/sharing.py) ----------
+# --- the protocol under the shipped corpora's sharing: seeded size and power (mcp_interp/core/swap/nulls.py) ----------
 
 
 def test_the_simulated_sharing_is_the_shipped_corpus_and_summarize_reads_it_as_simulated() -> None:

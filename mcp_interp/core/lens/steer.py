@@ -8,11 +8,16 @@ probe read (resid_post of its layer), ``coefficient`` × the spread of its probe
 × the unit vector, so coefficient 1 moves the stream by one typical spread along the direction.
 
 A continuation is one sample of text; the number beside it is the change of the next-token
-distribution (KL from the unsteered run), compared with the same for random directions of the
-same norm at the same site — a vector that moves the prediction no more than random ones do is
-not a meaningful direction, however the text reads. Continuations are greedy, so the only
-randomness is none: ``seed`` is recorded, draws the random directions, and fixes torch's
-generator in case a model samples internally (e.g. dropout left on).
+distribution (KL from the unsteered run), compared with the same for stand-in vectors of the same
+norm at the same site — a vector that moves the prediction no more than arbitrary ones do is not a
+meaningful direction, however the text reads. The stand-ins are differences of two reference texts'
+activations at the site (``ReferenceDifferences``: the shipped WordNet sentences, cut to the token
+counts of the positive and negative texts, or of the prompt), not isotropic random directions: a
+trained model's stream is anisotropic, and on SmolLM2 isotropic directions of a norm moved the next
+token further than single-token differences and less than multi-token ones (docs/calibration.md).
+Continuations are greedy, so the only randomness is none: ``seed`` is recorded, draws the
+reference texts, and fixes torch's generator in case a model samples internally (e.g. dropout left
+on).
 
 A steered text that merely repeats itself is a broken model, not a steered one; the result
 measures repetition (repeated 3-grams) in both continuations and says so in ``notes``.
@@ -20,9 +25,9 @@ measures repetition (repeated 3-grams) in both continuations and says so in ``no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -37,8 +42,9 @@ from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import stats
 from mcp_interp.core.engine.numbers.metrics import kl_divergence
 from mcp_interp.core.engine.references import Lookup, is_direction_uri, load_direction, steered_feature
-from mcp_interp.core.engine.text.tokens import encode
+from mcp_interp.core.engine.text.tokens import encode, token_ids
 from mcp_interp.core.lens.concept import Concept, concept_from_direction, concept_from_words, greedy_rows
+from mcp_interp.corpora import DEFAULT_TEXT_CORPUS, text_corpus
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.common import StoredDirection
 from mcp_interp.schemas.lens import ConceptBaseline, SteerMeasurement
@@ -228,7 +234,7 @@ def steer_steps(
             f"No `layer` given: ActAdd steered at layer {layer}'s input (about a third of the way up, where Turner et "
             "al. found activation addition works best); try others with `layer`."
         )
-    steering = _steering(model, prompt, positive, negative, layer, direction, feature, vector)
+    steering = steering_at(model, prompt, positive, negative, layer, direction, feature, vector)
     if direction is not None and layer != direction.layer:
         notes.append(
             f"The direction was fitted on layer {direction.layer}'s output but is added at layer {layer}'s: "
@@ -241,34 +247,19 @@ def steer_steps(
     yield from greedy_steps(model, prompt_ids, max_new_tokens, [], baseline_ids, "unsteered")
     steered_ids: list[int] = []
     yield from greedy_steps(model, prompt_ids, max_new_tokens, steering.edits(added), steered_ids, "steered")
-    base_logits = _next_token_logits(model, prompt_ids, [])
-    next_kl = float(kl_divergence(base_logits, _next_token_logits(model, prompt_ids, steering.edits(added))).value)
+    base_logits = next_logits(model, prompt_ids, [])
     norm = float(added.norm())
-    directions = RandomDirections(int(steering.vector.numel()), seed)
-    drawn_kl: list[float] = []
-
-    def draw_kl(k: int) -> list[float]:
-        units = directions.take(len(drawn_kl), k)
-        new = random_next_token_kl(model, prompt_ids, steering, norm * units, base_logits)
-        drawn_kl.extend(new)
-        return new
-
-    test = stats.sequential_rank_test(next_kl, draw_kl, "greater", n_max=random_draws)
-    random_kl = list(test.draws)
-    yield f"random directions' next-token KL: {test.n} draws"
+    stand_ins = ReferenceDifferences(model, steering, seed)
+    test = next_token_kl_test(model, prompt_ids, steering, added, base_logits, stand_ins, random_draws)
+    next_kl, random_kl = test.real, list(test.draws)
+    yield f"stand-in vectors' next-token KL: {test.n} draws"
     concept_baseline: ConceptBaseline | None = None
     random_texts: list[str] = []
     if concept is not None:
         steered_score, baseline_score = concept.score(prompt_ids, steered_ids), concept.score(prompt_ids, baseline_ids)
-        continuations: list[list[int]] = []
-
-        def draw_concept(k: int) -> list[float]:
-            units = directions.take(len(continuations), k)
-            rows = greedy_rows(model, prompt_ids, max_new_tokens, steering.edits((norm * units).unsqueeze(1)), k)
-            continuations.extend(rows)
-            return [concept.score(prompt_ids, row) for row in rows]
-
-        concept_test = stats.sequential_rank_test(steered_score, draw_concept, "greater", n_max=random_draws)
+        concept_test, continuations = concept_rank_test(
+            model, prompt_ids, steering, norm, concept, steered_score, stand_ins, max_new_tokens, random_draws
+        )
         random_texts = [model.tokenizer.decode(row) for row in continuations[:RANDOM_TEXTS]]
         concept_baseline = ConceptBaseline(
             concept=concept.describe,
@@ -277,14 +268,14 @@ def steer_steps(
             draws=list(concept_test.draws),
             p_value=concept_test.p_value,
             p_floor=concept_test.p_floor,
-            verdict=stats.versus_random("steer_concept", concept_test, "random directions' continuations (same norm)"),
+            verdict=stats.versus_random("steer_concept", concept_test, f"{STAND_INS}' continuations (same norm)"),
         )
         notes.append(
             f"Concept score ({concept.describe}): steered {steered_score:.3f}, unsteered {baseline_score:.3f}; "
-            f"{concept_test.n} random directions of the same norm give {min(concept_test.draws):.3f} to "
+            f"{concept_test.n} {STAND_INS} of the same norm give {min(concept_test.draws):.3f} to "
             f"{max(concept_test.draws):.3f}: the steered text {concept_baseline.verdict}."
         )
-        yield f"random directions' continuations: {concept_test.n} draws"
+        yield f"stand-in vectors' continuations: {concept_test.n} draws"
     residual_norm = steering.residual_norm
     position_norms = steering.position_norms
     exceeded = sum(norm > n for n in position_norms)
@@ -310,9 +301,9 @@ def steer_steps(
             f"({residual_norm:.1f}) at layer {layer}: it dominates the stream rather than nudging it."
         )
     notes.append(
-        f"The next-token distribution moves by KL {next_kl:.4f} nats; {len(random_kl)} random directions of the same "
-        f"norm move it by {min(random_kl):.4f}–{max(random_kl):.4f}: the vector "
-        f"{stats.versus_random('steer_kl', test, 'random directions of its norm')}. This says the prediction moved, "
+        f"The next-token distribution moves by KL {next_kl:.4f} nats; {len(random_kl)} {STAND_INS} of the same norm "
+        f"move it by {min(random_kl):.4f}–{max(random_kl):.4f}: the vector "
+        f"{stats.versus_random('steer_kl', test, f'{STAND_INS} of its norm')}. This says the prediction moved, "
         "not where"
         + ("; the concept score above says where." if concept is not None else ": pass `concept` to test where.")
     )
@@ -350,35 +341,145 @@ def steer_steps(
 RANDOM_TEXTS = 3  # random directions' continuations shown, so the reader sees what "random" wrote
 
 
-class RandomDirections:
-    """Random unit directions (normalised standard normals, float64 → float32) from one CPU generator seeded by
-    ``seed``, drawn as needed and kept, so the KL test and the concept test index the same directions."""
+STAND_INS = "differences of two reference texts' activations"
 
-    def __init__(self, width: int, seed: int) -> None:
-        self.width, self.generator = width, torch.Generator(device="cpu").manual_seed(seed)
+
+class StandIns(Protocol):
+    """Unit vectors a steering vector is ranked among, drawn as needed and kept: ``take(start, k)`` → ``[k, width]``."""
+
+    def take(self, start: int, k: int) -> torch.Tensor: ...
+
+
+class ReferenceDifferences:
+    """The vectors a steering vector is ranked among: differences of two reference texts' values at the steering
+    site, each read at the last token of a text cut to the token counts the steering vector's own two ends had
+    (``Steering.lengths``: ActAdd's positive and negative texts; the prompt's, for a stored direction, a vector or a
+    feature), as unit vectors (float32), drawn as needed and kept so the KL test and the concept test use the same.
+
+    Why not isotropic random directions: a trained model's residual stream is anisotropic, and how far a vector of a
+    given norm moves the next token depends on where it points — on SmolLM2 isotropic directions moved it further
+    than differences of single tokens' residuals and less than differences of longer texts' (docs/calibration.md).
+    Under H0 "the vector is the difference of two arbitrary texts' activations" the real vector and these are
+    exchangeable, so the rank test is exact. The texts: the shipped WordNet example sentences (the search pool of
+    ``wordnet_examples``), in an order seeded by ``seed``, each pair two texts never used by another draw; a text
+    shorter than the count needed runs on into the next sentences."""
+
+    def __init__(self, model: LoadedModel, steering: Steering, seed: int, texts: Sequence[str] | None = None) -> None:
+        self.model, self.steering = model, steering
+        self.texts = list(text_corpus(DEFAULT_TEXT_CORPUS).search if texts is None else texts)
+        self.order = torch.randperm(len(self.texts), generator=torch.Generator().manual_seed(seed)).tolist()
         self.units: list[torch.Tensor] = []
+        self.pair = 0  # the next pair of the order to read: (order[2j], order[2j + 1])
+
+    def cut(self, index: int, count: int) -> list[int]:
+        """Text ``index`` (running on into the next ones while it is short) cut to its first ``count`` tokens."""
+        text, following = self.texts[index], index
+        ids = token_ids(self.model.tokenizer, text)
+        while len(ids) < count:
+            following = (following + 1) % len(self.texts)
+            text = f"{text} {self.texts[following]}"
+            ids = token_ids(self.model.tokenizer, text)
+        return ids[:count]
 
     def take(self, start: int, k: int) -> torch.Tensor:
+        """Stand-ins ``start`` … ``start + k − 1`` as unit vectors ``[k, width]``. A pair whose two cut texts are the
+        same tokens (two sentences opening alike, cut to one token) is skipped: its difference is zero, a stand-in that
+        moves nothing and would make any real vector look strong (on SmolLM2 this lifted the KL test's size)."""
+        first, second = self.steering.lengths
         while len(self.units) < start + k:
-            draws = torch.randn(stats.BATCH, self.width, generator=self.generator, dtype=torch.float64)
-            self.units.extend((draws / draws.norm(dim=1, keepdim=True)).to(torch.float32))
+            wanted = max(stats.BATCH, start + k - len(self.units))
+            pairs: list[tuple[list[int], list[int]]] = []
+            for _ in range(MOST_PAIRS_TRIED):
+                j, self.pair = self.pair, self.pair + 1
+                a, b = self.order[(2 * j) % len(self.order)], self.order[(2 * j + 1) % len(self.order)]
+                cut_a, cut_b = self.cut(a, first), self.cut(b, second)
+                if cut_a != cut_b:
+                    pairs.append((cut_a, cut_b))
+                if len(pairs) == wanted:
+                    break
+            if not pairs:
+                raise InputError(
+                    f"The reference texts cut to {first} and {second} tokens are all alike, so no stand-in vector "
+                    "differs from zero: steer with longer positive and negative texts, or along a `direction`."
+                )
+            positive = self.steering.read(torch.tensor([a for a, _ in pairs]))
+            negative = self.steering.read(torch.tensor([b for _, b in pairs]))
+            difference = (positive - negative).to("cpu", torch.float64)
+            self.units.extend((difference / difference.norm(dim=1, keepdim=True)).to(torch.float32))
         return torch.stack(self.units[start : start + k])
+
+
+MOST_PAIRS_TRIED = 20_000  # pairs of reference texts looked at for one batch of stand-ins before giving up
+
+
+def next_token_kl_test(
+    model: LoadedModel,
+    ids: list[int],
+    steering: Steering,
+    added: torch.Tensor,
+    base_logits: torch.Tensor,
+    stand_ins: StandIns,
+    random_draws: int,
+) -> stats.RankTest:
+    """The steered next-token KL ranked among the KLs of ``stand_ins`` scaled to ``added``'s norm, drawn sequentially
+    (``stats.sequential_rank_test``, "greater", at most ``random_draws``): the ``steer_kl`` verdict's test, which
+    its calibration runs too (``lens.nulls``)."""
+    real = float(kl_divergence(base_logits, next_logits(model, ids, steering.edits(added))).value)
+    norm = float(added.norm())
+    made: list[float] = []
+
+    def draw(k: int) -> list[float]:
+        new = random_next_token_kl(model, ids, steering, norm * stand_ins.take(len(made), k), base_logits)
+        made.extend(new)
+        return new
+
+    return stats.sequential_rank_test(real, draw, "greater", n_max=random_draws)
+
+
+def concept_rank_test(
+    model: LoadedModel,
+    ids: list[int],
+    steering: Steering,
+    norm: float,
+    concept: Concept,
+    steered_score: float,
+    stand_ins: StandIns,
+    max_new_tokens: int,
+    random_draws: int,
+) -> tuple[stats.RankTest, list[list[int]]]:
+    """The steered continuation's concept score ranked among the scores of ``stand_ins``' greedy continuations (same
+    norm, same site), drawn sequentially: the ``steer_concept`` verdict's test (and its calibration's, ``lens.nulls``);
+    with the continuations made."""
+    continuations: list[list[int]] = []
+
+    def draw(k: int) -> list[float]:
+        units = stand_ins.take(len(continuations), k)
+        rows = greedy_rows(model, ids, max_new_tokens, steering.edits((norm * units).unsqueeze(1)), k)
+        continuations.extend(rows)
+        return [concept.score(ids, row) for row in rows]
+
+    return stats.sequential_rank_test(steered_score, draw, "greater", n_max=random_draws), continuations
 
 
 @dataclass
 class Steering:
     """Where a steering vector goes: ``site`` in words, ``vector`` the coefficient's unit (in the point's own
-    space, flattened for ``z``), ``edits(added)`` the edits adding ``added`` at every position, and the
-    prompt's norm there (last token) for scale."""
+    space, flattened for ``z``), ``edits(added)`` the edits adding ``added`` at every position, the prompt's norm
+    there (last token) for scale, ``read(ids)`` the values at the site at the last token of each row of ``ids``
+    ``[rows, tokens]`` (in ``vector``'s space: ``[rows, width]``), and ``lengths`` the token counts of the texts the
+    vector's two ends come from (ActAdd's positive and negative; else the prompt's, twice) — what the stand-in
+    vectors are read from (``ReferenceDifferences``)."""
 
     site: str
     vector: torch.Tensor
     edits: Callable[[torch.Tensor], list[Edit]]
     residual_norm: float
     position_norms: list[float]  # the prompt's norm at that point, per position
+    read: Callable[[torch.Tensor], torch.Tensor]
+    lengths: tuple[int, int]
 
 
-def _steering(
+def steering_at(
     model: LoadedModel,
     prompt: str,
     positive: str | None,
@@ -388,6 +489,7 @@ def _steering(
     feature: tuple[SparseAutoencoder, int] | TranscoderFeature | None,
     raw: list[float] | None = None,
 ) -> Steering:
+    prompt_tokens = len(token_ids(model.tokenizer, prompt))
     if isinstance(feature, TranscoderFeature):
         tc = feature.transcoders
         if not 0 <= feature.feature < tc.d_transcoder:
@@ -395,7 +497,8 @@ def _steering(
         layers = list(feature.out_layers)
         site = f"{tc.feature_output_hook} of layer {layers[0]}" + (f" to {layers[-1]}" if len(layers) > 1 else "")
         norms = _norms(_resid_all(model, prompt, tc.output_hooks[feature.layer]))
-        return Steering(site, feature.vector, feature.edits, norms[-1], norms)
+        read = _last_values(model, [tc.output_hooks[j] for j in layers])
+        return Steering(site, feature.vector, feature.edits, norms[-1], norms, read, (prompt_tokens, prompt_tokens))
     if feature is not None:
         sae, index = feature
         if not 0 <= index < sae.d_sae:
@@ -408,8 +511,14 @@ def _steering(
 
             return splice_edits(sae, shift)
 
+        def sae_read(ids: torch.Tensor) -> torch.Tensor:
+            values = model.backend.run(ids.to(model.device), capture=[sae.hook_name], stop_at=sae.hook_name).acts
+            return sae.to_input(values[sae.hook_name][:, -1]).float()
+
         norms = _norms(sae.to_input(_resid_all(model, prompt, sae.hook_name)))
-        return Steering(sae.site, sae.W_dec[index].detach().float().cpu(), sae_edits, norms[-1], norms)
+        vector = sae.W_dec[index].detach().float().cpu()
+        return Steering(sae.site, vector, sae_edits, norms[-1], norms, sae_read, (prompt_tokens, prompt_tokens))
+    lengths = (prompt_tokens, prompt_tokens)
     if raw is not None:
         site, hook = "resid_post", hook_out(layer)
         vector = torch.tensor(raw, dtype=torch.float32)
@@ -420,12 +529,24 @@ def _steering(
         assert positive is not None and negative is not None
         site, hook = "resid_pre", hook_in(layer)
         vector = _resid_at(model, positive, hook) - _resid_at(model, negative, hook)
+        lengths = (len(token_ids(model.tokenizer, positive)), len(token_ids(model.tokenizer, negative)))
 
     def add_at(added: torch.Tensor) -> list[Edit]:
         return [Add(hook, added)]
 
     norms = _norms(_resid_all(model, prompt, hook))
-    return Steering(site, vector, add_at, norms[-1], norms)
+    return Steering(site, vector, add_at, norms[-1], norms, _last_values(model, [hook]), lengths)
+
+
+def _last_values(model: LoadedModel, names: list[str]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A reader of the values at ``names`` (in forward order) at the last token of each row of ``ids``, concatenated
+    ``[rows, Σ widths]`` (float32), the forward stopped after the last of them."""
+
+    def read(ids: torch.Tensor) -> torch.Tensor:
+        acts = model.backend.run(ids.to(model.device), capture=names, stop_at=names[-1]).acts
+        return torch.cat([acts[name][:, -1].reshape(ids.shape[0], -1).float() for name in names], dim=1)
+
+    return read
 
 
 def _norms(values: torch.Tensor) -> list[float]:
@@ -454,5 +575,5 @@ def _describe(feature: tuple[SparseAutoencoder, int] | TranscoderFeature) -> str
     return feature.describe() if isinstance(feature, TranscoderFeature) else f"{feature[1]} of {feature[0].describe()}"
 
 
-def _next_token_logits(model: LoadedModel, ids: list[int], edits: list[Edit]) -> torch.Tensor:
+def next_logits(model: LoadedModel, ids: list[int], edits: list[Edit]) -> torch.Tensor:
     return model.backend.logits(torch.tensor([ids], device=model.device), edits)[:, -1]

@@ -1,4 +1,7 @@
-"""The causal-swap benchmark's sharing structure, read from the shipped corpus files, for model-free null simulations.
+"""The causal-swap verdicts' null simulations (``swap_strict``, ``swap_specificity``, ``swap_beats_all``): the
+benchmark's sharing structure, read from the shipped corpus files, simulated model-free; the p-values are the
+engine's ``relabel_test`` on the units ``summarize`` relabels (tests/swap/test_stats.py checks they equal
+``summarize``'s on a simulated benchmark).
 
 What is shared in a real benchmark, and so in these simulations:
 
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mcp_interp.core.engine.numbers import stats as engine_stats
+from mcp_interp.core.engine.numbers.calibration import Calibration
 from mcp_interp.core.swap.corpus import load_corpus, trial_keys
 
 # The prompts SmolLM2-135M-Instruct does not answer as its strict top-1 (measured with the benchmark's baseline rule).
@@ -120,12 +124,12 @@ def beats_all(gains: np.ndarray) -> np.ndarray:
     return ((gains == top) & unique).astype(np.float64)
 
 
-def cluster_means(values: np.ndarray, labels: np.ndarray) -> list[np.ndarray]:
+def cluster_means(values: np.ndarray, labels: np.ndarray) -> list[list[float]]:
     """Per cluster, the mean over its trials of each arm's value (what ``swap.stats.arm_means`` computes)."""
     sums = np.zeros((int(labels.max()) + 1, values.shape[1]))
     np.add.at(sums, labels, values)
     counts = np.bincount(labels, minlength=sums.shape[0])
-    return list(sums[counts > 0] / counts[counts > 0, None])
+    return (sums[counts > 0] / counts[counts > 0, None]).tolist()
 
 
 def p_values(run: Simulated, labels: np.ndarray, seed: int, draws: int = 999) -> dict[str, float]:
@@ -169,3 +173,35 @@ def rejections(
         for test, p in p_values(run, labels, rep).items():
             counts[test] += p <= ALPHA
     return {test: n / reps for test, n in counts.items()}
+
+
+SWAP_KEYS = {"strict": "swap_strict", "margin": "swap_specificity", "beats_all": "swap_beats_all"}
+SIGMA = 1.5  # the token effects' spread (logits): the largest the size tests use, where sharing matters most
+
+
+def swap_verdicts(sims: int, power_sims: int, seed: int) -> list[Calibration]:
+    """The three tests on both shipped corpora (``capitals_languages``: 8 targets; ``countries``: 4), relabelling per
+    target on one tested swap each, under H0 (the target one more displacement-matched token, every token's effect
+    shared by every trial it is an arm of) and with the real token 1 logit better (σ = 0.5)."""
+    rows = []
+    for offset, name in enumerate(("capitals_languages", "countries")):
+        null = rejections(name, SIGMA, 0.0, reps=sims, seed=seed + 2 * offset)
+        power = rejections(name, 0.5, 1.0, reps=power_sims, seed=seed + 2 * offset + 1)
+        targets = len(set(sharing(name).target.tolist()))
+        floor = 2 / (1 + SEEDS) ** targets  # two-sided: every target's real arm on top
+        for test, key in SWAP_KEYS.items():
+            rows.append(
+                Calibration(
+                    key,
+                    f"{name} ({targets} targets)",
+                    f"the target one more displacement-matched token; token effects σ = {SIGMA:g} shared by every "
+                    "trial a token is an arm of (a target: 5–11 swaps), the corpus's real sharing and active layers",
+                    "the real token 1 logit better than an average one (σ = 0.5)",
+                    sims,
+                    round(null[test] * sims),
+                    power_sims,
+                    round(power[test] * power_sims),
+                    floor,
+                )
+            )
+    return rows
