@@ -68,7 +68,7 @@ def find(model: LoadedModel, **kwargs: Any) -> Any:
     from mcp_interp.core.circuits.faithfulness_job import FindCircuitJob
 
     job = FindCircuitJob(model=model, **PAIRS, **kwargs)
-    steps = list(job.steps())
+    steps = [step for step in job.steps() if isinstance(step, str)]  # what progress counts (not Progress or Pause)
     assert len(steps) <= job.total_steps()  # progress never reports more steps than its total
     assert job.result is not None
     return job
