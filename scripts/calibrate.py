@@ -9,7 +9,11 @@ with few simulations and checks this table has a row for every verdict.
     ./run calibrate                       every simulator (about an hour on 2 CPU cores; the steering rows run SmolLM2)
     ./run calibrate --only steer_kl       one simulator (by name) rerun; the other rows kept from docs/calibration.json
     ./run calibrate --skip steer_kl       every simulator but those named (two processes can share the work)
+    ./run calibrate --render              only render docs/calibration.md from docs/calibration.json
     ./run calibrate --scale 0.1           a tenth of the simulations (a quick look; writes the table all the same)
+    ./run calibrate --only steer_concept --more 60 --seed 1
+                                          60 more null simulations (and a sixth as many power ones) on fresh seeds,
+                                          added to the saved rows (a row too noisy to read, made tighter)
 
 Each simulator's rows are saved to ``docs/calibration.json`` (with its seconds) as soon as it finishes, and the table
 is rendered from that file, so a rerun of one simulator replaces its rows only.
@@ -27,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from scipy.stats import binomtest
 
 from mcp_interp.core.circuits import nulls as circuit_nulls
 from mcp_interp.core.engine.ablation import nulls as ablation_nulls
@@ -85,6 +91,9 @@ def row(c: Calibration) -> str:
     size = f"{percent(c.size)} [{percent(low)}, {percent(high)}]"
     if not c.gives_verdict:
         size += f" — {c.without_verdict}"
+    elif c.size > SIZE_BOUND:
+        above = binomtest(c.rejections, c.sims, SIZE_BOUND, alternative="greater").pvalue
+        size += f" (above {SIZE_BOUND:g}, not significantly: binomial p = {above:.2f})"
     cells = [
         f"`{c.key}`",
         c.scenario,
@@ -126,19 +135,40 @@ def run(entry: Entry, scale: float, seed: int = 0) -> list[Calibration]:
     return entry.simulate(sims, power, seed)
 
 
-def save(name: str, rows: list[Calibration], seconds: float, scale: float) -> dict[str, Any]:
-    """Replace simulator ``name``'s rows in ``SAVED`` (under a lock: two processes may share the work); the whole
-    saved state back."""
+def save(name: str, rows: list[Calibration], seconds: float, scale: float, add: bool = False) -> dict[str, Any]:
+    """Replace simulator ``name``'s rows in ``SAVED`` (``add``: add these simulations to the saved rows of the same
+    scenarios instead), under a lock: two processes may share the work; the whole saved state back."""
     SAVED.touch()
     with SAVED.open("r+", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         text = handle.read()
         state: dict[str, Any] = json.loads(text) if text.strip() else {}
+        if add:
+            rows, seconds = added(state[name], rows), state[name]["seconds"] + seconds
         state[name] = {"seconds": seconds, "scale": scale, "rows": [dataclasses.asdict(c) for c in rows]}
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps(state, indent=1, ensure_ascii=False) + "\n")
     return state
+
+
+def added(saved: dict[str, Any], more: list[Calibration]) -> list[Calibration]:
+    """The saved rows with ``more``'s simulations and rejections added, scenario by scenario."""
+    extra = {(c.key, c.scenario): c for c in more}
+    out = []
+    for row in saved["rows"]:
+        c = Calibration(**row)
+        m = extra[(c.key, c.scenario)]
+        out.append(
+            dataclasses.replace(
+                c,
+                sims=c.sims + m.sims,
+                rejections=c.rejections + m.rejections,
+                power_sims=c.power_sims + m.power_sims,
+                power_rejections=c.power_rejections + m.power_rejections,
+            )
+        )
+    return out
 
 
 def saved_rows(state: dict[str, Any]) -> tuple[list[Calibration], float, float, list[str]]:
@@ -163,6 +193,9 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every simulation count (default 1)")
     parser.add_argument("--only", nargs="+", choices=names, default=None, help="run only these simulators")
     parser.add_argument("--skip", nargs="+", choices=names, default=[], help="run every simulator but these")
+    parser.add_argument("--more", type=int, default=0, help="add this many null simulations to the saved rows")
+    parser.add_argument("--seed", type=int, default=0, help="the simulations' seed (another for --more)")
+    parser.add_argument("--render", action="store_true", help="only render the table from docs/calibration.json")
     args = parser.parse_args()
     missing = set(stats.VERDICTS) - covered()
     if missing:
@@ -171,16 +204,21 @@ def main() -> int:
     state: dict[str, Any] = json.loads(SAVED.read_text(encoding="utf-8")) if SAVED.exists() else {}
     for entry in REGISTRY:
         name = entry.simulate.__name__
-        if (args.only is not None and name not in args.only) or name in args.skip:
+        if args.render or (args.only is not None and name not in args.only) or name in args.skip:
             continue
         begun = time.perf_counter()
-        new = run(entry, args.scale)
+        if args.more:
+            if name not in state or args.seed == 0:
+                parser.error(f"--more adds to saved rows on a fresh seed: run {name} first, and give --seed ≠ 0")
+            new = entry.simulate(args.more, max(1, args.more // 6), args.seed)
+        else:
+            new = run(entry, args.scale, args.seed)
         for c in new:
             flag = "" if c.size <= SIZE_BOUND or not c.gives_verdict else "  <-- above the bound"
             print(f"{c.key:22} {c.scenario[:40]:40} size {c.size:.3f} of {c.sims}, power {c.power:.2f}{flag}")
         seconds = time.perf_counter() - begun
         print(f"  ({name}: {seconds:.0f} s)", flush=True)
-        state = save(name, new, seconds, args.scale)
+        state = save(name, new, seconds, args.scale, add=bool(args.more))
     rows, seconds, scale, absent = saved_rows(state)
     if absent:
         print(f"not written: no saved rows yet for {absent}", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -72,10 +73,10 @@ def table_rows() -> list[list[str]]:
     ]
 
 
-def plausibly_within(c: Calibration, bound: float = 0.06) -> bool:
+def plausibly_within(c: Calibration, bound: float = 0.06, p: float = 0.001) -> bool:
     """The size is not clearly above ``bound``: a one-sided binomial test of rejections ≤ bound does not reject at
-    0.001 (few simulations cannot show the size is ≤ 0.06, only catch one well above it)."""
-    return scipy_stats.binomtest(c.rejections, c.sims, bound, alternative="greater").pvalue > 0.001
+    ``p`` (few simulations cannot show the size is ≤ 0.06, only catch one well above it)."""
+    return scipy_stats.binomtest(c.rejections, c.sims, bound, alternative="greater").pvalue > p
 
 
 def test_every_verdict_in_the_code_is_registered_and_simulated() -> None:
@@ -85,13 +86,22 @@ def test_every_verdict_in_the_code_is_registered_and_simulated() -> None:
 
 
 def test_the_table_has_a_row_for_every_verdict_and_every_verdict_holds_its_size() -> None:
+    """The generated table covers every verdict, from full runs, and no verdict's size is shown to exceed 0.06: a
+    simulated size is an estimate, so a row fails when a one-sided binomial test rejects "size ≤ 0.06" at 0.01 (a
+    true size of 0.10 over 180 simulations fails 99 % of the time); the table prints each estimate with its interval
+    and flags a point estimate above 0.06."""
     rows = table_rows()
     assert {row[0].strip("`") for row in rows} == set(stats.VERDICTS)
-    for row in rows:
-        size = float(row[4].split()[0])
-        assert "without a verdict" in row[4] or size <= 0.06, row
-        # the table is the full run, not a quick one (the steering rows run SmolLM2: fewer, each a real steer test)
-        assert int(row[3]) >= (60 if row[1].startswith("smollm2") else 150), row
+    saved = json.loads((ROOT / "docs" / "calibration.json").read_text(encoding="utf-8"))
+    checked = 0
+    for entry in saved.values():
+        for c in (Calibration(**row) for row in entry["rows"]):
+            # the table is the full run, not a quick one (the steering rows run SmolLM2: fewer, each a real steer test)
+            assert c.sims >= (60 if c.scenario.startswith("smollm2") else 150), c
+            if c.gives_verdict:
+                assert plausibly_within(c, p=0.01), (c.key, c.scenario, c.rejections, c.sims)
+                checked += 1
+    assert checked == sum(1 for row in rows if "—" not in row[4])
 
 
 def test_a_planted_verdict_without_a_row_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

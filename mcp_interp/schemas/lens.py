@@ -147,7 +147,10 @@ class ConceptBaseline(BaseModel):
         "(1 + #)/(n_max + 1); valid under H0 'the vector is one more stand-in'."
     )
     p_floor: float = Field(description="Smallest reachable p: 1/(random_draws + 1).")
-    verdict: str
+    verdict: str = Field(
+        description="Reported without a verdict: the test's simulated size on SmolLM2 is above 0.06 "
+        "(docs/calibration.md)."
+    )
 
 
 class SteerMeasurement(Measurement):

@@ -248,8 +248,39 @@ async def test_every_tool_on_inspect_equals_the_transformers_backend_or_is_refus
             assert "--backend transformers" in text
             continue
         assert not mine.is_error, (name, error_text(mine))
+        if name == "steer":
+            difference, where = worst_difference_outside(mine.structured_content, theirs.structured_content,
+                                                         STAND_IN_DRAWS)  # fmt: skip
+            assert difference <= 1e-4, (name, where, difference)
+            for field in STAND_IN_DRAWS:
+                drawn = [field_of(c.structured_content, field) for c in (mine, theirs)]
+                assert drawn[0] == pytest.approx(drawn[1], rel=1e-3, abs=1e-3), (name, field)
+            continue
         difference, where = worst_difference(mine.structured_content, theirs.structured_content)
         assert difference <= 1e-4, (name, where, difference)
+
+
+def field_of(value: Any, path: str) -> Any:
+    for key in path.strip(".").split("."):
+        value = value[key]
+    return value
+
+
+# steer's stand-ins are differences of two texts' residuals read on the engine itself, normalised: for one-token
+# texts on SmolLM2 (" happy" − " sad": position 0, the attention sink, where residuals are large and nearly equal)
+# the difference cancels most digits, so the engines' float32 rounding reaches the stand-ins' KLs at ~2e-4.
+STAND_IN_DRAWS = (".random_next_token_kl", ".concept_baseline.draws")
+
+
+def worst_difference_outside(mine: Any, theirs: Any, fields: tuple[str, ...]) -> tuple[float, str]:
+    """The worst difference among the fields not at the paths ``fields`` (those compared apart)."""
+    return worst_difference(without(mine, fields), without(theirs, fields))
+
+
+def without(value: Any, fields: tuple[str, ...], path: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: without(v, fields, f"{path}.{k}") for k, v in value.items() if f"{path}.{k}" not in fields}
+    return value
 
 
 async def test_every_tool_with_half_the_model_on_disk_equals_the_model_in_memory(

@@ -56,6 +56,7 @@ COEFFICIENTS = (1.0, 2.0, 4.0)
 CONCEPT_COEFFICIENT = 4.0
 OCEAN_ACTADD = (" The ocean waves crash on the beach", " The desert sand blows in the wind")
 CONCEPT_TOKENS = 4  # new tokens per continuation scored for the concept
+CONCEPT_WITHOUT_VERDICT = "above 0.06: `steer` reports this p without a verdict"
 UNRELATED = (
     "an unrelated ActAdd on the start (4–7 words) of a held-out WordNet sentence: two random nouns, or the starts "
     "(1–8 words) of two encyclopaedic sentences (the lens corpus), never the stand-ins' reference texts"
@@ -199,5 +200,7 @@ def steer_concept(
             power_sims,
             rejected(alternative),
             stats.rank_floor(stats.MOST_DRAWS),
+            gives_verdict=False,
+            without_verdict=CONCEPT_WITHOUT_VERDICT,
         )
     ]

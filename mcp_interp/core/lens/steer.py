@@ -268,7 +268,7 @@ def steer_steps(
             draws=list(concept_test.draws),
             p_value=concept_test.p_value,
             p_floor=concept_test.p_floor,
-            verdict=stats.versus_random("steer_concept", concept_test, f"{STAND_INS}' continuations (same norm)"),
+            verdict=concept_without_verdict(concept_test),
         )
         notes.append(
             f"Concept score ({concept.describe}): steered {steered_score:.3f}, unsteered {baseline_score:.3f}; "
@@ -336,6 +336,16 @@ def steer_steps(
     if into is not None:
         into.append(measurement)
     yield "done"
+
+
+def concept_without_verdict(test: stats.RankTest) -> str:
+    """The concept test's p, worded without a verdict: simulated on SmolLM2 under unrelated ActAdds its size came out
+    above 0.06 (16 of 180 at 4 new tokens, power 0 on an ocean ActAdd: docs/calibration.md, ``steer_concept``), so a
+    small p here does not support "the vector wrote the concept" until the test is fixed."""
+    return (
+        f"is reported without a verdict (p = {test.p_value:.3g}, p_floor = {test.p_floor:.3g}, {test.n} stand-ins): "
+        "this test's simulated size on SmolLM2 is above 0.06 (docs/calibration.md)"
+    )
 
 
 RANDOM_TEXTS = 3  # random directions' continuations shown, so the reader sees what "random" wrote
