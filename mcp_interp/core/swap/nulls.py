@@ -43,10 +43,9 @@ INCAPABLE = {
         *(("currency", c) for c in ("France", "Canada", "China", "Egypt")),
     },
 }
-LAYERS = 29
+ACTIVE_LAYERS = 29  # the layers a source atom may be active at in the default corpus's swaps
 ACTIVE = 0.48
 SEEDS = 5
-ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -110,14 +109,14 @@ def simulate(
         raise ValueError(design)
     tokens[:, 0] += effect
     n_prompts = int(structure.prompt.max()) + 1
-    active = rng.random((n_prompts, LAYERS)) < ACTIVE  # the source atom is active at (function, source, layer)
+    active = rng.random((n_prompts, ACTIVE_LAYERS)) < ACTIVE  # the source atom is active at (function, source, layer)
     swap, _ = np.nonzero(active[structure.prompt])
     unedited = rng.normal(-1.5, 0.5, size=n_swaps)[swap]
     gains = tokens[swap] + rng.normal(0.0, 0.5, size=(swap.size, 1)) + rng.normal(size=(swap.size, 1 + SEEDS))
     return Simulated(gains=gains, edited=unedited[:, None] + gains, swap=swap)
 
 
-def beats_all(gains: np.ndarray) -> np.ndarray:
+def beats_all_rows(gains: np.ndarray) -> np.ndarray:
     """1 where an arm's gain is strictly above every other arm's in its trial (0 everywhere on a tie for first)."""
     top = gains.max(axis=1, keepdims=True)
     unique = (gains == top).sum(axis=1, keepdims=True) == 1
@@ -134,7 +133,11 @@ def cluster_means(values: np.ndarray, labels: np.ndarray) -> list[list[float]]:
 
 def p_values(run: Simulated, labels: np.ndarray, seed: int, draws: int = 999) -> dict[str, float]:
     """The three tests' two-sided p-values, relabelling per ``labels`` (one per trial)."""
-    outcomes = {"strict": (run.edited > 0).astype(np.float64), "margin": run.gains, "beats_all": beats_all(run.gains)}
+    outcomes = {
+        "strict": (run.edited > 0).astype(np.float64),
+        "margin": run.gains,
+        "beats_all": beats_all_rows(run.gains),
+    }
     return {
         name: engine_stats.relabel_test(cluster_means(values, labels), seed=seed, draws=draws).p_value
         for name, values in outcomes.items()
@@ -171,7 +174,7 @@ def rejections(
         else:
             labels = {"target": structure.target, "prompt": structure.prompt}[unit][run.swap]
         for test, p in p_values(run, labels, rep).items():
-            counts[test] += p <= ALPHA
+            counts[test] += p <= engine_stats.ALPHA
     return {test: n / reps for test, n in counts.items()}
 
 
