@@ -9,6 +9,8 @@ Literal's values, a union's branches together, a bound, our own validator's mess
 from __future__ import annotations
 
 import contextlib
+import difflib
+import logging
 import re
 from typing import Any
 
@@ -21,6 +23,8 @@ from pydantic import ValidationError
 from mcp_interp.mcp.recording import recorded
 from mcp_interp.mcp.sdk_internals import input_schema, parsed_arguments
 from mcp_interp.mcp.toolkit import Toolkit
+
+log = logging.getLogger(__name__)
 
 
 class Server(MCPServer[Any]):
@@ -45,14 +49,34 @@ class Server(MCPServer[Any]):
     ) -> CallToolResult | InputRequiredResult:
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:
+            # A crash the tool's own boundary did not catch (outside it, or the result failing its own schema): the
+            # SDK would send only "Error executing tool X". Named here, with what failed; the traceback to stderr.
+            crash: BaseException = exc.__cause__ or exc
+            log.error("internal error in tool %s", name, exc_info=crash)
+            raise ToolError(internal_error(name, crash)) from exc
         except ToolError as exc:
             cause = exc.__cause__
-            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+            if not isinstance(cause, ValidationError):
                 raise
             given: Any = arguments
             with contextlib.suppress(Exception):  # what was validated: arguments sent as JSON text are parsed first
                 given = parsed_arguments(self, name, arguments)
             raise ToolError(argument_error(name, cause, input_schema(self, name), given)) from cause
+
+
+def internal_error(tool: str, cause: BaseException) -> str:
+    """What a client reads about a crash inside ``tool``: which tool, the exception's type and, for a result that
+    broke its own output schema, where; never the exception's text (it may hold server paths)."""
+    what = type(cause).__name__
+    if isinstance(cause, ValidationError):
+        places = sorted({".".join(str(part) for part in item["loc"]) for item in cause.errors(include_url=False)})
+        what = f"its result broke its own output schema at {', '.join(places[:5]) or 'the root'}"
+    return (
+        f"Internal error in mcp-interp while running `{tool}` ({what}). This is a bug in mcp-interp, not in your "
+        "arguments; the server's log (stderr) has the traceback. The server is still running and no stored result "
+        "was lost."
+    )
 
 
 # pydantic error types → what is accepted, in words (a union's branches are listed together).
@@ -84,9 +108,12 @@ def argument_error(tool: str, error: ValidationError, parameters: dict[str, Any]
     is not a string)"), a bound or our own validator's message — and the argument's description. Never pydantic's
     wording of the whole report nor its URLs."""
     groups: dict[str, list[Any]] = {}
-    for item in error.errors(include_url=False):
-        groups.setdefault(str(item["loc"][0]) if item["loc"] else "arguments", []).append(item)
     lines = []
+    for item in error.errors(include_url=False):
+        if item["type"] == "extra_forbidden" and item["loc"] and not any(map(_is_tag, item["loc"])):
+            lines.append(_unknown(tool, item["loc"], parameters))
+            continue
+        groups.setdefault(str(item["loc"][0]) if item["loc"] else "arguments", []).append(item)
     properties = parameters.get("properties", {})
     for argument, items in groups.items():
         walks = [_walk(arguments, item) for item in items]
@@ -106,6 +133,62 @@ def argument_error(tool: str, error: ValidationError, parameters: dict[str, Any]
         what = ("one of " if literal_only else "") + _joined(accepted)
         lines.append(f"`{path}`: got {_shown(value)}; accepted: {what}{about}.")
     return f"Error executing tool {tool}: invalid arguments.\n" + "\n".join(f"- {line}" for line in lines)
+
+
+def _unknown(tool: str, loc: tuple[Any, ...], parameters: dict[str, Any]) -> str:
+    """An argument (or a field of one) the tool does not take, named with the nearest one it does take and all of
+    them: nothing is accepted and ignored, and the fix is one rename away."""
+    name, parents = str(loc[-1]), [part for part in loc[:-1] if not _is_tag(part)]
+    accepted = _fields_at(parameters, parents)
+    near = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+    hint = f"; did you mean `{near[0]}`?" if near else "."
+    if not parents:
+        taken = f"Its arguments: {', '.join(accepted)}." if accepted else "It takes no arguments."
+        return f"`{name}` is not an argument of `{tool}`{hint} {taken}"
+    where = _path(parents)
+    listed = f" Its fields: {', '.join(accepted)}." if accepted else ""
+    return f"`{where}.{name}` is not a field of `{where}`{hint}{listed}"
+
+
+def _is_tag(part: Any) -> bool:
+    """Whether a location part is a union's branch tag (``Intervention``, ``list[...]``, ``function-after[...]``)
+    rather than a field name or an index (field names here are lower-case identifiers)."""
+    return isinstance(part, str) and not re.fullmatch(r"[a-z_][a-z0-9_]*", part)
+
+
+def _fields_at(schema: dict[str, Any], path: list[Any]) -> list[str]:
+    """The property names of the object ``path`` leads to in a published input schema (its ``$ref``s resolved, a
+    union's object branches together); [] where the schema does not say."""
+    defs = schema.get("$defs", {})
+    nodes = [schema]
+    for part in path:
+        step = []
+        for node in _branches(nodes, defs):
+            if isinstance(part, int) and isinstance(node.get("items"), dict):
+                step.append(node["items"])
+            elif isinstance(part, str) and part in node.get("properties", {}):
+                step.append(node["properties"][part])
+        nodes = step
+    names: dict[str, None] = {}
+    for node in _branches(nodes, defs):
+        names.update(dict.fromkeys(node.get("properties", {})))
+    return list(names)
+
+
+def _branches(nodes: list[Any], defs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each node with its ``$ref`` resolved and its ``anyOf`` / ``oneOf`` branches spread out (a list's items kept)."""
+    out: list[dict[str, Any]] = []
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            out += _branches([defs.get(ref.removeprefix("#/$defs/"))], defs)
+            continue
+        out.append(node)
+        for key in ("anyOf", "oneOf"):
+            out += _branches(list(node.get(key) or []), defs)
+    return out
 
 
 _UNKNOWN = object()  # a place in the arguments that the arguments do not hold (a missing field)
@@ -191,6 +274,8 @@ def _inside(places: dict[tuple[Any, ...], list[Any]]) -> str:
 def _accepted(item: Any) -> str:
     """What one pydantic error (one branch of a union) accepts, in words."""
     kind, ctx = item["type"], item.get("ctx") or {}
+    if kind == "extra_forbidden":  # an unknown key inside one branch of a union
+        return "no such field"
     if kind in ("literal_error", "enum"):
         return str(ctx["expected"])
     if kind in ACCEPTED:

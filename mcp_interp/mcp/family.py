@@ -16,6 +16,7 @@ from mcp.server import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from mcp_interp.mcp.schema_shaping import admit_job_handles, compact_tool_schemas
+from mcp_interp.mcp.sdk_internals import refuse_unknown_arguments
 from mcp_interp.mcp.toolkit import Toolkit
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -45,20 +46,28 @@ class Family:
         self._registrations: list[Callable[[MCPServer[Any]], object]] = []
 
     def tool(
-        self, annotations: ToolAnnotations = READ_ONLY, view: str | None = None, background: bool = False
+        self,
+        annotations: ToolAnnotations = READ_ONLY,
+        view: str | None = None,
+        background: bool = False,
+        model: bool = True,
     ) -> Callable[[F], F]:
         """Declare a tool; ``view`` names the MCP Apps view (``ui://mcp-interp/<view>``) hosts may render its
         result in (``_meta.ui.resourceUri``, and the older flat key ``ui/resourceUri`` for hosts that read it).
         ``background``: the tool takes ``background: true`` to run as a job (``queue``) and return its handle at
-        once; its published output schema then admits that handle (``schema_shaping.admit_job_handles``)."""
+        once; its published output schema then admits that handle (``schema_shaping.admit_job_handles``).
+        ``model=False``: the tool never touches the model, so its calls answer while the model loads; every other
+        tool's call first waits for the model (``waiting_for_model``)."""
         meta = None if view is None else {"ui": {"resourceUri": view_uri(view)}, "ui/resourceUri": view_uri(view)}
 
         def declare(fn: F) -> F:
             self.tools.append(fn)
-            target = announcing(in_background(fn) if background else fn)
+            body = waiting_for_model(fn) if model else fn
+            target = announcing(in_background(body) if background else body)
 
             def add(server: MCPServer[Any]) -> None:
                 server.add_tool(target, annotations=annotations, meta=meta)
+                refuse_unknown_arguments(server, fn.__name__)  # nothing accepted and ignored: one rule, every tool
                 if background:
                     admit_job_handles(server, fn.__name__)
                 compact_tool_schemas(server, fn.__name__)
@@ -85,6 +94,21 @@ class Family:
     def register(self, server: MCPServer[Any]) -> None:
         for add in self._registrations:
             add(server)
+
+
+def waiting_for_model(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``fn`` that first waits for the model while it loads (reporting progress about once a second), or fails with
+    the load's own error: one rule for every tool, so no tool body ever reaches for a model that is not there yet —
+    in the foreground or, queued with ``background: true``, when its job starts."""
+
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        ctx = kwargs.get("ctx")
+        if ctx is not None:
+            await Toolkit.of(ctx).model(ctx)
+        return await fn(*args, **kwargs)
+
+    return run
 
 
 def announcing(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

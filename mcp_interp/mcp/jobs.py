@@ -34,7 +34,7 @@ def status_summary(status: JobStatus) -> str:
     return f"{status.tool} {status.job_uri}: {status.state}{elsewhere}{where}{progress}{done}{error}{kept}"
 
 
-@family.tool()
+@family.tool(model=False)
 async def job_status(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult, JobStatus]:
     """A job's state, progress, elapsed time and, once done, its result."""
     kit = Toolkit.of(ctx)
@@ -46,7 +46,7 @@ async def job_status(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult,
     return kit.finish(status, status_summary(status), [])
 
 
-@family.tool(annotations=CONTROLS_JOBS)
+@family.tool(annotations=CONTROLS_JOBS, model=False)
 async def job_cancel(job: JobUri, ctx: ToolContext) -> Annotated[CallToolResult, JobStatus]:
     """Cancel a job: a queued one never runs; a running one stops within 2 s, keeping its best result in `partial`."""
     kit = Toolkit.of(ctx)

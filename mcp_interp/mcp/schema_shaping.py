@@ -54,7 +54,24 @@ def compact_schema(schema: Any, shared: frozenset[str] = frozenset(), output: bo
             types += branch["type"] if isinstance(branch["type"], list) else [branch["type"]]
         out.pop("anyOf")
         out["type"] = types
+    elif isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
+        out = _nullable(out, next(b for b in branches if b != {"type": "null"}))
     return out
+
+
+def _nullable(schema: dict[str, Any], branch: Any) -> dict[str, Any]:
+    """``{"anyOf": [T, {"type": "null"}], ...}`` as T admitting null, when T is a plain typed schema (an array of
+    something, an enum of strings): ``{"type": ["array", "null"], "items": …}`` validates the same values in fewer
+    bytes (``items`` and ``properties`` apply to arrays and objects only). A ``$ref`` or a union stays as it is."""
+    if not isinstance(branch, dict) or "type" not in branch or set(branch) & {"$ref", "anyOf", "oneOf", "const"}:
+        return schema
+    if set(branch) & set(schema) - {"anyOf"}:
+        return schema  # a keyword on both levels (a description, say): merging would change one
+    types = branch["type"] if isinstance(branch["type"], list) else [branch["type"]]
+    merged = {key: value for key, value in schema.items() if key != "anyOf"} | branch | {"type": [*types, "null"]}
+    if "enum" in branch:
+        merged["enum"] = [*branch["enum"], None]
+    return merged
 
 
 def optional_by_absence(schema: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +88,36 @@ def optional_by_absence(schema: dict[str, Any]) -> dict[str, Any]:
             sub["type"] = [t for t in sub["type"] if t != "null"]
         properties[name] = sub
     return {**schema, "properties": properties}
+
+
+def _shape_only(schema: Any) -> Any:
+    """A nested output type by shape only: its properties' types, without descriptions, ``required`` lists (they
+    restate field names) or the ``"type": "object"`` beside ``properties`` (which name it an object already). A
+    client validating a result checks every property's type; the server has validated the result against its full
+    model before sending it (the SDK, against the tool's result type)."""
+    if isinstance(schema, list):
+        return [_shape_only(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: {name: _shape_only(sub) for name, sub in value.items()}
+        if key in ("properties", "$defs")
+        else _shape_only(value)
+        for key, value in schema.items()
+        if key not in ("description", "required")
+        and not (key == "type" and value == "object" and "properties" in schema)
+    }
+
+
+def _inlined(schema: Any, ref: str, shape: dict[str, Any]) -> Any:
+    """``schema`` with every ``{"$ref": ref}`` replaced by ``shape`` (a reference longer than what it names)."""
+    if isinstance(schema, list):
+        return [_inlined(item, ref, shape) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if schema.get("$ref") == ref:
+        return {**shape, **{key: value for key, value in schema.items() if key != "$ref"}}
+    return {key: _inlined(value, ref, shape) for key, value in schema.items()}
 
 
 def _undescribed(schema: Any) -> Any:
@@ -90,7 +137,8 @@ def _undescribed(schema: Any) -> Any:
 
 SHARED_OUTPUT_TYPES = frozenset({"Score", "FigureInfo", "DirectionProjection", "SearchStep"})
 # Fields every result has, described once in the server's instructions, not in each tool's output schema.
-COMMON_RESULT_FIELDS = frozenset({"notes", "result_uri", "run_id", "elapsed_s", "figure_uri"})
+COMMON_RESULT_FIELDS = frozenset({"notes", "result_uri", "run_id", "elapsed_s", "figure_uri", "answer_kind", "job"})
+MODEL_REF_SHAPE = {"type": "object"}  # where a result's `model` is published by shape (inlined: shorter than a $ref)
 # Every result carries the ModelRef of the weights that produced it; its shape is published once, in model_info's
 # schema (and in docs/conventions.md), and elsewhere as an object.
 MODEL_REF = {"type": "object", "description": "Which weights produced this (name, source, fingerprint, dtype, "
@@ -113,7 +161,9 @@ def compact_tool_schemas(server: MCPServer[Any], name: str) -> None:
         defs = schema.get("$defs", {})
         for def_name in defs:
             if not (name == "model_info" and def_name == "ModelRef"):
-                defs[def_name] = _undescribed(defs[def_name])
+                defs[def_name] = _shape_only(defs[def_name])
+        if name != "model_info" and defs.pop("ModelRef", None) is not None:
+            schema = _inlined(schema, "#/$defs/ModelRef", MODEL_REF_SHAPE)
         publish_output_schema(server, name, schema)
 
 
@@ -126,13 +176,10 @@ def admit_job_handles(server: MCPServer[Any], name: str) -> None:
     assert model is not None, name
     schema = dict(output_schema(server, name) or {})
     schema.pop("required", None)
-    schema["properties"] = {**schema.get("properties", {}), "job": {"type": "object", "description": JOB_DESCRIPTION}}
+    schema["properties"] = {**schema.get("properties", {}), "job": {"type": "object"}}  # described in the instructions
     fields: dict[str, Any] = {
         field_name: (info.annotation | None, Field(default=None)) for field_name, info in model.model_fields.items()
     }
     fields["job"] = (dict[str, Any] | None, Field(default=None))
     validate_output_with(server, name, create_model(f"{model.__name__}OrJob", **fields))
     publish_output_schema(server, name, schema)
-
-
-JOB_DESCRIPTION = "Only with background: true — the job's status (job_status); the result's fields are then absent."

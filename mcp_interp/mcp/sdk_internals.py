@@ -15,6 +15,7 @@ from typing import Any
 from mcp.server import MCPServer, NotificationOptions
 from mcp.server.lowlevel.server import Server as LowLevelServer
 from mcp.server.mcpserver.tools import Tool
+from pydantic import ConfigDict
 
 # --- a registered tool's record ----------------------------------------------------------------------------------
 
@@ -44,6 +45,18 @@ def parsed_arguments(server: MCPServer[Any], name: str, arguments: dict[str, Any
     ``arguments`` unchanged for no such tool."""
     tool = _tool(server, name)
     return tool.fn_metadata.pre_parse_json(arguments) if tool is not None else arguments
+
+
+def refuse_unknown_arguments(server: MCPServer[Any], name: str) -> None:
+    """Make the tool ``name`` refuse an argument it does not take. The SDK validates a call's arguments with a model
+    built from the function's signature (``fn_metadata.arg_model``) whose pydantic default ignores extra keys, so a
+    misspelt or invented argument would be dropped and the call run with the default; the record's model is replaced
+    by a subclass that forbids them (no public option sets it), and the refusal is worded by ``argument_errors``."""
+    metadata = _registered(server, name).fn_metadata
+    loose = metadata.arg_model
+    if loose.model_config.get("extra") != "forbid":
+        namespace = {"__module__": loose.__module__, "model_config": ConfigDict(extra="forbid")}
+        metadata.arg_model = type(loose.__name__, (loose,), namespace)
 
 
 def publish_input_schema(server: MCPServer[Any], name: str, schema: dict[str, Any]) -> None:

@@ -42,7 +42,8 @@ Start with `model_info` (the model, its layers and heads, how text is tokenized)
 Conventions, the same in every tool:
 - Answers: a string is its tokens under the model's tokenizer, without special tokens (GPT-2-style
   tokenizers want the leading space, ' Mary'); one token is read from the logits, several tokens or
-  {"any_of": [...]} by teacher-forced log-probability (`answer_kind` in the result says which).
+  {"any_of": [...]} by teacher-forced log-probability (`answer_kind` in the result says which:
+  token, sequence or set; null where no answer is scored).
   `prompts` are read at each prompt's last token. Minimal pairs: `clean_prompts` show the behaviour,
   `corrupt_prompts` give one per clean prompt of the same token length.
 - Components: {components}.
@@ -57,7 +58,7 @@ Conventions, the same in every tool:
 - Handles are accepted back: direction:// (probe) in interventions and `steer`, circuit://
   (find_circuit) in `circuit_faithfulness`, artifact:// in `verify_artifact`; graph:// is the full
   attribution graph (Neuronpedia JSON). An evicted handle says so.
-- Long tools take `background: true`: they return a job:// at once; `job_status` reports state,
+- Long tools take `background: true`: they return only `job` (a job:// handle) at once; `job_status` reports state,
   progress and, when done, the result; `job_cancel` stops it within 2 s (best result so far in `partial`).
 - Verdicts come from p-values: a direction, SAE feature, steering vector or circuit is ranked among
   random stand-ins matched on what matters, p = (1 + #{random ≥ real}) / (n + 1).

@@ -19,7 +19,7 @@ from mcp_interp.schemas.common import FigureInfo
 family = Family("stored")
 
 
-@family.tool()
+@family.tool(model=False)
 async def get_figure(
     uri: Annotated[str, Field(description="figure://…")],
     ctx: ToolContext,

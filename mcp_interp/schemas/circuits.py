@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_interp.schemas.common import AnswerKind, Granularity, Measurement, Provenance, RankBy, Score
 
@@ -95,6 +95,7 @@ class PathPatchResult(Provenance, PathPatchMeasurement):
 
 
 class EdgeRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an input: a key it does not take is refused, never ignored
     writer: str = Field(description="'embed', 'L5H1' or 'L5MLP'.")
     reader: str = Field(description="'L9H3.q', 'L9KV1.k', 'L9KV1.v', 'L9MLP.in' or 'logits'.")
     score: float | None = Field(default=None, description="Ignored here (edge_attribution's score may be passed).")

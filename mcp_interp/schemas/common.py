@@ -97,6 +97,7 @@ PATCH_ANSWER_KIND = ANSWER_KIND + " null: metric 'kl', which scores no answer."
 
 
 class AnyOf(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an input: a key it does not take is refused, never ignored
     any_of: list[str] = Field(description="Alternatives, scored by their summed probability.")
 
 
@@ -177,6 +178,7 @@ TARGETS_DESCRIPTION = "Removed together: " + ", ".join(TARGET_FORMS) + "."
 
 
 class Intervention(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     # Components removed from the measured run: the fields of ``ablate``, described once in the server's instructions
     # (no docstring: it would be repeated in every tool's schema).
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_interp.schemas.common import Measurement, Provenance
 
@@ -182,6 +182,8 @@ class AttributionGraphResult(Provenance, AttributionGraphMeasurement):
 
 class FeatureIntervention(BaseModel):
     """Set (``value``) or scale (``scale``) one feature's activation at one position."""
+
+    model_config = ConfigDict(extra="forbid")  # an input: a key it does not take is refused, never ignored
 
     layer: int = Field(description="The feature's layer, 0-based.")
     position: int = Field(description="Token position, 0-based; negative counts from the end (−1 = last).")

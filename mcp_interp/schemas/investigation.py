@@ -3,10 +3,11 @@ Markdown report of the claims made from its verdicts."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Claim(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an input: a key it does not take is refused, never ignored
     claim: str
     call: int = Field(description="Ledger call id.")
     numbers: list[str] | None = Field(default=None, description="Key numbers cited; default: its verdicts'.")

@@ -1,7 +1,7 @@
 """One HTTP server, many researchers (issue 45): a real server with two principals from a tokens file.
 
 Neither principal can read, list, cancel or export the other's work (another's id gets exactly the error an id never
-stored gets); one's short calls are answered within 2 s while the other's job runs; the Bearer scheme is read in any
+stored gets); one's short calls wait about one step of the other's running job; the Bearer scheme is read in any
 case; bad token files are refused at start naming the line; a not-found error names no server path; two servers on one
 store keep a running job "running (on another server)" and then "done", and call it "lost" only once its heartbeat is
 stale.
@@ -9,6 +9,7 @@ stale.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import secrets
@@ -166,23 +167,61 @@ def never_stored_id(text: str) -> str:
     return match.group(0)
 
 
-async def test_one_principals_short_calls_answer_within_2_s_while_the_others_job_runs(team: int) -> None:
+async def timed_short_call(client: Client) -> float:
+    asked = time.perf_counter()
+    answer = await client.call_tool("logit_diff", SHORT)
+    assert not answer.is_error, text_of(answer)
+    return time.perf_counter() - asked
+
+
+async def test_one_principals_short_calls_wait_about_one_step_of_the_others_job(team: int) -> None:
+    """The guarantee, not the machine's speed: while alice's find_circuit runs, each of bob's short calls waits behind
+    at most about one step of it. Measured in the same run: bob's call on the idle server, and the job's longest
+    stretch without progress (watched through job_status, which never waits for the model) — a stretch that includes
+    any call of bob's served inside it. A call that waited behind the whole job (or many of its steps) would take a
+    multiple of that; one waiting one step takes about it. On a busy machine all three slow down together."""
     async with connected(team, TOKENS["alice"]) as alice, connected(team, TOKENS["bob"]) as bob:
         await bob.call_tool("logit_diff", SHORT)  # the model is loaded
+        idle = max([await timed_short_call(bob) for _ in range(3)])
         job = await started_job(alice, "find_circuit", LONG_JOB)
         await wait_for(alice, job, ("running",))
-        seconds, during = [], 0
-        while (await status(alice, job))["state"] == "running" and len(seconds) < 40:
-            asked = time.perf_counter()
-            answer = await bob.call_tool("logit_diff", SHORT)
-            seconds.append(time.perf_counter() - asked)
-            assert not answer.is_error, text_of(answer)
-            during += (await status(alice, job))["state"] == "running"
+        changes: list[float] = []  # when the job's progress was seen to change
+        seconds: list[float] = []
+        running = True
+
+        async def watch() -> None:
+            nonlocal running
+            seen = None
+            while running:
+                found = await status(alice, job)
+                now = time.perf_counter()
+                if (found["state"], found.get("progress")) != seen:
+                    seen = (found["state"], found.get("progress"))
+                    changes.append(now)
+                running = found["state"] == "running"
+                await anyio.sleep(0.02)
+
+        async def ask() -> None:
+            while running and len(seconds) < 40:
+                seconds.append(await timed_short_call(bob))
+                await anyio.sleep(0.1)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            group.start_soon(ask)
         final = await wait_for(alice, job, ("done",))
-    print(f"\nbob's logit_diff while alice's find_circuit ran: {len(seconds)} calls, max {max(seconds):.2f} s")
-    assert during >= 5, f"only {during} of bob's calls came while alice's job ran"
-    assert max(seconds) < 2.0, f"a short call took {max(seconds):.2f} s behind another principal's job"
-    assert final["elapsed_s"] > 2.0  # the job was long enough for a stalled call to show
+    step = max(b - a for a, b in itertools.pairwise(changes))
+    print(
+        f"\nbob's logit_diff: idle {idle:.2f} s; while alice's find_circuit ran: {len(seconds)} calls, max "
+        f"{max(seconds):.2f} s; the job's longest stretch without progress {step:.2f} s ({len(changes)} changes)"
+    )
+    assert len(seconds) >= 5, f"only {len(seconds)} of bob's calls came while alice's job ran"
+    bound = 2 * idle + 1.5 * step
+    assert len(changes) >= 10 and final["elapsed_s"] > 2 * bound, "the job was too short for a stalled call to show"
+    assert max(seconds) <= bound, (
+        f"a short call took {max(seconds):.2f} s behind another principal's job (idle {idle:.2f} s, the job's longest "
+        f"step {step:.2f} s)"
+    )
 
 
 @pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])

@@ -17,9 +17,12 @@ const report = { protocol: client.getServerVersion(), capabilities: client.getSe
 const { tools } = await client.listTools();
 report.tools = tools.map((t) => t.name);
 const seen = { figure: null, artifact: null, job: null };
+// The SDK's default request timeout is 60 s, which a circuit tool on a busy 2-core machine can exceed: the plan's
+// own timeout (default 10 min), reset by each progress notification, so a working call is never cut off.
+const options = { timeout: plan.timeout_ms ?? 600000, resetTimeoutOnProgress: true, onprogress: () => {} };
 const call = async (tool, args) => {
   try {
-    const result = await client.callTool({ name: tool, arguments: args });
+    const result = await client.callTool({ name: tool, arguments: args }, undefined, options);
     const data = result.structuredContent;
     report.calls.push({ tool, ok: !result.isError, structured: data !== undefined,
       text: (result.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("").slice(0, 300) });
