@@ -6,6 +6,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Several workers share the machine's cores (./run test runs the suite in parallel): one torch thread each, in
+    # the worker and in every server it starts (the variable is inherited), so OpenMP threads never outnumber the
+    # cores and busy-wait against each other.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from collections.abc import AsyncIterator
 from pathlib import Path
