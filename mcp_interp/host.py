@@ -31,10 +31,10 @@ from mcp_interp.core.engine.backend.loader.load import load_model
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.errors import InterpError, ModelLoadError
-from mcp_interp.ledger import Ledger
 from mcp_interp.schemas.common import ModelRef
-from mcp_interp.store import Store
-from mcp_interp.turns import Ticket, Turns
+from mcp_interp.state.ledger import Ledger
+from mcp_interp.state.store import Store
+from mcp_interp.state.turns import Ticket, Turns
 
 log = logging.getLogger(__name__)
 

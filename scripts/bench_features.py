@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-import mcp_interp.paths as paths
+import mcp_interp.state.paths as paths
 from mcp_interp.core.engine.backend.loader.load import load_model
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.saelens import load_sae

@@ -29,7 +29,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-import mcp_interp.paths as paths
+import mcp_interp.state.paths as paths
 from mcp_interp.core.engine.backend.loader.load import load_model
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_mlp_input, hook_mlp_out

@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-first-load", action="store_true", help="Only measure the cached load.")
     args = parser.parse_args()
-    from mcp_interp.folders import cache_dir
+    from mcp_interp.state.folders import cache_dir
 
     rows = []
     if not args.skip_first_load and args.model == "smollm2-135m":

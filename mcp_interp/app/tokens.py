@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mcp_interp.errors import HttpConfigError
-from mcp_interp.folders import PRINCIPAL_NAME
+from mcp_interp.state.folders import PRINCIPAL_NAME
 
 MIN_TOKEN = 16
 TOKEN_ENV = "MCP_INTERP_AUTH_TOKEN"

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from mcp_interp.errors import InputError
-from mcp_interp.ledger import Entry, Ledger
+from mcp_interp.state.ledger import Entry, Ledger
 
 FORMATS = ("py", "ipynb", "md")
 NOT_RERUN = frozenset({"export_investigation", "job_status", "job_cancel"})  # about this session, not the model

@@ -17,7 +17,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from mcp_interp.investigation import ATOL, RTOL, rerun_calls
-from mcp_interp.ledger import Entry
+from mcp_interp.state.ledger import Entry
 
 MAX_ARGUMENTS = 1500  # characters of a call's arguments shown in its Markdown cell (the code cell has them all)
 

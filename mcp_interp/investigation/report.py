@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mcp_interp.errors import InputError
-from mcp_interp.ledger import Entry
+from mcp_interp.state.ledger import Entry
 
 MAX_CLAIMS = 50
 MAX_CLAIM = 1000  # characters of one claim

@@ -10,7 +10,7 @@ import pprint
 from datetime import UTC, datetime
 
 from mcp_interp.investigation import ATOL, RTOL, rerun_calls
-from mcp_interp.ledger import Entry
+from mcp_interp.state.ledger import Entry
 
 
 def script(entries: list[Entry], model: str, fingerprint: str, versions: dict[str, str], notes: list[str]) -> str:

@@ -32,7 +32,7 @@ from mcp_interp.schemas.naming import (
     ScoreExplanationResult,
 )
 from mcp_interp.schemas.sae import SaeFeaturesResult, SaeResult
-from mcp_interp.store import parse_uri
+from mcp_interp.state.store import parse_uri
 
 family = Family("features")
 

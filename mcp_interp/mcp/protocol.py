@@ -46,7 +46,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.mcp.sdk_internals import advertise_list_changed, sdk_get_prompt, sdk_read_resource, serve_method
 from mcp_interp.mcp.toolkit import Toolkit
-from mcp_interp.store import KINDS, MIME_TYPES
+from mcp_interp.state.store import KINDS, MIME_TYPES
 
 log = logging.getLogger(__name__)
 

@@ -39,11 +39,11 @@ from typing import Any
 
 from mcp.types import CallToolResult, TextContent
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.jobs import partial_of
 from mcp_interp.errors import NotFound
 from mcp_interp.schemas.jobs import JobProgress, JobStatus
-from mcp_interp.store import Store, parse_uri
+from mcp_interp.state.store import Store, parse_uri
 
 log = logging.getLogger(__name__)
 

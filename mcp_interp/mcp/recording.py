@@ -1,4 +1,4 @@
-"""Every tool call into its principal's ledger (``mcp_interp.ledger``, in the caller's ``Workspace``), from the one
+"""Every tool call into its principal's ledger (``state.ledger``, in the caller's ``Workspace``), from the one
 place every call passes: ``argument_errors.Server.call_tool`` (over any transport, and for the public Python API, which
 calls it too).
 
@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 from mcp.types import CallToolResult, TextContent
 
 from mcp_interp.host import ModelHost
-from mcp_interp.ledger import VERSIONED, Ledger, uris_at
 from mcp_interp.mcp.toolkit import Toolkit
-from mcp_interp.store import Store, parse_uri
+from mcp_interp.state.ledger import VERSIONED, Ledger, uris_at
+from mcp_interp.state.store import Store, parse_uri
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from mcp_interp.schemas.swap import (
     SwapTrialResult,
     VerifyArtifactResult,
 )
-from mcp_interp.store import parse_uri
+from mcp_interp.state.store import parse_uri
 from mcp_interp.version import __version__
 
 family = Family("swap")

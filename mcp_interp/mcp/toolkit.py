@@ -45,7 +45,7 @@ from mcp_interp.mcp.queue import JobQueue, current_job
 from mcp_interp.mcp.results import DEFAULT_TOP, compact, cut_note, summary_text
 from mcp_interp.mcp.workspace import Workspace, Workspaces, principal_of
 from mcp_interp.schemas.common import Measurement, Provenance
-from mcp_interp.store import MIME_TYPES, URI_PATTERN
+from mcp_interp.state.store import MIME_TYPES, URI_PATTERN
 
 log = logging.getLogger(__name__)
 

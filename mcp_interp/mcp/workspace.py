@@ -17,11 +17,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_interp.folders import principal_dir
 from mcp_interp.host import ModelHost
-from mcp_interp.ledger import Ledger
 from mcp_interp.mcp.queue import JobQueue
-from mcp_interp.store import Store
+from mcp_interp.state.folders import principal_dir
+from mcp_interp.state.ledger import Ledger
+from mcp_interp.state.store import Store
 
 PRINCIPAL_SCOPE = "mcp_interp.principal"  # the ASGI scope key the HTTP transport sets to the token's principal
 

@@ -106,7 +106,7 @@ def test_sequences_under_an_intervention_and_in_ablate(tiny: LoadedModel) -> Non
 
 
 def test_bad_answers_say_how_to_fix_them(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mcp_interp.limits as limits
+    import mcp_interp.state.limits as limits
 
     with pytest.raises(InputError, match="non-empty string"):
         readouts.answer_rank(tiny, PROMPTS, "")

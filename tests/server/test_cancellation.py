@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp import Client
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.host import ModelHost
 from mcp_interp.mcp.server import build_server

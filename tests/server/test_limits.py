@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from mcp import Client
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.components import parse_heads
 from mcp_interp.core.readouts import info

@@ -1,4 +1,4 @@
-"""Client-named paths (``mcp_interp.paths``): read only inside the allowed roots, refused outside them with one
+"""Client-named paths (``mcp_interp.state.paths``): read only inside the allowed roots, refused outside them with one
 message whether or not the path exists; symlinks and ``~`` resolved before the check; over HTTP no root by default.
 The tools that take a path (``sae``, ``transcoders``) give no existence oracle outside the roots either."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-import mcp_interp.limits as limits
-import mcp_interp.paths as paths
+import mcp_interp.state.limits as limits
+import mcp_interp.state.paths as paths
 from mcp_interp.app import cli
 from mcp_interp.core.engine.dictionaries.saelens import resolve_folder
 from mcp_interp.core.engine.dictionaries.transcoder_format import resolve_source

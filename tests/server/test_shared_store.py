@@ -20,8 +20,8 @@ from mcp.types import CallToolResult, TextContent
 from mcp_interp.core.engine.jobs import per_step
 from mcp_interp.host import ModelHost
 from mcp_interp.mcp.queue import STALE_BEATS, JobQueue, StoredJob
-from mcp_interp.store import Store
-from mcp_interp.turns import Turns
+from mcp_interp.state.store import Store
+from mcp_interp.state.turns import Turns
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mcp_interp.errors import NotFound
-from mcp_interp.store import ID_PATTERN, Store
+from mcp_interp.state.store import ID_PATTERN, Store
 
 
 def test_put_get_roundtrip_and_uri(tmp_path: Path) -> None:

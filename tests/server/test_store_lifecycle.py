@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mcp_interp.errors import NotFound
-from mcp_interp.store import Store
+from mcp_interp.state.store import Store
 
 
 def age(store: Store, kind: str, entry_id: str, seconds: int) -> None:
@@ -129,7 +129,7 @@ WORKER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from mcp_interp.store import Store
+    from mcp_interp.state.store import Store
     from mcp_interp.errors import NotFound
 
     root, name, count, bound = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.ablation.targets import (
     Ablation,
     Target,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import pad_token_id, token_ids
 from mcp_interp.core.features.units import NamedFeature

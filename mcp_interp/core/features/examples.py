@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.references import Lookup

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_out
 from mcp_interp.core.engine.text.tokens import Batch, encode

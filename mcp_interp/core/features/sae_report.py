@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.dictionaries.sae import SparseAutoencoder, splice_edits
 from mcp_interp.core.engine.jobs import Job

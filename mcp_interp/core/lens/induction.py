@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_pattern

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.edits import Add, Edit
 from mcp_interp.core.engine.backend.model import LoadedModel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.capabilities import capabilities
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings

@@ -37,9 +37,9 @@ from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.corpora import corpora_dir
 from mcp_interp.errors import InputError
-from mcp_interp.folders import cache_dir
-from mcp_interp.paths import client_path
 from mcp_interp.schemas.swap import FitLensMeasurement, FitSettings, LensInfo
+from mcp_interp.state.folders import cache_dir
+from mcp_interp.state.paths import client_path
 
 LENS_CORPUS = "lens_corpus"
 LENS_FILE_SUFFIX = ".pt"

@@ -60,7 +60,7 @@ from mcp_interp.core.engine.backend.sites import Site
 from mcp_interp.core.engine.dictionaries.sae import ARCHITECTURES, SparseAutoencoder
 from mcp_interp.core.engine.text.tokens import adds_bos
 from mcp_interp.errors import InputError
-from mcp_interp.paths import client_path, existing_inside
+from mcp_interp.state.paths import client_path, existing_inside
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"

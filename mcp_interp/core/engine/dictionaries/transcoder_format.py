@@ -57,7 +57,7 @@ from mcp_interp.core.engine.backend.points import (
 from mcp_interp.core.engine.dictionaries.saelens import same_model
 from mcp_interp.core.engine.dictionaries.transcoders import TRANSCODER_KINDS, ActivationName, Transcoders
 from mcp_interp.errors import InputError
-from mcp_interp.paths import client_path, existing_inside
+from mcp_interp.state.paths import client_path, existing_inside
 
 CONFIG_FILE = "config.yaml"
 MAX_CACHED_SETS = 2  # transcoder sets kept in memory (30 × 1024 features on d_model 576 is ~140 MB)

@@ -25,7 +25,7 @@ from typing import Any, Generic
 
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.backend.forward import Capture

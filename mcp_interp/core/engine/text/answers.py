@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.edits import Edit
 from mcp_interp.core.engine.text.tokens import Batch, token_strings
 from mcp_interp.errors import InputError

@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.errors import InputError
 
 _HEAD_NAME = re.compile(r"^\s*L(\d+)\s*H(\d+)\s*$", re.IGNORECASE)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-import mcp_interp.limits as limits
+import mcp_interp.state.limits as limits
 from mcp_interp.errors import InputError
 
 

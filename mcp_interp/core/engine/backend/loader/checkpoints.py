@@ -17,9 +17,9 @@ from mcp_interp.core.engine.backend.loader.embedded import (
 )
 from mcp_interp.core.engine.backend.loader.tiny import build_tiny
 from mcp_interp.errors import ModelLoadError
-from mcp_interp.folders import cache_dir
 from mcp_interp.names import EMBEDDED_NAME, TINY_NAME, TINY_SEED
 from mcp_interp.schemas.common import ModelSource
+from mcp_interp.state.folders import cache_dir
 
 
 def hub_folder(name: str) -> Path:

@@ -13,8 +13,8 @@ import torch
 
 from mcp_interp.core.engine.backend.loader.atomic import save_atomically
 from mcp_interp.errors import ModelLoadError
-from mcp_interp.folders import cache_dir
 from mcp_interp.names import EMBEDDED_GGUF, EMBEDDED_NAME
+from mcp_interp.state.folders import cache_dir
 
 
 def embedded_gguf_path() -> Path | None:

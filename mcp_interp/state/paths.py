@@ -26,7 +26,7 @@ _roots: tuple[Path, ...] | None = None  # None: the stdio defaults
 
 def stdio_defaults() -> list[Path]:
     """The working directory, the server's cache, the Hugging Face cache and the user's home."""
-    from mcp_interp.folders import cache_dir
+    from mcp_interp.state.folders import cache_dir
 
     hf_home = os.environ.get("HF_HOME", str(Path("~/.cache/huggingface").expanduser()))
     hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or str(Path(hf_home) / "hub")

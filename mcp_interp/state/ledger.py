@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mcp_interp.store import URI_PATTERN
+from mcp_interp.state.store import URI_PATTERN
 
 MAX_ENV = "MCP_INTERP_LEDGER_MAX"
 DEFAULT_MAX = 10_000
