@@ -28,6 +28,7 @@ import anyio
 import anyio.to_thread
 
 from mcp_interp.core.engine.backend.loader.load import load_model
+from mcp_interp.core.engine.backend.loader.program import served_name
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.options import LoadOptions
 from mcp_interp.errors import InterpError, ModelLoadError
@@ -94,10 +95,12 @@ class ModelHost:
         loader: Callable[[str, str, str], LoadedModel] | None = None,
         options: LoadOptions | None = None,
     ) -> None:
-        self.model_name = model_name
+        self.model_name = model_name  # what the loader is given (a compiled program's folder, say)
         self.device = device
         self.dtype = dtype
         self.options = options or LoadOptions()
+        # what clients are told: a compiled program's folder stays hidden with its ground truth
+        self.shown_name = served_name(model_name, self.options.reveal_ground_truth)
         self.store = Store(output_dir)
         self.ledger = Ledger()  # every tool call in this session (not in the store: eviction never drops it)
         self._loader = loader or partial(load_with_options, options=self.options)
@@ -147,7 +150,7 @@ class ModelHost:
         """Block until loaded (for scripts and tests); raise the load error if it failed."""
         self.start_loading()
         if not self._ready.wait(timeout):
-            raise TimeoutError(f"model {self.model_name} still loading after {timeout} s")
+            raise TimeoutError(f"model {self.shown_name} still loading after {timeout} s")
         return self._loaded()
 
     async def model(self, on_wait: WaitCallback | None = None) -> LoadedModel:
@@ -164,13 +167,19 @@ class ModelHost:
     def _loaded(self) -> LoadedModel:
         if self._error is not None:
             if isinstance(self._error, InterpError):
-                raise ModelLoadError(str(self._error))
+                raise ModelLoadError(self._shown(self._error))
             raise ModelLoadError(
-                f"The model {self.model_name!r} failed to load: {type(self._error).__name__}: {self._error}. "
+                f"The model {self.shown_name!r} failed to load: {type(self._error).__name__}: "
+                f"{self._shown(self._error)}. "
                 "Run `mcp-interp doctor` for what is missing and how to fix it."
             )
         assert self._model is not None
         return self._model
+
+    def _shown(self, error: BaseException) -> str:
+        """A load error's text as a client may see it: a hidden program's folder replaced by its served name."""
+        text = str(error)
+        return text if self.shown_name == self.model_name else text.replace(self.model_name, self.shown_name)
 
     # --- running ---------------------------------------------------------------------------
 

@@ -12,6 +12,9 @@ EMBEDDED_WHEEL_VERSION = "0.1.2"
 EMBEDDED_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 TINY_NAME = "tiny"
 TINY_SEED = 0
+# The name a compiled RASP program is served under while its ground truth is hidden: the folder's path (or a node's
+# label in it) would tell a scored agent the answer, so no result, note or error shows it.
+HIDDEN_PROGRAM_NAME = "compiled-program"
 
 
 def describe_model_names() -> str:

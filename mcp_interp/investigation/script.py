@@ -34,6 +34,8 @@ exported {exported}.
 
     python this_script.py            a table: each call, what it compared, and every mismatch
     python this_script.py --json     one JSON object: the recomputed numbers, by call
+    python this_script.py --model M  load the model from M instead (a folder moved, or a compiled program that was
+                                     served with its ground truth hidden, under a name that names no folder)
 
 Each call is rerun through the public API (`mcp_interp.Session`) in the order it was made. A handle (direction://,
 circuit://, …) made by an earlier call is recreated by rerunning that call, and its new URI replaces the old one in
@@ -57,12 +59,13 @@ CALLS = {calls}
 
 def main(argv):
     as_json = "--json" in argv
+    model = argv[argv.index("--model") + 1] if "--model" in argv[:-1] else MODEL
     say = (lambda text: print(text, file=sys.stderr)) if as_json else print
     from mcp_interp.app.rerun import HEADER, Rerun
     from mcp_interp.errors import FingerprintMismatch
 
     try:
-        rerun = Rerun(MODEL, FINGERPRINT, ATOL, RTOL)
+        rerun = Rerun(model, FINGERPRINT, ATOL, RTOL)
     except FingerprintMismatch as exc:
         say(str(exc))
         return 1

@@ -109,7 +109,7 @@ class Toolkit:
         """The loaded model; while it loads, report progress about once a second instead of failing."""
 
         async def report_wait(seconds: float) -> None:
-            message = f"waiting for model {self.host.model_name} to finish loading ({seconds:.0f} s so far)"
+            message = f"waiting for model {self.host.shown_name} to finish loading ({seconds:.0f} s so far)"
             await self.report(ctx, 0, None, message)
 
         with error_boundary():

@@ -44,11 +44,14 @@ class CompiledProgramFacts(BaseModel):
     """A RASP program compiled by tracr (``mcp-interp compile-rasp``): its output at each position is the program's
     value there."""
 
-    output: str = Field(description="The output node's label; the answer is its value at the last position.")
+    output: str | None = Field(
+        default=None,
+        description="The output node's label (--reveal-ground-truth); the answer is its value at the last position.",
+    )
     max_seq_len: int = Field(description="Most input values per prompt (BOS not counted).")
     input_values: list[str]
     output_values: list[str] = Field(description="The possible answers.")
-    n_nodes: int = Field(description="RASP nodes of the program.")
+    n_nodes: int | None = Field(default=None, description="RASP nodes of the program (--reveal-ground-truth).")
     ground_truth: list[dict[str, Any]] | None = Field(
         default=None, description="Per RASP node, its components and residual dimensions (--reveal-ground-truth)."
     )

@@ -26,7 +26,9 @@ PAGE_SIZE = 50
 MAX_KEY_NUMBERS = 5000  # per entry (a returned result is ≤ 16 KB, so this bound is rarely reached)
 MAX_SUMMARY = 1000  # characters of a result's text summary kept in its entry
 MAX_NOTES = 8  # of a result's notes kept in its entry
-NOT_REPRODUCIBLE = frozenset({"elapsed_s", "load_seconds"})  # wall times: recorded once per entry, never compared
+# Wall times, recorded once per entry and never compared: a field named ``…_s`` or ``…_seconds`` (elapsed_s,
+# load_seconds, an attribution graph's forward_s, explain's stage_seconds) and every number inside one.
+WALL_TIME_SUFFIXES = ("_s", "_seconds")
 # Texts a rerun cannot reproduce or need not: its own run id, handles (renamed on a rerun), notes and summaries (they
 # quote handles and timings), paths of its temporary folder, the model's record (its fingerprint is checked apart).
 UNCOMPARED_TEXTS = frozenset({"run_id", "notes", "model", "summary", "created_at", "started_at", "finished_at"})
@@ -38,12 +40,17 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def is_wall_time(path: str) -> bool:
+    """Whether a JSON path (``stage_seconds.dla``, ``runs[0].elapsed_s``) is a wall time or lies inside one."""
+    return any(part.split("[", 1)[0].endswith(WALL_TIME_SUFFIXES) for part in path.split("."))
+
+
 def key_numbers(data: Any) -> dict[str, float]:
     """The numbers of a structured result that a rerun must reproduce, by JSON path (``heads[0].score``,
     ``scores[2][5]``) — defined here only: every number in it but the wall times, at most ``MAX_KEY_NUMBERS``."""
     found: dict[str, float] = {}
     for path, value in _leaves(data, ""):
-        if is_number(value) and path.rsplit(".", 1)[-1] not in NOT_REPRODUCIBLE and len(found) < MAX_KEY_NUMBERS:
+        if is_number(value) and not is_wall_time(path) and len(found) < MAX_KEY_NUMBERS:
             found[path] = value
     return found
 

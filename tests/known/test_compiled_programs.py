@@ -49,10 +49,18 @@ def test_compile_rasp_writes_a_folder_the_server_boots_and_answers_as_the_progra
     out = tmp_path / "hist"
     assert main(["compile-rasp", str(EXAMPLES / "histogram.py"), str(out)]) == 0
     facts = json.loads(capsys.readouterr().out)
-    assert facts["program"]["output_name"] == "hist" and facts["bridge_config"]["attention_dir"] == "bidirectional"
-    for name in ("model.safetensors", "compiled_program.json", "tokenizer.json", "vocabulary.json",
-                 "ground_truth.json", "program.py"):  # fmt: skip
-        assert (out / name).is_file(), name
+    assert facts["ground_truth"]["output"]["name"] == "hist" and facts["ground_truth"]["program_file"] == "histogram.py"
+    assert facts["bridge_config"]["attention_dir"] == "bidirectional"
+    files = {"model.safetensors", "compiled_program.json", "tokenizer.json", "tokenizer_config.json",
+             "special_tokens_map.json", "vocabulary.json", "ground_truth.json"}  # fmt: skip
+    assert {p.name for p in out.iterdir()} <= files and {"model.safetensors", "ground_truth.json"} <= files
+    # only ground_truth.json names a node or the program: the rest is what a hidden serve reads
+    truth = json.loads((out / "ground_truth.json").read_text())
+    assert truth["output"]["name"] == "hist" and truth["program_file"] == "histogram.py"
+    for name in files - {"ground_truth.json", "model.safetensors"}:
+        if (out / name).is_file():
+            text = (out / name).read_text()
+            assert "hist" not in text and "histogram" not in text, name
     vocabulary = json.loads((out / "vocabulary.json").read_text())
     assert vocabulary["input"] == ["a", "b", "c"] and vocabulary["output"] == ["0", "1", "2", "3", "4", "5"]
     program = runpy.run_path(str(EXAMPLES / "histogram.py"))["program"]
@@ -229,9 +237,11 @@ def test_model_info_says_it_is_a_compiled_program_and_keeps_its_ground_truth_bac
 ) -> None:
     program = programs["histogram"]
     info = model_info(program.model)
-    assert info.program is not None and info.program.output.startswith("hist_")
+    assert info.name == "compiled-program" and str(program.folder) not in info.model_dump_json()
+    assert info.program is not None and info.program.output is None and info.program.n_nodes is None
     assert info.program.output_values == ["0", "1", "2", "3", "4", "5"] and info.program.ground_truth is None
     assert "ground_truth" not in json.dumps(info.model_dump(mode="json", exclude_none=True))
+    assert "hist" not in info.model_dump_json()  # the output node's label, hist_1, is the truth's
     assert info.architecture == "TracrProgram" and info.prepends_bos
     available = {(tuple(c.tools), c.option): c for c in info.capabilities}
     assert available[(("sae",), None)].available  # the tool itself; the SAE option is refused:
@@ -245,8 +255,11 @@ def test_model_info_says_it_is_a_compiled_program_and_keeps_its_ground_truth_bac
         entry = next(c for c in info.capabilities if c.tools == [tool] and c.option is None)
         assert entry.available, (tool, entry.reason)
     revealed = load_model(str(program.folder), options=LoadOptions(reveal_ground_truth=True))
-    shown = model_info(revealed).program
-    assert shown is not None and shown.ground_truth == program.truth
+    shown = model_info(revealed)
+    assert shown.name == str(program.folder)
+    assert shown.program is not None and shown.program.ground_truth == program.truth
+    assert shown.program.output is not None and shown.program.output.startswith("hist_")
+    assert shown.program.n_nodes == len(program.truth) and "(output hist_" in shown.notes[0]
 
 
 def test_prompts_are_input_values_and_answers_output_values(programs: dict[str, Program]) -> None:

@@ -39,9 +39,20 @@ PROBE = {
 }
 
 
+def test_wall_times_are_no_key_numbers_wherever_they_sit() -> None:
+    """explain's ``stage_seconds`` and an attribution graph's ``forward_s`` differ on every rerun: a rerun that
+    compared them would call a faithful export a mismatch (found on an exported explain call)."""
+    from mcp_interp.state.ledger import key_numbers
+
+    data = {"mean": 0.5, "elapsed_s": 1.2, "stage_seconds": {"dla": 0.1, "patch": 0.2},
+            "runs": [{"forward_s": 2.0, "score": 3}], "sets": [[1, 2]]}  # fmt: skip
+    assert key_numbers(data) == {"mean": 0.5, "runs[0].score": 3, "sets[0][0]": 1, "sets[0][1]": 2}
+
+
 def expected_key_numbers(data: dict[str, Any]) -> dict[str, float]:
     """The definition, written out again: every number of the result by its JSON path (``a.b[3].c``), but the wall
-    times (elapsed_s, load_seconds) and what lies under ``model`` or ``notes``."""
+    times (a field ending in ``_s`` or ``_seconds``, and what lies inside one) and what lies under ``model`` or
+    ``notes``."""
     numbers: dict[str, float] = {}
     stack: list[tuple[str, Any]] = [("", data)]
     while stack:
@@ -53,7 +64,7 @@ def expected_key_numbers(data: dict[str, Any]) -> dict[str, float]:
         elif (
             isinstance(value, int | float)
             and not isinstance(value, bool)
-            and path.split(".")[-1] not in ("elapsed_s", "load_seconds")
+            and not any(p.split("[")[0].endswith(("_s", "_seconds")) for p in path.split("."))
         ):
             numbers[path] = value
     return numbers

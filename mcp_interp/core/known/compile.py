@@ -13,9 +13,12 @@ unembedding's rows are placed at the tokens' ids (a token outside the input spac
 output space has no unembedding row, logit 0). Output values come first, in the output encoder's order, so the
 argmax of an all-zero output row is tracr's own decoding (the first output value).
 
-The folder: ``model.safetensors`` (TransformerLens' native state dict), ``compiled_program.json`` (the bridge config,
-the program's facts), ``tokenizer.json`` and its config, ``vocabulary.json`` (input and output values),
-``ground_truth.json`` and a copy of the program file. Serving it needs TransformerLens only, not tracr.
+The folder: ``model.safetensors`` (TransformerLens' native state dict), ``compiled_program.json`` (the bridge config
+and what a served program may state: its length and special tokens), ``tokenizer.json`` and its config,
+``vocabulary.json`` (input and output values), and ``ground_truth.json``: the output node, every node's label, its
+components and residual dimensions, and the program's file name. Only the ground truth names a node or the program,
+so a serve with the truth hidden (the default) never reads it; the program source is not copied at all. Serving needs
+TransformerLens only, not tracr.
 """
 
 from __future__ import annotations
@@ -354,7 +357,8 @@ def tracr_version() -> str:
 
 def write_folder(compiled: Compiled, out: Path, program_file: Path | None = None) -> dict[str, Any]:
     """Write ``out`` (see the module docstring) atomically: built in a sibling temporary folder, then renamed; an
-    existing ``out`` that is a compiled program is replaced, anything else refused. Returns the folder's facts."""
+    existing ``out`` that is a compiled program is replaced, anything else refused. Returns the folder's facts and the
+    ground truth's summary (output node, node count, program file) for the one who compiled it."""
     from safetensors.torch import save_file
 
     vocab = vocabulary(compiled)
@@ -362,21 +366,22 @@ def write_folder(compiled: Compiled, out: Path, program_file: Path | None = None
     truth = ground_truth(compiled)
     check_against_weights(truth, written_dims(state, fields["n_layers"], fields["n_heads"], fields["d_head"]))
     output = next(entry for entry in truth if entry["output"])
-    facts = {
+    facts = {  # what a hidden serve reads: nothing here names a node or the program
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "bridge_config": fields,
         "program": {
-            "output_label": compiled.program.label,
-            "output_name": compiled.program.name,
-            "output_components": output["writes"],
             "max_seq_len": compiled.max_seq_len,
             "compiler_bos": compiled.compiler_bos,
             "compiler_pad": compiled.compiler_pad,
-            "n_nodes": len(truth),
-            "file": program_file.name if program_file is not None else None,
             "tracr": tracr_version(),
         },
+    }
+    ground = {  # the scorer's and a revealed serve's only
+        "output": {"label": compiled.program.label, "name": compiled.program.name, "components": output["writes"]},
+        "n_nodes": len(truth),
+        "program_file": program_file.name if program_file is not None else None,
+        "nodes": truth,
     }
     if out.exists() and not (out / MARKER).is_file():
         raise CompileError(f"{out} exists and is not a compiled program: pass a new folder (or remove it).")
@@ -389,15 +394,13 @@ def write_folder(compiled: Compiled, out: Path, program_file: Path | None = None
         vocabulary_json = {"input": vocab.input_values, "output": vocab.output_values, "tokens": vocab.tokens,
                            "bos": vocab.bos, "pad": vocab.pad, "unk": vocab.unk}  # fmt: skip
         (staging / "vocabulary.json").write_text(json.dumps(vocabulary_json, indent=2) + "\n", encoding="utf-8")
-        (staging / "ground_truth.json").write_text(json.dumps({"nodes": truth}, indent=2) + "\n", encoding="utf-8")
-        if program_file is not None:
-            shutil.copyfile(program_file, staging / "program.py")
+        (staging / "ground_truth.json").write_text(json.dumps(ground, indent=2) + "\n", encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return facts
+    return {**facts, "ground_truth": {k: v for k, v in ground.items() if k != "nodes"}}
 
 
 def compile_rasp(program_file: Path, out: Path) -> dict[str, Any]:

@@ -88,26 +88,29 @@ def info_notes(model: LoadedModel) -> list[str]:
     program = model.backend.program
     if program is None:
         return []
+    truth = program.truth
+    output = f" (output {truth.output_label})" if truth is not None else ""  # a hidden truth names no node
     return [
-        f"A RASP program compiled by tracr (output {program.output_label}): its mechanism is fixed by construction. "
+        f"A RASP program compiled by tracr{output}: its mechanism is fixed by construction. "
         "The logit of the output value is about 1 and of every other output value about 0; tokens that are not "
         "output values have logit 0. Tools that need text or a trained model's features are refused (capabilities)."
     ]
 
 
 def program_facts(model: LoadedModel) -> CompiledProgramFacts | None:
-    """A compiled program's facts; its ground truth only when the server was started with --reveal-ground-truth (so
-    an assistant can be scored on finding it)."""
+    """A compiled program's facts; its output node and ground truth only when the server was started with
+    --reveal-ground-truth (hidden, an assistant can be scored on finding them)."""
     program = model.backend.program
     if program is None:
         return None
+    truth = program.truth
     return CompiledProgramFacts(
-        output=program.output_label,
+        output=truth.output_label if truth is not None else None,
         max_seq_len=program.max_seq_len,
         input_values=list(program.input_values),
         output_values=list(program.output_values),
-        n_nodes=program.n_nodes,
-        ground_truth=program.ground_truth if program.reveal else None,
+        n_nodes=truth.n_nodes if truth is not None else None,
+        ground_truth=truth.nodes if truth is not None else None,
     )
 
 

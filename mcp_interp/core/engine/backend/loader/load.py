@@ -34,7 +34,7 @@ from mcp_interp.core.engine.backend.local import LocalBackend
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.options import LoadOptions, parse_dtype
 from mcp_interp.errors import ModelLoadError
-from mcp_interp.names import EMBEDDED_HF_NAME, EMBEDDED_NAME, TINY_NAME
+from mcp_interp.names import EMBEDDED_HF_NAME, EMBEDDED_NAME, HIDDEN_PROGRAM_NAME, TINY_NAME
 from mcp_interp.schemas.common import ModelSource
 
 
@@ -47,6 +47,11 @@ def load_model(
     _check_device(device)
     if is_compiled_program(Path(name).expanduser()):
         return load_program(name, Path(name).expanduser(), device, dtype, options)
+    if name == HIDDEN_PROGRAM_NAME:
+        raise ModelLoadError(
+            f"{HIDDEN_PROGRAM_NAME!r} is the name a compiled RASP program is served under while its ground truth is "
+            "hidden: it names no folder. Pass the program's folder (an exported script takes `--model FOLDER`)."
+        )
     if options is not None:
         options.check()
         if options.backend != "transformers" or options.placed:

@@ -11,7 +11,10 @@ What differs from a language model, and where it is handled:
   tokenization rule (``ProgramVocabulary``), naming the values;
 * answers are output values, one token each (" 2" or "2"): the rule refuses anything else;
 * a batch's padding is masked out of attention (``CompiledBackend``): the model is not causal, so a real position
-  would otherwise read the padding after it.
+  would otherwise read the padding after it;
+* the ground truth (``ground_truth.json``: every node's label, its components, the program's file name) is read only
+  when revealed (``--reveal-ground-truth``). Hidden, the program is served as ``HIDDEN_PROGRAM_NAME``: no result,
+  note or error names its folder or a node, so an agent scored against the truth cannot read it off a call.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from mcp_interp.core.engine.backend.loader.fingerprints import weights_fingerpri
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.options import LoadOptions, parse_dtype
 from mcp_interp.errors import ModelLoadError
+from mcp_interp.names import HIDDEN_PROGRAM_NAME
 
 MARKER = "compiled_program.json"
 BRIDGE_FIELDS = ("n_layers", "d_model", "d_head", "n_ctx", "d_mlp", "n_heads", "act_fn", "attention_dir",
@@ -50,19 +54,25 @@ class ProgramVocabulary:
 
 
 @dataclass(frozen=True)
-class CompiledProgram:
-    """The facts of a compiled program the server states (model_info), and the ground truth it keeps back."""
+class GroundTruth:
+    """What a scorer needs and a hidden serve never reads: the output node and every node's components."""
 
-    folder: Path
     output_label: str
     output_name: str
+    output_components: tuple[str, ...]
+    n_nodes: int
+    nodes: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """The facts of a compiled program the server states (model_info); ``truth`` only when it was revealed."""
+
     max_seq_len: int
     input_values: tuple[str, ...]
     output_values: tuple[str, ...]
-    n_nodes: int
     tracr: str
-    ground_truth: list[dict[str, Any]]
-    reveal: bool = False  # --reveal-ground-truth: model_info carries ``ground_truth``
+    truth: GroundTruth | None = None  # --reveal-ground-truth: model_info carries it
 
 
 def tracr_bridge_weights(
@@ -98,11 +108,29 @@ def is_compiled_program(path: Path) -> bool:
     return path.is_dir() and (path / MARKER).is_file()
 
 
-def read_program(folder: Path) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+def served_name(name: str, reveal: bool) -> str:
+    """The name a model is served under: a compiled program's folder is hidden unless its truth is revealed."""
+    return name if reveal or not is_compiled_program(Path(name).expanduser()) else HIDDEN_PROGRAM_NAME
+
+
+def read_program(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The folder's bridge config and program facts, and its vocabulary: all a hidden serve reads."""
     facts = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     vocabulary = json.loads((folder / "vocabulary.json").read_text(encoding="utf-8"))
-    truth = json.loads((folder / "ground_truth.json").read_text(encoding="utf-8"))["nodes"]
-    return facts, vocabulary, truth
+    return facts, vocabulary
+
+
+def read_ground_truth(folder: Path) -> GroundTruth:
+    """``ground_truth.json``: read by the scorer and by a revealed serve only."""
+    truth = json.loads((folder / "ground_truth.json").read_text(encoding="utf-8"))
+    output = truth["output"]
+    return GroundTruth(
+        output_label=str(output["label"]),
+        output_name=str(output["name"]),
+        output_components=tuple(output["components"]),
+        n_nodes=int(truth["n_nodes"]),
+        nodes=list(truth["nodes"]),
+    )
 
 
 def load_tokenizer(folder: Path, vocabulary: dict[str, Any], max_seq_len: int) -> Any:
@@ -130,28 +158,24 @@ def boot_program(
     from transformer_lens.config.transformer_bridge_config import TransformerBridgeConfig
     from transformer_lens.model_bridge.sources import boot_native  # TransformerBridge.boot_native
 
-    facts, vocabulary, truth = read_program(folder)
+    facts, vocabulary = read_program(folder)
     program = facts["program"]
     tokenizer = load_tokenizer(folder, vocabulary, int(program["max_seq_len"]))
     cfg = TransformerBridgeConfig(**facts["bridge_config"])
-    bridge = boot_native(cfg, tokenizer=tokenizer, device=device, dtype=dtype,
-                                           model_name=folder.name)  # fmt: skip
+    shown = served_name(str(folder), reveal)
+    tokenizer.name_or_path = shown  # the folder's path would otherwise travel with the tokenizer
+    bridge = boot_native(cfg, tokenizer=tokenizer, device=device, dtype=dtype, model_name=shown)
     state = {k: v.to(device=device, dtype=dtype) for k, v in load_file(str(folder / "model.safetensors")).items()}
     result = bridge.load_state_dict(state, strict=False)
     if result.unexpected_keys:
-        raise RuntimeError(f"{folder}: weights the bridge does not know: {result.unexpected_keys[:5]}")
+        raise ValueError(f"weights the bridge does not know: {result.unexpected_keys[:5]}")
     bridge.eval()
     compiled = CompiledProgram(
-        folder=folder,
-        output_label=program["output_label"],
-        output_name=program["output_name"],
         max_seq_len=int(program["max_seq_len"]),
         input_values=tuple(vocabulary["input"]),
         output_values=tuple(vocabulary["output"]),
-        n_nodes=int(program["n_nodes"]),
         tracr=str(program.get("tracr", "unknown")),
-        ground_truth=truth,
-        reveal=reveal,
+        truth=read_ground_truth(folder) if reveal else None,
     )
     return bridge, tokenizer, compiled
 
@@ -159,21 +183,24 @@ def boot_program(
 def load_program(name: str, folder: Path, device: str, dtype: str, options: LoadOptions | None = None) -> LoadedModel:
     """A compile-rasp folder as a ``LoadedModel`` on the compiled backend (the transformers backend, one device)."""
     options = options or LoadOptions()
+    reveal = options.reveal_ground_truth
+    where = str(folder) if reveal else "The compiled program"  # a hidden program's path names no node, nor its folder
     if options.backend != "transformers" or options.placed:
         raise ModelLoadError(
-            f"{folder} is a compiled RASP program: it runs on the transformers backend on one device (it is a few "
+            f"{where} is a compiled RASP program: it runs on the transformers backend on one device (it is a few "
             "kilobytes); drop --backend, --device-map, --max-memory and --offload-folder."
         )
     started = time.perf_counter()
     try:
-        bridge, tokenizer, program = boot_program(folder, device, parse_dtype(dtype), options.reveal_ground_truth)
+        bridge, tokenizer, program = boot_program(folder, device, parse_dtype(dtype), reveal)
     except (OSError, KeyError, ValueError, json.JSONDecodeError) as exc:
+        detail = f"{type(exc).__name__}: {exc}" if reveal else type(exc).__name__
         raise ModelLoadError(
-            f"{folder} looks like a compiled RASP program ({MARKER}) but cannot be loaded: {type(exc).__name__}: "
-            f"{exc}. Compile it again with `mcp-interp compile-rasp PROGRAM.py {folder}`."
+            f"{where} looks like a compiled RASP program ({MARKER}) but cannot be loaded: {detail}. Compile it again "
+            "with `mcp-interp compile-rasp PROGRAM.py OUT`."
         ) from exc
     return LoadedModel(
-        name=name,
+        name=served_name(name, reveal),
         source="local",  # a local folder; model_info.program says it is a compiled program
         backend=CompiledBackend(bridge, device, int(tokenizer.pad_token_id), program),
         tokenizer=tokenizer,
