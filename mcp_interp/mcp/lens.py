@@ -78,9 +78,9 @@ async def dla(
 @family.tool(view="attention")
 async def attention(
     prompt: str,
-    layer: int,
-    head: Annotated[int, Field(description="Query head.")],
+    head: Annotated[int | str, Field(description="'L9H3', or a query head's index within `layer`.")],
     ctx: ToolContext,
+    layer: Annotated[int | None, Field(description="Needed when `head` is an index.")] = None,
 ) -> Annotated[CallToolResult, AttentionResult]:
     """One head's attention pattern and what the answer position attends to."""
     kit = Toolkit.of(ctx)
@@ -90,7 +90,7 @@ async def attention(
     measurement.figure_uri, link = await kit.draw(attention_plot(measurement))
     result = kit.with_provenance(AttentionResult, measurement, started)
     tops = ", ".join(f"{t.token!r}@{t.position} {t.weight:.2f}" for t in result.top_attended)
-    return kit.finish(result, f"L{layer}H{head} at the answer position attends to: {tops}", [link])
+    return kit.finish(result, f"L{result.layer}H{result.head} at the answer position attends to: {tops}", [link])
 
 
 @family.tool(view="heads-heatmap")

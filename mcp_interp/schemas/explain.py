@@ -20,8 +20,8 @@ class CausalHead(BaseModel):
     attribution_estimate: float | None = None
     dla: float = Field(description="The head's direct logit attribution in the clean run (what it writes there).")
     patch_effect: float = Field(
-        description="Total effect of the patch in logits: patched − corrupt logit difference (direct + through later "
-        "layers)."
+        description="Total effect of the patch in logits: patched − corrupt logit difference (direct + through what "
+        "reads it after: its layer's MLP and later layers)."
     )
     direct_effect: float = Field(
         description="The part of patch_effect read directly from the head's changed output: DLA of "

@@ -23,6 +23,9 @@ class LensLayer(BaseModel):
     top: list[TokenProb] = Field(description="Top-k tokens of the final norm + unembedding of this residual.")
     target_prob: float
     target_rank: int = Field(description="Tokens with a strictly higher logit; 0 = top-1.")
+    target_tied: int = Field(
+        default=0, description="Other tokens with the target's logit: rank 0 with ties is no top-1."
+    )
 
 
 class LogitLensMeasurement(Measurement):
@@ -32,8 +35,8 @@ class LogitLensMeasurement(Measurement):
     answer_position: int
     layers: list[LensLayer]
     first_top1_layer: int | None = Field(
-        description="First layer (as in layers[].layer; −1 = the embedding) from which the target is top-1 to the "
-        "end; null if never."
+        description="First layer (as in layers[].layer; −1 = the embedding) from which the target is top-1, untied, "
+        "to the end; null if never."
     )
     final_prob: float = Field(description="The target's probability in the model's real output.")
     figure_uri: str | None = None

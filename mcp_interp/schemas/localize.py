@@ -102,8 +102,9 @@ class PatchMeasurement(Measurement):
     tokens: list[PositionToken] = Field(description="Every position of the (padded) batch, with its tokens.")
     differing_positions: list[list[int]] = Field(description="Per pair: token positions where clean ≠ corrupt.")
     skipped_positions: list[int] = Field(
-        description="Positions before the first token where any pair differs: clean and corrupt activations "
-        "are identical there, so their patch is a no-op; reported as score 0 without being run."
+        description="Positions before the first where any pair differs, in a causal model: clean and corrupt "
+        "activations are identical there, so a patch is a no-op; score 0 in the grids, not run, not in cells. Empty "
+        "where attention is bidirectional (every position is run)."
     )
     scores: list[list[float | None]] | None = Field(
         default=None,
@@ -121,7 +122,7 @@ class PatchMeasurement(Measurement):
         default=None,
         description="[layer][head][position] mean patched metric, same layout as `head_scores`." + STORED_GRID,
     )
-    cells: list[PatchCell] = Field(description="Cells by |score|, per-example values for the top 10.")
+    cells: list[PatchCell] = Field(description="Cells run, by |score|, per-example values for the top 10.")
     verified: list[VerifiedCell] | None = Field(
         default=None, description="With attribution and verify_top: exact scores of the top cells."
     )

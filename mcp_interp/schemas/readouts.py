@@ -189,10 +189,11 @@ class AnswerRankExample(BaseModel):
         description="Tokens with a strictly higher logit; 0 = top-1 (ties count for the answer). Sequence "
         "answers: the rank of the first token (of the best-ranked alternative of a set)."
     )
+    tied: int = Field(default=0, description="Other tokens whose logit equals the answer's (a shared rank).")
     log_prob: float = Field(description="log P(correct) at the answer position, ≤ 0 (sequences: teacher-forced).")
     prob: float
-    top1_token: str
-    top1_id: int
+    top1_token: str | None = Field(description="null when several tokens share the top logit (a flat output).")
+    top1_id: int | None
 
 
 class AnswerRankMeasurement(Measurement):

@@ -178,18 +178,24 @@ def test_direct_effect_is_the_dla_of_the_heads_change_computed_by_hand(tiny: Loa
         assert head.patch_effect == pytest.approx(patched.patched_logit_diff - corrupt_ld, abs=1e-4)
 
 
+LATER = "later components (its layer's MLP, later layers)"
+LAST = "its layer's MLP (the last layer)"
+
+
 @pytest.mark.parametrize(
-    ("total", "direct", "expected"),
+    ("total", "direct", "last", "expected"),
     [
-        (1.0, 0.9, "acts mostly directly"),
-        (1.0, 0.1, "acts mostly through later layers"),
-        (1.0, -0.5, "acts mostly through later layers"),  # its direct effect opposes the total
-        (-2.0, -1.0, "acts both directly and through later layers"),
+        (1.0, 0.9, False, "acts mostly directly"),
+        (1.0, 0.1, False, f"acts mostly through {LATER}"),
+        (1.0, -0.5, False, f"acts mostly through {LATER}"),  # its direct effect opposes the total
+        (-2.0, -1.0, False, f"acts both directly and through {LATER}"),
+        (1.0, 0.1, True, f"acts mostly through {LAST}"),  # a head in the last layer has no later layer to act through
     ],
 )
-def test_route_findings_on_constructed_effects(total: float, direct: float, expected: str) -> None:
-    sentence = route_finding("L3H1", total, direct)
+def test_route_findings_on_constructed_effects(total: float, direct: float, last: bool, expected: str) -> None:
+    sentence = route_finding("L3H1", total, direct, last)
     assert sentence is not None and sentence.startswith(f"L3H1 {expected}:")
+    assert ("later layers" in sentence) is not last
     assert f"{total:+.3f}" in sentence and f"{direct:+.3f}" in sentence and f"{total - direct:+.3f}" in sentence
 
 

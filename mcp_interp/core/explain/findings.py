@@ -41,18 +41,20 @@ NEGLIGIBLE_EFFECT = 0.1  # logits: a patch that moves the logit difference less 
 MOSTLY = 0.25  # a share below this of the total effect is "a small part"
 
 
-def route_finding(head: str, total: float, direct: float) -> str | None:
-    """How a head's patch effect reaches the logits: directly, through later layers, or both (None if negligible)."""
+def route_finding(head: str, total: float, direct: float, last_layer: bool = False) -> str | None:
+    """How a head's patch effect reaches the logits: directly, or through what reads it after (its own layer's MLP,
+    and later layers unless the head is in the last one); None if negligible."""
     if abs(total) < NEGLIGIBLE_EFFECT:
         return None
     indirect = total - direct
+    after = "its layer's MLP (the last layer)" if last_layer else "later components (its layer's MLP, later layers)"
     numbers = f"patching it moves the logit difference by {total:+.3f}, of which {direct:+.3f} is its changed output "
-    numbers += f"read directly by the unembedding and {indirect:+.3f} passes through later layers"
+    numbers += f"read directly by the unembedding and {indirect:+.3f} passes through {after}"
     if abs(indirect) <= MOSTLY * abs(total):
         return f"{head} acts mostly directly: {numbers}."
     if abs(direct) <= MOSTLY * abs(total) or direct * total < 0:
-        return f"{head} acts mostly through later layers: {numbers}."
-    return f"{head} acts both directly and through later layers: {numbers}."
+        return f"{head} acts mostly through {after}: {numbers}."
+    return f"{head} acts both directly and through {after}: {numbers}."
 
 
 def layer_words(layer: int) -> str:

@@ -164,11 +164,17 @@ class ExplainJob(Job[ExplainMeasurement]):
         assert lens is not None and attribution is not None
         final = lens.layers[-1]
         reading = self._reading()
+        tie = f", tied with {final.target_tied} other token(s)" if final.target_tied else ""
         findings = [
-            f"The model gives {lens.target!r} probability {lens.final_prob:.3f} (rank {final.target_rank}); "
+            f"The model gives {lens.target!r} probability {lens.final_prob:.3f} (rank {final.target_rank}{tie}); "
             f"logit({lens.target!r}) − logit({attribution.baseline!r}) = {attribution.measured:+.3f}."
         ]
-        if lens.first_top1_layer is None:
+        if lens.first_top1_layer is None and final.target_rank == 0 and final.target_tied:
+            findings.append(
+                f"{lens.target!r} shares the top logit with {final.target_tied} other token(s) at the last layer: the "
+                "output is tied (flat where every value shares it), so the model predicts no single value here."
+            )
+        elif lens.first_top1_layer is None:
             findings.append(
                 f"In the logit lens {lens.target!r} is not top-1 at the last layer, so it never settles as the "
                 "model's prediction."
@@ -197,7 +203,12 @@ class ExplainJob(Job[ExplainMeasurement]):
                 f"Patching each head's output from the prompt into the corrupt one ({self.corrupt!r}; "
                 f"clean−corrupt gap {gap:+.3f}) restores: {listed}."
             )
-            findings += [s for c in causal[:3] if (s := route_finding(c.head, c.patch_effect, c.direct_effect))]
+            in_last = {h.head for h in self.patching.heads if h.layer == self.model.cfg.n_layers - 1}
+            findings += [
+                s
+                for c in causal[:3]
+                if (s := route_finding(c.head, c.patch_effect, c.direct_effect, c.head in in_last))
+            ]
             findings += reading.findings() if reading is not None else []
         for att in self.attentions[:3]:
             top = att.top_attended[0]
@@ -209,7 +220,7 @@ class ExplainJob(Job[ExplainMeasurement]):
             "DLA and attention patterns are correlational; only patching (or ablation) tests a causal role.",
             "All numbers come from one prompt; check them on more prompts (patch_heads and ablate_head take lists).",
         ]
-        if final.target_rank == 0:
+        if final.target_rank == 0 and not final.target_tied:
             caveats.append(
                 "The answer is already top-1, so its rank is saturated; the logit difference is the measure to watch."
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mcp_interp.core.engine.ablation.baselines import component_baseline
+from mcp_interp.core.engine.ablation.baselines import component_baseline, no_random_sets
 from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
 from mcp_interp.core.engine.ablation.targets import Ablation
 from mcp_interp.core.engine.backend.capabilities import require
@@ -31,6 +31,8 @@ def ablate_heads(
     outcome = ablation_outcome(model, prompts, parsed, correct, incorrect)
     measurement = AblateHeadMeasurement(heads=[str(h) for h in parsed.heads], **dict(outcome))
     baseline = component_baseline(model, prompts, parsed, correct, incorrect, random_draws)
+    if baseline is None and (why := no_random_sets(model, parsed, random_draws)):
+        measurement.notes.append(why)
     if baseline is not None:
         measurement.random_baseline = baseline
         ordered = sorted(baseline.draws)

@@ -125,10 +125,10 @@ class PatchHeadsJob(PatchingJob[PatchHeadsMeasurement]):
         else:
             base = outcome.corrupt_batch if self.direction == "denoise" else outcome.clean_batch
             mask = position_mask(self.positions, base.attention_mask, base.answer_positions)
-            if not bool(mask[:, outcome.first_diff :].any()):
+            if not bool(mask[:, outcome.first_run :].any()):  # first_run is 0 where attention is bidirectional
                 notes.append(
                     f"All patched positions come before the first position where the pairs differ "
-                    f"({outcome.first_diff}): clean and corrupt activations are identical there, so every patch "
-                    "is a no-op."
+                    f"({outcome.first_diff}): attention is causal, so clean and corrupt activations are identical "
+                    "there and every patch is a no-op."
                 )
         return notes

@@ -7,17 +7,21 @@ import torch
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import hook_pattern
-from mcp_interp.core.engine.text.components import parse_head
+from mcp_interp.core.engine.text.components import resolve_head
 from mcp_interp.core.engine.text.conventions import FirstKeyAttention, attention_sink_note
 from mcp_interp.core.engine.text.tokens import token_strings
 from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
 from mcp_interp.schemas.lens import AttendedToken, AttentionMeasurement
 
 
-def attention(model: LoadedModel, prompt: str, layer: int, head: int, top_k: int = 5) -> AttentionMeasurement:
+def attention(
+    model: LoadedModel, prompt: str, layer: int | None, head: int | str, top_k: int = 5
+) -> AttentionMeasurement:
+    """One head's pattern: ``head`` is ``"L9H3"`` (``layer`` then optional) or an index within ``layer``."""
     require(model.backend, "attention")
     cfg = model.cfg
-    parse_head({"layer": layer, "head": head}, cfg.n_layers, cfg.n_heads)
+    chosen = resolve_head(head, layer, cfg.n_layers, cfg.n_heads)
+    layer, head = chosen.layer, chosen.head
     batch = single_prompt(model, prompt)
     names = [hook_pattern(other) for other in range(cfg.n_layers)]  # every layer's, to see where the sink sits
     _, cache = read_run(model, batch.input_ids, names, logits=False)

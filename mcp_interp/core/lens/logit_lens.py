@@ -7,6 +7,7 @@ import torch
 from mcp_interp.core.engine.backend.capabilities import require
 from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.backend.points import HOOK_EMBED, hook_out
+from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.text.answers import resolve_answer
 from mcp_interp.core.lens.reading import CORRELATIONAL, read_run, single_prompt
 from mcp_interp.errors import InputError
@@ -44,6 +45,7 @@ def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k
     stack = torch.stack([cache[name][0, position] for name in names])  # [n_layers + 1, d_model]
     lens_logits = _unembed(model, stack).to(torch.float64)
     probs = torch.softmax(lens_logits, dim=-1)
+    tied = metrics.ties_with(lens_logits, [target_id] * lens_logits.shape[0])
     rows = []
     for i, layer in enumerate(range(EMBED_LAYER, n_layers)):  # row 0: the embedding; row i: block i − 1's output
         top = torch.topk(probs[i], top_k)
@@ -57,11 +59,12 @@ def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k
                 ],
                 target_prob=float(probs[i, target_id]),
                 target_rank=int((lens_logits[i] > lens_logits[i, target_id]).sum()),
+                target_tied=int(tied[i]),
             )
         )
-    first = None
+    first = None  # a shared first place (a flat or tied row) is not top-1
     for i in range(len(rows)):
-        if all(row.target_rank == 0 for row in rows[i:]):
+        if all(row.target_rank == 0 and row.target_tied == 0 for row in rows[i:]):
             first = rows[i].layer
             break
     notes = [CORRELATIONAL.format(what="The logit lens")]
@@ -70,7 +73,19 @@ def logit_lens(model: LoadedModel, prompt: str, target: str | None = None, top_k
         "low early probabilities mean 'not yet linearly readable', not 'absent'."
     )
     model_top = int(final.argmax())
-    if model_top != target_id:
+    sharing = int(metrics.top_ties(final.unsqueeze(0))[0])
+    if sharing > 1:
+        notes.append(
+            f"The model's output here is flat or tied: {sharing} tokens share the top logit, so it has no top-1 "
+            "(no value)" + ("; the target was picked among them by index." if target is None else ".")
+        )
+    tied_rows = [row.layer for row in rows if row.target_rank == 0 and row.target_tied > 0]
+    if tied_rows:
+        notes.append(
+            f"At layer(s) {', '.join(layer_label(x) for x in tied_rows[:6])} the target shares the top logit with "
+            "other tokens: a tie, not top-1 (target_tied)."
+        )
+    if model_top != target_id and sharing == 1:
         notes.append(f"The target is not the model's top-1 (which is {model.tokenizer.decode([model_top])!r}).")
     return LogitLensMeasurement(
         prompt=prompt,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mcp_interp.core.engine.ablation.baselines import random_baseline
+from mcp_interp.core.engine.ablation.baselines import no_random_sets, random_baseline
 from mcp_interp.core.engine.ablation.effect import ablation_outcome, parsed_ablation
 from mcp_interp.core.engine.ablation.targets import Ablation
 from mcp_interp.core.engine.backend.model import LoadedModel
@@ -44,6 +44,8 @@ def ablate(
         measurement.projections = direction_projections(model, prompts, parsed)
         measurement.notes.extend(projection_notes(measurement.projections, parsed.method))
     baseline = random_baseline(model, prompts, parsed, correct, incorrect, random_draws)
+    if baseline is None and (why := no_random_sets(model, parsed, random_draws)):
+        measurement.notes.append(why)
     if baseline is not None:
         measurement.random_baseline = baseline
         measurement.notes.append(compare_with_random(parsed, baseline))

@@ -52,7 +52,7 @@ class PatchReport:
 
     def measurement(self, outcome: PatchOutcome, layers: list[int], positions: list[int]) -> PatchMeasurement:
         cells, patched, clean_m, corrupt_m = outcome.cells, outcome.patched, outcome.clean, outcome.corrupt
-        first_diff, diffs = outcome.first_diff, outcome.diffs
+        first_diff, first_run, diffs = outcome.first_diff, outcome.first_run, outcome.diffs
         tokens = position_tokens(self.tokenizer, outcome.clean_batch, outcome.corrupt_batch, diffs)
         verified = None
         if outcome.verified is not None:
@@ -76,7 +76,7 @@ class PatchReport:
             grid = [[None] * len(tokens) for _ in range(self.n_layers)]
             patched_grid = [[None] * len(tokens) for _ in range(self.n_layers)]
         for cell, score, row in zip(cells, scores, patched, strict=True):
-            value = 0.0 if cell.position is not None and cell.position < first_diff else finite(score.value)
+            value = 0.0 if cell.position is not None and cell.position < first_run else finite(score.value)
             if cell.position is None:
                 continue
             if head_grid is not None and head_patched is not None and cell.channel is not None:
@@ -85,7 +85,12 @@ class PatchReport:
             elif grid is not None and patched_grid is not None:
                 grid[cell.layer][cell.position] = value
                 patched_grid[cell.layer][cell.position] = float(row.mean())
-        order = ranked_scores(patched, clean_m, corrupt_m, self.direction)
+        # Cells before first_run were not run (a causal model's no-ops): they are in the grids as 0, never listed.
+        order = [
+            i
+            for i in ranked_scores(patched, clean_m, corrupt_m, self.direction)
+            if (p := cells[i].position) is None or p >= first_run
+        ]
         rows = []
         for rank, i in enumerate(order):
             cell = cells[i]
@@ -117,7 +122,7 @@ class PatchReport:
             corrupt=metrics.score_of(corrupt_m),
             tokens=tokens,
             differing_positions=[d.positions for d in diffs],
-            skipped_positions=[p for p in positions if p < first_diff] if self.component != "mlp_neurons" else [],
+            skipped_positions=[p for p in positions if p < first_run] if self.component != "mlp_neurons" else [],
             scores=grid,
             patched=patched_grid,
             head_scores=head_grid,

@@ -213,20 +213,29 @@ def answer_rank(
     else:
         log_prob = metrics.answer_logprob(logits, first)
     top1 = _top1(model, logits)
+    tied, sharing_top = metrics.ties_with(logits, first), metrics.top_ties(logits)
     examples = [
         AnswerRankExample(
             prompt=batch.texts[i],
             correct=describe(model.tokenizer, answers[i]),
             correct_id=first[i],
             rank=int(rank.per_example[i]),
+            tied=int(tied[i]),
             log_prob=log_prob.per_example[i],
             prob=float(torch.tensor(log_prob.per_example[i], dtype=torch.float64).exp()),
-            top1_token=top1[i][1],
-            top1_id=top1[i][0],
+            top1_token=top1[i][1] if sharing_top[i] == 1 else None,  # a tie at the top has no winner
+            top1_id=top1[i][0] if sharing_top[i] == 1 else None,
         )
         for i in range(n)
     ]
     notes = []
+    flat = [i for i in range(n) if sharing_top[i] > 1]
+    if flat:
+        notes.append(
+            f"{len(flat)} of {n} outputs have no single top token: {int(sharing_top[flat[0]])} tokens share the "
+            f"highest logit at example {flat[0]} (a flat output, no value). There top1_token is null, and a rank of 0 "
+            "with `tied` > 0 is a shared first place, not a prediction."
+        )
     if sequences:
         notes.append(SEQUENCE_NOTE.format(metric="log_prob is log P(correct)") + " rank is that of the first token.")
         notes.extend(spacing_notes(model.tokenizer, answers))

@@ -288,6 +288,8 @@ def component_baseline(
         return None
     stats.check_most_draws(draws)
     pool = ComponentPool.of(model, ablation.targets, draws, ablation.seed)
+    if pool.sets.size < 1:
+        return None  # nothing to draw: no p at all (``no_random_sets`` says so), rather than a p of 1 against nothing
     names = {t.hook() for t in ablation.targets} | {t.hook() for t in pool.stand_ins()}
     run = unablated_run(model, prompts, ablation, sorted(names), correct, incorrect)
     cap = min(draws, pool.sets.size)
@@ -295,15 +297,12 @@ def component_baseline(
     effect, mask = run.effect, run.mask
     kinds = component_kinds(ablation.targets)
     real = run.changes([ablation])[0]
-    if cap < 1:
-        test = stats.RankTest(real, (), 0, 1.0, "two-sided")
-    else:
 
-        def draw(k: int) -> list[float]:
-            return run.changes([replace(ablation, targets=targets) for targets in pool.draw(k)])
+    def draw(k: int) -> list[float]:
+        return run.changes([replace(ablation, targets=targets) for targets in pool.draw(k)])
 
-        h, batch = min(stats.STOP_AFTER, cap), min(stats.BATCH, cap)
-        test = stats.sequential_two_sided_test(real, draw, h=h, n_max=cap, batch=batch)
+    h, batch = min(stats.STOP_AFTER, cap), min(stats.BATCH, cap)
+    test = stats.sequential_two_sided_test(real, draw, h=h, n_max=cap, batch=batch)
     what = f"random {kinds} of the same kind and count"
     return RandomBaseline(
         replaced=kinds,
@@ -324,6 +323,22 @@ def component_baseline(
             f"other sets{', all listed' if pool.sets.listed is not None else ''}). Drawn sequentially: {test.n} "
             f"draws, two-sided about the null's centre {test.centre if test.centre is not None else real:.3g}."
         ],
+    )
+
+
+def no_random_sets(model: LoadedModel, ablation: Ablation, draws: int = stats.MOST_DRAWS) -> str | None:
+    """The note for a component ablation whose pool holds no other set to draw (one head in the whole model, one MLP,
+    every neuron of a layer): no baseline, so no p and no verdict. None when there is a set to draw, or the ablation
+    is not of components."""
+    if not ablation.targets or not all(isinstance(t, COMPONENT_TARGETS) for t in ablation.targets):
+        return None
+    if ComponentPool.of(model, ablation.targets, draws, ablation.seed).sets.size >= 1:
+        return None
+    kinds = component_kinds(ablation.targets)
+    return (
+        f"No random baseline: this model holds no other set of {kinds} of the same kind and count to draw, so the "
+        "effect cannot be ranked against chance. There is no p-value and no verdict (it cannot resolve at any α); "
+        "judge the effect by its size alone, or ablate on a model with more components."
     )
 
 

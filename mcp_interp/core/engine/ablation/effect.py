@@ -115,6 +115,7 @@ def ablation_outcome(
 
     before, after = metric_set(clean, None), metric_set(ablated, prepared)
     kl = metrics.kl_divergence(clean, ablated)
+    notes.extend(tie_notes(clean, ablated, [a.first_token for a in tracked]))
     if (good is None) != (bad is None):
         notes.append("Give both `correct` and `incorrect` to get the logit difference.")
     notes.extend(disagreements(before, after, kl))
@@ -135,6 +136,23 @@ def ablation_outcome(
     )
 
 
+def tie_notes(clean: torch.Tensor, ablated: torch.Tensor, answers: list[int]) -> list[str]:
+    """Where a rank of 0 is a shared first place (the answer's logit tied with others', as on a flat output), before
+    or after the ablation: rank counts only the tokens strictly above, so a tie reads as top-1 unless said."""
+    notes = []
+    for when, logits in (("before", clean), ("after", ablated)):
+        ranks = metrics.answer_ranks(logits, answers).per_example
+        tied = metrics.ties_with(logits, answers)
+        shared = [i for i, r in enumerate(ranks) if r == 0 and int(tied[i]) > 0]
+        if shared:
+            notes.append(
+                f"{when.capitalize()} the ablation, on {len(shared)} of {len(ranks)} examples the answer's rank 0 is "
+                f"shared: its logit ties {int(tied[shared[0]])} other token(s) (example {shared[0]}; a flat output "
+                "when all tie). A tie is no top-1: read the logit difference or log-prob."
+            )
+    return notes
+
+
 def disagreements(before: MetricSet, after: MetricSet, kl: Score) -> list[str]:
     """Plain-language notes where one metric moved and another cannot see it."""
     notes = []
@@ -151,7 +169,7 @@ def disagreements(before: MetricSet, after: MetricSet, kl: Score) -> list[str]:
             notes.append(
                 f"KL(clean‖ablated) is only {kl.value:.4f} nats although the logit difference fell from "
                 f"{ld_before:+.3f} to {ld_after:+.3f}: the probability mass that moved is small, but the "
-                "correct−incorrect margin collapsed. KL alone would call this head unimportant."
+                "correct−incorrect margin collapsed. KL alone would call this ablation unimportant."
             )
         if kl.value >= 1.0 and moved < 0.1 * max(abs(ld_before), 1e-9):
             notes.append(

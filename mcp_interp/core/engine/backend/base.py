@@ -51,6 +51,9 @@ class Backend:
     device: str = "cpu"
     bridge: Any  # TransformerLens' bridge (TransformerBridge or RemoteBridge), for the seam's own modules and tests
     program: Any = None  # a compiled RASP program's facts (loader.program.CompiledProgram); None for a language model
+    # Whether a position reads only itself and earlier ones (a language model). A compiled program's attention is
+    # bidirectional: a change at one position reaches every position, before it too (patching's skip rule reads this).
+    causal: bool = True
 
     def supports(self, feature: BackendFeature) -> bool:
         return feature in self.features

@@ -31,6 +31,7 @@ class CompiledBackend(LocalBackend):
         super().__init__(bridge, device)
         self.pad_id = pad_id
         self.program = program  # loader.program.CompiledProgram: what model_info states
+        self.causal = str(getattr(self.cfg, "attention_dir", "causal")) == "causal"  # tracr's: "bidirectional"
 
     def run(
         self,

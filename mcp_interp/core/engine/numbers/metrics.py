@@ -74,6 +74,24 @@ def answer_logprob(logits: torch.Tensor, ids: torch.Tensor | list[int], as_loss:
     return score_of(-values if as_loss else values)
 
 
+# Logits this close (relative to max(1, |logit|)) are a tie. A compiled program's outputs are exactly 1 and 0, and a
+# flat output (every logit equal) has float noise of ~1e-7 at most: an argmax there is no winner.
+LOGIT_TIE_TOLERANCE = 1e-5
+
+
+def ties_with(logits: torch.Tensor, ids: torch.Tensor | list[int]) -> torch.Tensor:
+    """Per row [batch], how many *other* tokens have a logit equal to the answer's (within ``LOGIT_TIE_TOLERANCE``)."""
+    values = logits.to(torch.float64)
+    target = token_logits(values, ids).unsqueeze(1)
+    close = (values - target).abs() <= LOGIT_TIE_TOLERANCE * target.abs().clamp(min=1.0)
+    return close.sum(dim=1) - 1
+
+
+def top_ties(logits: torch.Tensor) -> torch.Tensor:
+    """Per row [batch], how many tokens share the top logit (1: a single winner; the vocabulary: a flat output)."""
+    return ties_with(logits, logits.argmax(dim=-1)) + 1
+
+
 def answer_ranks(logits: torch.Tensor, ids: torch.Tensor | list[int]) -> Score:
     """Number of tokens whose logit is strictly above the answer's: 0 = top-1.
 

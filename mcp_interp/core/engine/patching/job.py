@@ -51,12 +51,12 @@ from mcp_interp.schemas.localize import NoiseCorruption, NoiseInfo
 
 @dataclass(kw_only=True)
 class CellContext:
-    """What a preset may use to choose its cells: the pairs' width, the first differing position (the width
-    when no pair differs), and — when the preset asked for it — the attribution terms of every layer with the
-    rows' mask and base values (to rank cells by estimate before running any exactly)."""
+    """What a preset may use to choose its cells: the pairs' width, the first position whose patch is run
+    (``first_run``: see ``PatchOutcome``), and — when the preset asked for it — the attribution terms of every layer
+    with the rows' mask and base values (to rank cells by estimate before running any exactly)."""
 
     width: int
-    first_diff: int
+    first_run: int
     attribution: Attribution | None
     mask: torch.Tensor  # [rows, seq] positions patched for cells without a position
     base_rows: torch.Tensor  # [rows] the base run's metric per row
@@ -66,7 +66,10 @@ class CellContext:
 class PatchOutcome:
     """What a patching job measured. ``patched`` [cells, pairs] is the metric with each cell patched (no-op
     cells: the base run's value); ``clean``/``corrupt`` [pairs]; ``verified`` (attribution with verify_top) lists
-    (cell index, exact patched values [pairs]) for the top cells."""
+    (cell index, exact patched values [pairs]) for the top cells. ``first_diff`` is the first position where a pair
+    differs (the width when none does); ``first_run`` the first position whose patch is run: ``first_diff`` where
+    attention is causal (before it, clean and corrupt activations are identical, so a patch there is a no-op), 0 where
+    it is bidirectional (every position reads the difference)."""
 
     cells: list[Unit]
     patched: torch.Tensor
@@ -76,6 +79,7 @@ class PatchOutcome:
     corrupt_batch: Batch
     diffs: list[PairDiff]
     first_diff: int
+    first_run: int
     verified: list[tuple[int, torch.Tensor]] | None
     sweep: str | None
     notes: list[str]
@@ -119,7 +123,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
 
     @abstractmethod
     def cells(self, context: CellContext) -> list[Unit]:
-        """Every cell asked for (cells at positions before ``context.first_diff`` included: they are not run)."""
+        """Every cell asked for (cells at positions before ``context.first_run`` included: they are not run)."""
 
     @abstractmethod
     def report(self, outcome: PatchOutcome) -> R:
@@ -165,6 +169,13 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             noise = draw_noise(backend, corrupt, positions, self.noise)
         n, width = len(clean.texts), clean.input_ids.shape[1]
         first_diff = min((p for d in diffs for p in d.positions[:1]), default=width)
+        first_run = first_diff if backend.causal or first_diff >= width else 0
+        if first_run < first_diff:
+            self.notes.append(
+                f"Attention is bidirectional in this model: positions before the first difference ({first_diff}) "
+                "read it too, so their cells are patched and run like the others (a causal model's would be "
+                "identical there, and skipped)."
+            )
         site, layers = self.site(), self.patched_layers()
         self.plan = self._row_plan(n, samples)
         base_prompts = corrupt if self.direction == "denoise" else clean
@@ -219,15 +230,15 @@ class PatchingJob(Job[R], ABC, Generic[R]):
 
         mask = self._mask(base, base_prompts)
         context = CellContext(
-            width=width, first_diff=first_diff, attribution=attribution, mask=mask, base_rows=base_rows_m
+            width=width, first_run=first_run, attribution=attribution, mask=mask, base_rows=base_rows_m
         )
         cells = self.cells(context)
         if self.cells_need_attribution():
             yield "attribution over every candidate: cells chosen"
-        # Only the patched runs this method performs count: exact runs every cell at or after the first differing
-        # position (the others are the base run, not run); attribution runs none, but its verified top cells.
+        # Only the patched runs this method performs count: exact runs every cell at or after ``first_run`` (the
+        # others are the base run, not run); attribution runs none, but its verified top cells.
         performed = (
-            sum(1 for c in cells if c.position is None or c.position >= first_diff)
+            sum(1 for c in cells if c.position is None or c.position >= first_run)
             if self.method == "exact"
             else min(self.verify_top, len(cells))
         )
@@ -236,18 +247,20 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         if self.method == "exact":
             assert base_run is not None
             patched_rows = yield from self._exact(base_run, site, source_acts, cells, mask, base, readout,
-                                                  first_diff)  # fmt: skip
+                                                  first_run)  # fmt: skip
             patched = self.plan.combine(patched_rows)
         else:
             assert attribution is not None
             patched = base_m + self.plan.to_pairs(_estimates(attribution.terms, cells, mask))
             yield "attribution: one forward per input and one backward"
             if self.verify_top:
-                order = ranked_scores(patched, clean_m, corrupt_m, self.direction)[: self.verify_top]
+                ranked = ranked_scores(patched, clean_m, corrupt_m, self.direction)
+                runnable = [i for i in ranked if (p := cells[i].position) is None or p >= first_run]  # no no-ops
+                order = runnable[: self.verify_top]
                 exact_rows = yield from self._exact(
                     backend.capture(base.input_ids, edits=base_edits, trace=True), site, source_acts,
                     [cells[i] for i in order], mask,
-                    base, readout, first_diff,
+                    base, readout, first_run,
                 )  # fmt: skip
                 exact = self.plan.combine(exact_rows)
                 verified = [(i, exact[j]) for j, i in enumerate(order)]
@@ -262,6 +275,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
             corrupt_batch=shown_corrupt,
             diffs=diffs,
             first_diff=first_diff,
+            first_run=first_run,
             verified=verified,
             sweep=self.sweep if self.method == "exact" or verified else None,
             notes=self.notes,
@@ -362,13 +376,14 @@ class PatchingJob(Job[R], ABC, Generic[R]):
         mask: torch.Tensor,
         base: Batch,
         readout: Readout,
-        first_diff: int,
+        first_run: int,
     ) -> Generator[str, None, torch.Tensor]:
-        """Patched metric per cell and row, ``[len(cells), rows]``; no-op cells copy the base run."""
+        """Patched metric per cell and row, ``[len(cells), rows]``; cells before ``first_run`` (no-ops) copy the base
+        run."""
         with torch.inference_mode():
             base_values = answer_metric(readout, base_run, base)
         patched = base_values.unsqueeze(0).repeat(len(cells), *([1] * base_values.dim()))
-        run = [i for i, c in enumerate(cells) if c.position is None or c.position >= first_diff]
+        run = [i for i, c in enumerate(cells) if c.position is None or c.position >= first_run]
         if not run:
             return patched
         units = [cells[i] for i in run]
@@ -378,7 +393,7 @@ class PatchingJob(Job[R], ABC, Generic[R]):
                                 base.answer_positions, readout.from_logits)  # fmt: skip
         else:
             chosen = best_sweep(self.model.backend, base_run.trace, site, source_acts, units, mask,
-                                base.answer_positions, readout.from_residual, first_diff)  # fmt: skip
+                                base.answer_positions, readout.from_residual, first_run)  # fmt: skip
         self.sweep = chosen.label
         if chosen.note and chosen.note not in self.notes:
             self.notes.append(chosen.note)

@@ -51,6 +51,21 @@ def parse_head(spec: Any, n_layers: int, n_heads: int) -> Head:
     return Head(layer, head)
 
 
+def resolve_head(head: Any, layer: int | None, n_layers: int, n_heads: int) -> Head:
+    """One head from a tool's ``head`` and optional ``layer``: ``head`` is ``"L9H3"`` (then ``layer`` may be left out,
+    or must agree) or ``{"layer": 9, "head": 3}``, or an index within ``layer``."""
+    if isinstance(head, int) and not isinstance(head, bool):
+        if layer is None:
+            raise InputError(
+                f"`head` {head} is an index within a layer: pass `layer` too, or name it like 'L9H{head}'."
+            )
+        return parse_head({"layer": layer, "head": head}, n_layers, n_heads)
+    parsed = parse_head(head, n_layers, n_heads)
+    if layer is not None and layer != parsed.layer:
+        raise InputError(f"`head` {head!r} is in layer {parsed.layer}, but `layer` is {layer}: pass one of them.")
+    return parsed
+
+
 def parse_heads(specs: Any, n_layers: int, n_heads: int) -> list[Head]:
     """Several heads (one spec or a list), de-duplicated in the order given."""
     if isinstance(specs, str | Mapping):
