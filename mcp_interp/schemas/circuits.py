@@ -11,7 +11,7 @@ from mcp_interp.schemas.common import AnswerKind, Granularity, Measurement, Prov
 EdgeAttributionMethod = Literal["eap", "eap-ig"]  # eap: the gradient on the corrupt run; eap-ig: integrated
 ReceiverInput = Literal["q", "k", "v"]  # a path's receiver: a query head's query, a key/value group's key or value
 CircuitAblation = Literal["corrupt", "mean"]  # what an ablated edge carries: the corrupt write or the mean
-ONE_TOKEN_ANSWERS = "Always 'token': the circuit tools read one-token answers (a longer answer is refused)."
+ONE_TOKEN_ANSWERS = "'token', or 'set' when an answer is a set of single tokens (a longer answer is refused)."
 
 NODE_NAMES = (
     "Writers: 'embed', a head 'L5H1', an MLP 'L5MLP'. Readers: a query input 'L5H1.q', the key or value input "

@@ -2,7 +2,8 @@
 
 DESIGN's convention: a multi-token answer is scored by its teacher-forced sequence log-probability and the result
 says so. 'token': every answer is one token; 'sequence': some answer is several tokens; 'set': some answer is
-{any_of: [...]}. The circuit tools read one-token answers only (a longer one is refused), so they report 'token'.
+{any_of: [...]}. The circuit tools read one token per answer (a longer one is refused): they report 'token', or 'set'
+for a set of single tokens.
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ async def test_circuit_tools_score_one_token_answers_and_refuse_longer_ones(tiny
     tools = await tools_by_name(tiny_client)
     call = await tiny_client.call_tool(tool, {**ONE_TOKEN_ONLY[tool], "correct": "mary", "incorrect": "john"})
     assert assert_valid_structured(tools[tool], call)["answer_kind"] == "token"
+    a_set = {**ONE_TOKEN_ONLY[tool], "correct": {"any_of": ["mary", "tom"]}, "incorrect": "john"}
+    assert assert_valid_structured(tools[tool], await tiny_client.call_tool(tool, a_set))["answer_kind"] == "set"
     longer = await tiny_client.call_tool(tool, {**ONE_TOKEN_ONLY[tool], "correct": TWO_TOKENS, "incorrect": "john"})
     assert "exactly one token" in error_text(longer)
 

@@ -28,7 +28,7 @@ from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import PAUSE, Job, Pause, Progress, per_step
 from mcp_interp.core.engine.numbers import metrics, stats
 from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES, finite, gap_is_small
-from mcp_interp.core.engine.patching.pairs import Pairs, subset_pairs
+from mcp_interp.core.engine.patching.pairs import Pairs, pair_answer_kind, subset_pairs
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.circuits import (
     CircuitAblation,
@@ -446,6 +446,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
         notes.extend(small_gap_note(ablator))
         notes.extend(ablator.pairs.notes)
         self.result = CircuitFaithfulnessMeasurement(
+            answer_kind=pair_answer_kind(self.correct, self.incorrect),
             ablation=self.ablation,
             granularity=granularity,
             n_edges=len(circuit),
@@ -643,6 +644,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
             else []
         )
         return FindCircuitMeasurement(
+            answer_kind=pair_answer_kind(self.correct, self.incorrect),
             target=self.target,
             granularity=self.granularity,
             rank_by=self.rank_by,

@@ -12,7 +12,7 @@ from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.scores import TOP_WITH_EXAMPLES
-from mcp_interp.core.engine.patching.pairs import prepare_pairs
+from mcp_interp.core.engine.patching.pairs import pair_answer_kind, prepare_pairs
 from mcp_interp.errors import InputError, require_choice
 from mcp_interp.schemas.circuits import EdgeAttributionMeasurement, EdgeAttributionMethod, EdgeScore, NodeScore
 from mcp_interp.schemas.common import Granularity, PairMetric
@@ -150,6 +150,7 @@ class EdgeAttributionJob(Job[EdgeAttributionMeasurement]):
             )
         per = graph.n_heads // graph.n_kv_heads
         return EdgeAttributionMeasurement(
+            answer_kind=pair_answer_kind(self.correct, self.incorrect),
             method=self.method,
             ig_steps=self.ig_steps if integrated else 1,
             granularity=self.granularity,

@@ -35,7 +35,7 @@ from mcp_interp.core.engine.backend.model import LoadedModel
 from mcp_interp.core.engine.jobs import Job
 from mcp_interp.core.engine.numbers import metrics
 from mcp_interp.core.engine.numbers.row_readouts import Readout
-from mcp_interp.core.engine.patching.pairs import prepare_pairs
+from mcp_interp.core.engine.patching.pairs import pair_answer_kind, prepare_pairs
 from mcp_interp.errors import InputError, require_choice
 from mcp_interp.schemas.circuits import PathPatchMeasurement, ReceiverInput, ReceiverScore
 from mcp_interp.schemas.common import PairMetric
@@ -211,6 +211,7 @@ class PathPatchJob(Job[PathPatchMeasurement]):
                 f"{cfg.n_heads // width} query heads; patching it changes all of them."
             )
         return PathPatchMeasurement(
+            answer_kind=pair_answer_kind(self.correct, self.incorrect),
             sender=self.sender.strip(),
             component=self.component,
             clean_logit_diff=metrics.score_of(clean_m),

@@ -20,7 +20,7 @@ from mcp_interp.core.engine.numbers.row_readouts import AnswerSetReadout, LogitD
 from mcp_interp.core.engine.text.answers import Answer, describe, resolve_answer_specs
 from mcp_interp.core.engine.text.tokens import Batch, encode, validate_pairs
 from mcp_interp.errors import InputError, require_choice
-from mcp_interp.schemas.common import PairMetric
+from mcp_interp.schemas.common import AnswerKind, PairMetric
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,13 @@ def _refuse_sequences(tokenizer: Any, answers: list[Answer]) -> None:
             "answers or sets of them ({'any_of': [...]}), or `patch` / `patch_heads`, which read answers of several "
             "tokens teacher-forced."
         )
+
+
+def pair_answer_kind(correct: Any, incorrect: Any) -> AnswerKind:
+    """What a circuit result reports as ``answer_kind``: 'set' when some answer is an ``{"any_of": [...]}`` set (of
+    single tokens), else 'token' (an answer of several tokens is refused before this matters)."""
+    specs = [s for spec in (correct, incorrect) for s in (spec if isinstance(spec, list) else [spec])]
+    return "set" if any(isinstance(s, dict) or hasattr(s, "any_of") for s in specs) else "token"
 
 
 def pick(values: Any, indices: Sequence[int]) -> Any:
