@@ -1,3 +1,3 @@
-from mcp_interp.app.cli import main
+from mcp_interp.app.cli import run
 
-raise SystemExit(main())
+run()

@@ -8,11 +8,13 @@ logs go to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from mcp_interp.names import EMBEDDED_NAME, describe_model_names
 from mcp_interp.state.folders import default_output_dir
@@ -201,8 +203,28 @@ def _session(args: argparse.Namespace):
                    options=load_options(args))  # fmt: skip
 
 
+def run() -> NoReturn:
+    """The process entry (``mcp-interp``, ``python -m mcp_interp``): ``main``'s exit code. A one-shot ``call`` ends
+    with ``os._exit`` once its answer (written unbuffered) and its log are flushed: a library's daemon thread still
+    printing (progress bars, vLLM's log threads) can hold stdout's lock while the interpreter finalizes, which CPython
+    turns into a fatal abort (seen: ``_enter_buffered_busy``, exit −6, on a busy machine); nothing is left to finalize
+    after a call."""
+    args = build_parser().parse_args()
+    code = dispatch(args)
+    if args.command == "call":
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The command line, in-process (tests call it): parse ``argv`` and run the command; its exit code."""
+    return dispatch(build_parser().parse_args(argv))
+
+
+def dispatch(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
