@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -170,7 +171,42 @@ def tool_reference() -> ModuleType:
     return module
 
 
+@functools.cache
+def measure_docs() -> ModuleType:
+    """``scripts/measure_docs.py``: the figures the pages state between ``measured`` markers, loaded once."""
+    spec = importlib.util.spec_from_file_location("measure_docs", ROOT / "scripts" / "measure_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 # --- the checks on this repository ----------------------------------------------------------------------------------
+
+
+def test_every_measured_figure_in_the_docs_is_what_was_measured() -> None:
+    """Sizes and times the README and docs/ state come from docs/measured.json, rendered by the script that measured
+    them; a figure edited by hand, or a measurement not written into the pages, is stale (./run measure)."""
+    script = measure_docs()
+    measured = json.loads((ROOT / "docs" / "measured.json").read_text(encoding="utf-8"))
+    assert script.stale_markers(script.PAGES, measured) == []
+    named = {m["name"] for page in script.PAGES for m in script.MARKER.finditer(page.read_text(encoding="utf-8"))}
+    assert {"suite", "listing"} <= named
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"{measured['suite']['tests']} tests in" in readme and "931 tests" not in readme
+
+
+def test_a_figure_edited_by_hand_is_caught(tmp_path: Path) -> None:
+    script = measure_docs()
+    measured = {"listing": {"tools": 35, "total_bytes": 119_691, "model_facing_bytes": 39_708},
+                "suite": {"tests": 951, "seconds": 912.2, "measured": "2026-12-07"}}  # fmt: skip
+    page = tmp_path / "page.md"
+    page.write_text(f"<!-- measured:suite -->{script.render('suite', measured)}<!-- /measured:suite -->", "utf-8")
+    assert script.stale_markers([page], measured) == [] and "951 tests in 15.2 min" in page.read_text()
+    page.write_text("The suite: <!-- measured:suite -->931 tests, 26–51 min<!-- /measured:suite -->.", "utf-8")
+    assert script.stale_markers([page], measured) == [f"{page}: suite"]
+    script.rewrite([page], measured)
+    assert script.stale_markers([page], measured) == [] and "951 tests in 15.2 min" in page.read_text()
 
 
 def test_readme_is_a_front_page() -> None:

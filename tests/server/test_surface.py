@@ -58,6 +58,10 @@ async def test_tools_list_fits_its_budgets(tiny_client: Client) -> None:
     print(f"tools/list: {len(tools)} tools, model-facing {facing} B, total {total} B")
     assert facing <= MODEL_FACING_BUDGET, f"model-facing tool definitions are {facing} B > {MODEL_FACING_BUDGET}"
     assert total <= TOOLS_LIST_BUDGET, f"tools/list is {total} B > {TOOLS_LIST_BUDGET}"
+    # The figures the README and docs/performance.md state are this measurement (scripts/measure_docs.py)
+    measured = json.loads((Path(__file__).resolve().parents[2] / "docs" / "measured.json").read_text())["listing"]
+    now = {"tools": len(tools), "total_bytes": total, "model_facing_bytes": facing}
+    assert measured == now, f"docs/measured.json says {measured}, the listing is {now}: run ./run measure"
     text = json.dumps(tools)
     assert '"title"' not in text  # pydantic's generated titles are dropped: they restate the field names
     logit_diff = next(t for t in tools if t["name"] == "logit_diff")
