@@ -1,5 +1,5 @@
-"""Command line: ``mcp-interp serve | call | compile-rasp | setup | fit-lens | doctor`` (``python -m mcp_interp``
-is the same).
+"""Command line: ``mcp-interp serve | call | compile-rasp | generate-rasp | setup | fit-lens | doctor``
+(``python -m mcp_interp`` is the same).
 
 Nothing here prints to stdout while serving over stdio: stdout is the protocol channel, so
 logs go to stderr.
@@ -173,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
         "out", type=Path, help="The folder to write (weights, config, vocabularies, ground truth)."
     )
 
+    generate = commands.add_parser(
+        "generate-rasp",
+        help="Draw a RASP program no one has seen (deterministic by seed), compile it with tracr and write a folder "
+        "`serve --model OUT` boots, with its ground truth, a reference implementation and its task (needs tracr).",
+    )
+    generate.add_argument("--seed", type=int, default=0, help="The program's seed (default 0).")
+    generate.add_argument("--count", type=int, default=1, help="Programs of seeds SEED … SEED+COUNT−1, in OUT/seed_N.")
+    generate.add_argument("out", type=Path, help="The folder to write (with --count: a folder of folders).")
+
     doctor = commands.add_parser("doctor", help="Check that torch, TransformerLens and the model are available.")
     _add_model_options(doctor)
     return parser
@@ -250,6 +259,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return 2
     if args.command == "compile-rasp":
         return _compile_rasp(args)
+    if args.command == "generate-rasp":
+        return _generate_rasp(args)
     if args.command == "fit-lens":
         return _fit_lens(args)
     if args.command == "setup":
@@ -257,6 +268,31 @@ def dispatch(args: argparse.Namespace) -> int:
     from mcp_interp.app.doctor import run_doctor
 
     return run_doctor(args.model)
+
+
+def _generate_rasp(args: argparse.Namespace) -> int:
+    """Generate in this process; each program's task and ground-truth summary as JSON on stdout (one line each with
+    --count), a failure on stderr (exit 1)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tracr") is None:
+        print("generate-rasp needs tracr: pip install 'mcp-interp[tracr]'.", file=sys.stderr)
+        return 1
+    from mcp_interp.core.known.generate import CompileError, generate_rasp
+
+    if args.count < 1:
+        print("--count must be at least 1.", file=sys.stderr)
+        return 2
+    for seed in range(args.seed, args.seed + args.count):
+        out = args.out if args.count == 1 else args.out / f"seed_{seed}"
+        try:
+            facts = generate_rasp(seed, out)
+        except CompileError as exc:
+            print(f"generate-rasp: {exc}", file=sys.stderr)
+            return 1
+        shown = {"out": str(out), "task": facts["task"], "ground_truth": facts["ground_truth"]}
+        print(json.dumps(shown, indent=None if args.count > 1 else 2))
+    return 0
 
 
 def _compile_rasp(args: argparse.Namespace) -> int:
