@@ -72,6 +72,7 @@ def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], 
                 cut.append(f"`{name}` (null here)")
                 if _fits(data, cut):
                     break
+    first_rows: dict[str, tuple[int, int]] = {}  # path → (its rows at first, the index of its entry in `cut`)
     while not _fits(data, cut):
         found = _longest_rows(data, "")
         if found is None:
@@ -80,9 +81,11 @@ def compact(result: BaseModel, top: int = DEFAULT_TOP) -> tuple[dict[str, Any], 
         rule = getattr(type(result), "rows_by_importance", None)
         chosen = rule(data, path) if rule is not None and data.get(path) is rows else None
         if chosen is None:
-            keep = max(1, len(rows) // 2)
-            del rows[keep:]
-            cut.append(f"`{path}`: its first {keep}")
+            # One entry per list, saying how many of how many are kept (cut again, it is rewritten, not repeated)
+            total, at = first_rows.setdefault(path, (len(rows), len(cut)))
+            if at == len(cut):
+                cut.append("")
+            _most_rows_that_fit(data, rows, cut, at, path, total)
             continue
         order, words = chosen
         cut.append(_fit_rows(data, path, order, words, cut))
@@ -115,6 +118,28 @@ def _fits(data: dict[str, Any], cut: list[str]) -> bool:
     return (
         size({**data, "result_uri": SAMPLE_URI, "notes": [*data.get("notes", []), cut_note(cut, SAMPLE_URI)]}) <= BUDGET
     )
+
+
+def _kept(path: str, keep: int, total: int) -> str:
+    return f"`{path}`: the first {keep} of {total}, the rest in the complete result"
+
+
+def _most_rows_that_fit(data: dict[str, Any], rows: list[Any], cut: list[str], at: int, path: str, total: int) -> int:
+    """Cut ``rows`` (a list inside ``data``) to the most leading rows that fit, at least one (bisection), and say so
+    in ``cut[at]``; the number kept."""
+    full = list(rows)
+    low, high = 1, max(1, len(full) - 1)
+    while low < high:
+        middle = (low + high + 1) // 2
+        rows[:] = full[:middle]
+        cut[at] = _kept(path, middle, total)
+        if _fits(data, cut):
+            low = middle
+        else:
+            high = middle - 1
+    rows[:] = full[:low]
+    cut[at] = _kept(path, low, total)
+    return low
 
 
 def _fit_rows(data: dict[str, Any], name: str, order: list[int], words: str, cut: list[str]) -> str:
