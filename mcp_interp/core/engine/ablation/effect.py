@@ -115,7 +115,8 @@ def ablation_outcome(
 
     before, after = metric_set(clean, None), metric_set(ablated, prepared)
     kl = metrics.kl_divergence(clean, ablated)
-    notes.extend(tie_notes(clean, ablated, [a.first_token for a in tracked]))
+    first = [a.first_token for a in tracked]
+    notes.extend(tie_notes([(before, clean), (after, ablated)], first))
     if (good is None) != (bad is None):
         notes.append("Give both `correct` and `incorrect` to get the logit difference.")
     notes.extend(disagreements(before, after, kl))
@@ -136,12 +137,12 @@ def ablation_outcome(
     )
 
 
-def tie_notes(clean: torch.Tensor, ablated: torch.Tensor, answers: list[int]) -> list[str]:
+def tie_notes(runs: list[tuple[MetricSet, torch.Tensor]], answers: list[int]) -> list[str]:
     """Where a rank of 0 is a shared first place (the answer's logit tied with others', as on a flat output), before
     or after the ablation: rank counts only the tokens strictly above, so a tie reads as top-1 unless said."""
     notes = []
-    for when, logits in (("before", clean), ("after", ablated)):
-        ranks = metrics.answer_ranks(logits, answers).per_example
+    for when, (measured, logits) in zip(("before", "after"), runs, strict=True):
+        ranks = measured.rank.per_example  # the ranks the result reports, not computed again
         tied = metrics.ties_with(logits, answers)
         shared = [i for i, r in enumerate(ranks) if r == 0 and int(tied[i]) > 0]
         if shared:
