@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -221,11 +222,30 @@ def run() -> NoReturn:
     args = build_parser().parse_args()
     code = dispatch(args)
     if args.command == "call":
+        _end_child_processes()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def _end_child_processes(grace_s: float = 10.0) -> None:
+    """End the processes this one started (vLLM's engine core and its pipeline-stage workers), as ``multiprocessing``'s
+    own exit hook would: ``os._exit`` skips that hook, and a child left running keeps the caller's stdout pipe open,
+    so the caller never sees the answer end. Terminate, wait ``grace_s``, then kill what remains."""
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for child in children:
+        with contextlib.suppress(Exception):
+            child.terminate()
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            with contextlib.suppress(Exception):
+                child.kill()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -378,7 +398,8 @@ def _call(args: argparse.Namespace) -> int:
     if not isinstance(arguments, dict):
         print('--args must be a JSON object, e.g. \'{"texts": ["hello"]}\'', file=sys.stderr)
         return 2
-    server = build_server(_session(args))
+    host = _session(args)
+    server = build_server(host)
 
     async def go() -> int:
         async with Client(server) as client:
@@ -389,7 +410,10 @@ def _call(args: argparse.Namespace) -> int:
         answer.write((json.dumps(result.structured_content, indent=2, ensure_ascii=False) + "\n").encode())
         return 0
 
-    return anyio.run(go)
+    try:
+        return anyio.run(go)
+    finally:
+        host.close()  # a remote engine's workers end with this process (``run`` exits without atexit hooks)
 
 
 def _fit_lens(args: argparse.Namespace) -> int:
