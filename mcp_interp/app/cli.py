@@ -120,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Extra Host header value accepted by the DNS-rebinding check (repeatable), e.g. gpu-box.example:8000",
     )
 
+    serve.add_argument(
+        "--json-text",
+        action="store_true",
+        help="Also put each result's structured content in its text, as JSON (the MCP spec's backward-compatible "
+        "form), for clients that give a model only the text content, such as Inspect's MCP tools.",
+    )
+
     call = commands.add_parser("call", help="Run one tool in-process and print its structured result as JSON.")
     _add_model_options(call)
     _add_limit_options(call)
@@ -343,7 +350,7 @@ def _serve(args: argparse.Namespace) -> int:
         from mcp_interp.app.stdio import serve_stdio
         from mcp_interp.mcp.server import build_server
 
-        anyio.run(serve_stdio, build_server(_session(args)), protocol)
+        anyio.run(serve_stdio, build_server(_session(args), json_text=args.json_text), protocol)
         return 0
     from mcp_interp.app.tokens import read_tokens_file, single_token
     from mcp_interp.errors import HttpConfigError
@@ -358,7 +365,8 @@ def _serve(args: argparse.Namespace) -> int:
         from mcp_interp.app.http import run_http
         from mcp_interp.mcp.server import build_server
 
-        run_http(build_server(_session(args)), args.host, args.port, principals, args.allowed_host)
+        server = build_server(_session(args), json_text=args.json_text)
+        run_http(server, args.host, args.port, principals, args.allowed_host)
     except HttpConfigError as exc:
         print(f"mcp-interp: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import logging
 import re
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import ValidationError
 
 from mcp_interp.mcp.recording import recorded
@@ -32,17 +33,21 @@ class Server(MCPServer[Any]):
     words (field, value given, what is accepted) instead of pydantic's report and its errors.pydantic.dev links.
     ``call_tool`` is where every tools/call passes and the only place that still sees the ``ValidationError``; it is
     also where every call is recorded in its principal's ledger (``recording_toolkit``, the server's lifespan toolkit,
-    set by ``build_server``; a call's own context names its principal)."""
+    set by ``build_server``; a call's own context names its principal). With ``json_text`` a result's structured
+    content is also its last text block (see ``with_json_text``)."""
 
     recording_toolkit: Toolkit | None = None
+    json_text: bool = False
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         if self.recording_toolkit is None:
-            return await self._call_tool(name, arguments, context)
-        kit = Toolkit.of(context) if context is not None else self.recording_toolkit
-        return await recorded(kit, name, arguments, lambda: self._call_tool(name, arguments, context))
+            result = await self._call_tool(name, arguments, context)
+        else:
+            kit = Toolkit.of(context) if context is not None else self.recording_toolkit
+            result = await recorded(kit, name, arguments, lambda: self._call_tool(name, arguments, context))
+        return with_json_text(result) if self.json_text else result
 
     async def _call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
@@ -63,6 +68,16 @@ class Server(MCPServer[Any]):
             with contextlib.suppress(Exception):  # what was validated: arguments sent as JSON text are parsed first
                 given = parsed_arguments(self, name, arguments)
             raise ToolError(argument_error(name, cause, input_schema(self, name), given)) from cause
+
+
+def with_json_text(result: CallToolResult | InputRequiredResult) -> CallToolResult | InputRequiredResult:
+    """``result`` with its structured content serialized as a last text block: the MCP specification's
+    backward-compatible form, for clients that give a model only the text content (Inspect's MCP tools; Claude Code
+    gives only the structured content, so the default leaves the text a short summary)."""
+    if not isinstance(result, CallToolResult) or result.is_error or result.structured_content is None:
+        return result
+    block = TextContent(type="text", text=json.dumps(result.structured_content, ensure_ascii=False))
+    return result.model_copy(update={"content": [*result.content, block]})
 
 
 def internal_error(tool: str, cause: BaseException) -> str:

@@ -85,9 +85,10 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
-def build_server(host: ModelHost) -> MCPServer[Toolkit]:
+def build_server(host: ModelHost, json_text: bool = False) -> MCPServer[Toolkit]:
     """A server over ``host``; the model starts loading when the server starts (its lifespan), so
-    ``initialize`` and ``tools/list`` answer at once while the weights load."""
+    ``initialize`` and ``tools/list`` answer at once while the weights load. ``json_text``: every result's structured
+    content is also its last text block (``serve --json-text``, for clients that show a model only text)."""
     toolkit = Toolkit(host)
 
     @asynccontextmanager
@@ -100,6 +101,7 @@ def build_server(host: ModelHost) -> MCPServer[Toolkit]:
 
     server = Server("mcp-interp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
     server.recording_toolkit = toolkit
+    server.json_text = json_text
     for family in FAMILIES:
         family.register(server)
     protocol.install(server, toolkit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -157,3 +158,18 @@ async def test_load_failure_is_a_tool_error_with_a_fix(tmp_path: Path) -> None:
         assert "smollm2-135m" in text and "local" in text
         again = await client.call_tool("tokenize", {"texts": ["x"]})
         assert again.is_error
+
+
+async def test_json_text_puts_the_structured_result_in_the_last_text_block(tiny_session: ModelHost) -> None:
+    """``serve --json-text`` (Inspect's MCP tools show a model only the text): the last text block parses to exactly
+    the structured content, after the short summary; an error stays an error with no JSON appended."""
+    async with Client(build_server(tiny_session, json_text=True)) as client:
+        result = await client.call_tool("answer_rank", {"prompts": TINY_PROMPTS, "correct": "mary"})
+        assert not result.is_error and len(result.content) >= 2
+        assert json.loads(result.content[-1].text) == result.structured_content
+        assert result.structured_content["examples"][0]["prompt"] == TINY_PROMPTS[0]
+        refused = await client.call_tool("answer_rank", {"prompts": TINY_PROMPTS})
+        assert refused.is_error and all("{" not in block.text[:1] for block in refused.content)
+    async with Client(build_server(tiny_session)) as client:
+        plain = await client.call_tool("answer_rank", {"prompts": TINY_PROMPTS, "correct": "mary"})
+        assert all(not block.text.startswith("{") for block in plain.content)
