@@ -49,14 +49,21 @@ async def model_info(ctx: ToolContext) -> Annotated[CallToolResult, ModelInfoRes
 
 
 @family.tool()
-async def tokenize(texts: list[str], ctx: ToolContext) -> Annotated[CallToolResult, TokenizeResult]:
+async def tokenize(
+    texts: list[str],
+    ctx: ToolContext,
+    top_k: Annotated[int, Field(description="≥ 1: also the model's top k at every position.")] = 0,
+) -> Annotated[CallToolResult, TokenizeResult]:
     """Token strings and ids, exactly as every tool tokenizes: check answers and minimal pairs first."""
 
     def summary(r: TokenizeResult) -> str:
         shown = "; ".join(f"{t.n_tokens} tokens {t.tokens[:12]}" for t in r.texts[:4])
-        return f"tokenize {len(r.texts)} texts: {shown}{' …' if len(r.texts) > 4 else ''}"
+        predicted = "; ".join(f"predicted {t.predicted[:12]}" for t in r.texts[:2] if t.predicted is not None)
+        more = " …" if len(r.texts) > 4 else ""
+        return f"tokenize {len(r.texts)} texts: {shown}{more}{'. ' + predicted if predicted else ''}{_notes(r)}"
 
-    return await Toolkit.of(ctx).run(ctx, TokenizeResult, info.tokenize, texts, summary=summary, locked=False)
+    kit = Toolkit.of(ctx)
+    return await kit.run(ctx, TokenizeResult, info.tokenize, texts, top_k, summary=summary, locked=top_k > 0)
 
 
 @family.tool()

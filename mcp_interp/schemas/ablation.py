@@ -28,9 +28,9 @@ class AblationOutcome(Measurement):
     positions: PositionsSpec
     mean_over: MeanOver | None = Field(
         default=None,
-        description="For method 'mean': per_position = each position gets the batch mean at that index (equal "
-        "lengths); per_position_from_end = each position gets the batch mean at the same distance from each prompt's "
-        "last token (unequal lengths; 'last' → the mean answer-position z).",
+        description="For method 'mean': per_position = the batch mean at the same index (equal lengths); "
+        "per_position_from_end = at the same distance from each prompt's last token (unequal lengths; 'last' → the "
+        "mean answer-position z).",
     )
     permutation: list[int] | None = Field(
         default=None, description="For method 'resample': prompt i received prompt permutation[i]'s activation."

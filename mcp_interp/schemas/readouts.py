@@ -98,11 +98,18 @@ class ModelInfoResult(Provenance, ModelInfoMeasurement):
 # --- tokenize -------------------------------------------------------------------------------
 
 
+class TopToken(BaseModel):
+    token: str
+    prob: float
+
+
 class TokenizedText(BaseModel):
     text: str
     ids: list[int] = Field(description="Token ids exactly as every tool feeds them to the model.")
     tokens: list[str] = Field(description="Each id decoded on its own; leading spaces are kept.")
     n_tokens: int
+    predicted: list[str | None] | None = Field(default=None, description="Per position (top_k): top-1; null: a tie.")
+    top: list[list[TopToken]] | None = Field(default=None, description="Per position (top_k): the top k.")
 
 
 class TokenizeMeasurement(Measurement):

@@ -171,3 +171,31 @@ def test_attention_takes_a_head_name_or_an_index_with_its_layer(relay: Session) 
         relay.attention(prompt="0 1 2 1", head=0)
     with pytest.raises(ToolCallError, match="is in layer 1, but `layer` is 0"):
         relay.attention(prompt="0 1 2 1", head="L1H0", layer=0)
+
+
+def test_tokenize_top_k_gives_the_output_at_every_position_and_no_value_where_it_is_flat(relay: Session) -> None:
+    """The program's value at every position, from tracr's RASP evaluator (independent of the model): relay's first
+    value reads a position before it that does not exist, so the program is undefined there and the compiled model's
+    output is flat (every logit 0) — predicted null; every other position's top-1 is the evaluator's value."""
+    from tracr.rasp import rasp
+
+    names: dict = {}
+    exec(RELAY, names)
+    prompts = ["0 1 2 1", "2 0 1", "1"]
+    result = relay.tokenize(texts=prompts, top_k=3)
+    for prompt, row in zip(prompts, result.texts, strict=True):
+        expected = rasp.evaluate(names["program"], [int(v) for v in prompt.split()])
+        assert row.predicted is not None and row.top is not None
+        assert len(row.predicted) == len(row.top) == row.n_tokens == len(expected) + 1  # BOS first
+        assert row.predicted[1:] == [None if e is None else str(e) for e in expected]
+        assert expected[0] is None  # the flat position is really there
+        for k in range(row.n_tokens):
+            probs = [t.prob for t in row.top[k]]
+            assert len(probs) == 3 and probs == sorted(probs, reverse=True) and 0 < probs[0] <= 1
+            if row.predicted[k] is not None:
+                assert row.top[k][0].token == row.predicted[k] and probs[0] > probs[1]
+            else:
+                assert probs[0] == pytest.approx(probs[1], abs=1e-9)
+    assert any("tied top logit" in note for note in result.notes)
+    plain = relay.tokenize(texts=prompts)
+    assert all(row.predicted is None and row.top is None for row in plain.texts)

@@ -84,3 +84,28 @@ async def test_logit_diff_over_stdio_equals_direct_bridge(embedded: LoadedModel,
     # Same batch through the bridge directly: equal to 1e-5. (Prompt-by-prompt runs differ by
     # ~1e-5 from float32 summation order in a different batch shape; checked to 1e-4 above.)
     assert result["logit_diff"]["per_example"] == pytest.approx(direct_batched_logit_diffs(embedded), abs=1e-5)
+
+
+def test_tokenize_top_k_equals_a_plain_transformers_forward_at_every_position(embedded: LoadedModel) -> None:
+    """tokenize(top_k=5): at every position of each text (run in one padded batch), the top 5 next tokens and their
+    probabilities equal those of the same weights in plain transformers, each text run alone."""
+    from transformers import AutoModelForCausalLM
+
+    from mcp_interp.core.engine.backend.loader.embedded import embedded_cache_folder
+
+    plain = AutoModelForCausalLM.from_pretrained(str(embedded_cache_folder()), dtype=torch.float32,
+                                                 attn_implementation="eager").eval()  # fmt: skip
+    texts = ["The capital of France is Paris, and", "1 2 3 4"]
+    result = info.tokenize(embedded, texts, top_k=5)
+    for text, row in zip(texts, result.texts, strict=True):
+        assert row.text == text and row.ids == embedded.tokenizer(text)["input_ids"]
+        with torch.no_grad():
+            probs = torch.softmax(plain(torch.tensor([row.ids])).logits[0].double(), dim=-1)
+        values, ids = probs.topk(5, dim=-1)
+        assert row.top is not None and row.predicted is not None and len(row.top) == row.n_tokens
+        for k in range(row.n_tokens):
+            assert [t.token for t in row.top[k]] == [embedded.tokenizer.decode([int(i)]) for i in ids[k]]
+            assert max(abs(t.prob - float(v)) for t, v in zip(row.top[k], values[k], strict=True)) < 1e-4
+            assert row.predicted[k] == row.top[k][0].token  # a trained model's top logit is not tied here
+    with pytest.raises(InputError, match="top_k"):
+        info.tokenize(embedded, texts, top_k=21)

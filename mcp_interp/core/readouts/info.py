@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
 import mcp_interp.state.limits as limits
 from mcp_interp.core.engine.backend.capabilities import capabilities
 from mcp_interp.core.engine.backend.model import LoadedModel
-from mcp_interp.core.engine.text.tokens import adds_bos, token_ids, token_strings
+from mcp_interp.core.engine.numbers.metrics import top_ties
+from mcp_interp.core.engine.text.tokens import adds_bos, encode, token_ids, token_strings
 from mcp_interp.errors import InputError
 from mcp_interp.schemas.readouts import (
     BlockFacts,
@@ -15,6 +18,7 @@ from mcp_interp.schemas.readouts import (
     ModelInfoMeasurement,
     TokenizedText,
     TokenizeMeasurement,
+    TopToken,
 )
 
 
@@ -114,12 +118,42 @@ def program_facts(model: LoadedModel) -> CompiledProgramFacts | None:
     )
 
 
-def tokenize(model: LoadedModel, texts: Sequence[str]) -> TokenizeMeasurement:
+MAX_TOP_K = 20
+
+
+def tokenize(model: LoadedModel, texts: Sequence[str], top_k: int = 0) -> TokenizeMeasurement:
+    """Each text's tokens; with ``top_k`` ≥ 1 also one forward pass and, at every position, the model's top-k tokens
+    and probabilities (a language model's next token; a compiled program's output at that position, attention being
+    bidirectional there) and its top-1, null where the top logit is tied within ``LOGIT_TIE_TOLERANCE`` (a flat
+    output has no value: an argmax there would be float noise)."""
     if not texts:
         raise InputError("No texts were given: pass a non-empty list of strings.")
     limits.check("max_prompts", len(texts), "Number of texts")
+    if isinstance(top_k, bool) or not 0 <= top_k <= MAX_TOP_K:
+        raise InputError(f"top_k must be an integer from 0 (tokens only) to {MAX_TOP_K}; got {top_k!r}.")
     rows = []
     for text in texts:
         ids = token_ids(model.tokenizer, text)
         rows.append(TokenizedText(text=text, ids=ids, tokens=token_strings(model.tokenizer, ids), n_tokens=len(ids)))
-    return TokenizeMeasurement(texts=rows, tokenization_rule=tokenization_rule(model))
+    result = TokenizeMeasurement(texts=rows, tokenization_rule=tokenization_rule(model))
+    if top_k:
+        _predict_every_position(model, rows, top_k)
+        flat = sum(p is None for row in rows for p in row.predicted or [])
+        if flat:
+            result.notes.append(f"{flat} positions have a tied top logit (a flat output, no value): predicted null.")
+    return result
+
+
+def _predict_every_position(model: LoadedModel, rows: list[TokenizedText], top_k: int) -> None:
+    batch = encode(model.tokenizer, [row.text for row in rows])
+    with torch.inference_mode():
+        logits = model.backend.logits(batch.input_ids).to(torch.float64)
+    for i, row in enumerate(rows):
+        at = logits[i, : batch.lengths[i]]
+        probs = torch.softmax(at, dim=-1)
+        values, indices = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        strings = [token_strings(model.tokenizer, [int(t) for t in position]) for position in indices]
+        row.top = [[TopToken(token=t, prob=float(p)) for t, p in zip(ts, ps, strict=True)]
+                   for ts, ps in zip(strings, values, strict=True)]  # fmt: skip
+        tied = top_ties(at)
+        row.predicted = [strings[k][0] if int(tied[k]) == 1 else None for k in range(len(strings))]
