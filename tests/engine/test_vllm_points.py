@@ -80,7 +80,7 @@ def test_vllm_refuses_exactly_what_its_driver_lacks(vllm_backend: RemoteBackend)
     assert refused.keys() == VLLM_REFUSES.keys()
     for key, feature in VLLM_REFUSES.items():
         assert feature in refused[key] and "--backend transformers" in refused[key], (key, refused[key])
-    available = {c.tools[0] for c in capabilities(vllm_backend) if c.available and c.option is None}
+    available = {t for c in capabilities(vllm_backend) if c.available and c.option is None for t in c.tools}
     for tool in ("logit_diff", "kl", "answer_rank", "loss", "ablate", "patch", "steer", "probe", "sae"):
         assert tool in available
     # what the resid_pre option maps to: block 0's input is the embedding the overlay captures

@@ -85,8 +85,8 @@ def _compiled_program(backend: Backend) -> str | None:
     if backend.program is None:
         return None
     return (
-        "this is a RASP program compiled by tracr: it reads input values, not text, writes the program's value at "
-        "every position rather than predicting a next token, and has no trained SAEs, transcoders or lenses"
+        "a compiled RASP program reads input values, not text, writes its value at every position instead of "
+        "predicting a next token, and has no trained SAEs, transcoders or lenses"
     )
 
 
@@ -177,6 +177,7 @@ class Use:
     option: str | None
     needs: tuple[str, ...]
     instead: str
+    on_program: str = ""  # what to use instead on a compiled program (default: PROGRAM_INSTEAD)
 
 
 INTERVENING = ("ablate", "logit_diff", "kl", "answer_rank", "loss")  # the tools taking ablation targets
@@ -203,9 +204,14 @@ USES: dict[str, Use] = {
         ("patch",), "component='heads_by_pos'", ("head_points",), "Patch attn_out (each layer's heads together)."
     ),
     "patch_resid_pre": Use(("patch",), "component='resid_pre'", ("resid_pre_points",), "Patch resid_post instead."),
-    "sae_z": Use(SAE_TOOLS, "an SAE on blocks.L.attn.hook_z", ("head_points",), "Use an SAE on attn_out."),
+    "sae_z": Use(
+        SAE_TOOLS, "an SAE on blocks.L.attn.hook_z", ("language_model", "head_points"), "Use an SAE on attn_out."
+    ),
     "sae_resid_pre": Use(
-        SAE_TOOLS, "an SAE on blocks.L.hook_resid_pre", ("resid_pre_points",), "Use an SAE on resid_post."
+        SAE_TOOLS,
+        "an SAE on blocks.L.hook_resid_pre",
+        ("language_model", "resid_pre_points"),
+        "Use an SAE on resid_post.",
     ),
     "logit_lens": Use(("logit_lens",), None, ("weights",), "Use patch (resid_pre) for where the answer forms."),
     "dla": Use(("dla",), None, ("weights",), "Use patch_heads or ablate for each component's effect."),
@@ -226,7 +232,11 @@ USES: dict[str, Use] = {
         ("causal_swap_trial", "causal_swap_benchmark", "fit_lens"), None, ("language_model", "jacobian_lens"), ""
     ),
     "patch_noise": Use(
-        ("patch",), "noise corruption", ("language_model", "block_calls"), "Give `corrupt_prompts` instead."
+        ("patch",),
+        "noise corruption",
+        ("language_model", "block_calls"),
+        "Give `corrupt_prompts` instead.",
+        on_program="Give `corrupt_prompts` instead.",
     ),
     "patch_attribution": Use(
         ("patch", "patch_heads"), "method='attribution'", ("gradients",), "Use method 'exact' (the default)."
@@ -258,11 +268,14 @@ USES: dict[str, Use] = {
     "sae_resid_mid": Use(
         SAE_TOOLS,
         "an SAE on blocks.L.hook_resid_mid",
-        ("resid_mid", "resid_mid_points", "resid_mid_writes"),
+        ("language_model", "resid_mid", "resid_mid_points", "resid_mid_writes"),
         "Use an SAE on resid_pre or resid_post.",
     ),
     "sae_mlp_post": Use(
-        SAE_TOOLS, "an SAE on blocks.L.mlp.hook_post", ("mlp_neurons", "neuron_points"), "Use an SAE on mlp_out."
+        SAE_TOOLS,
+        "an SAE on blocks.L.mlp.hook_post",
+        ("language_model", "mlp_neurons", "neuron_points"),
+        "Use an SAE on mlp_out.",
     ),
     "transcoder_targets": Use(
         INTERVENING,
@@ -283,7 +296,9 @@ def capability(backend: Backend, key: str) -> Capability:
         why = feature.missing(backend)
         if why is not None:
             fix = f"Run the server with {LOCAL_FIX}." if feature.backend else ""
-            reason = " ".join(part for part in (f"{why}.", fix, use.instead) if part)
+            # a compiled program lacks what the usual alternative needs too (loss for induction, say): say what works
+            instead = (use.on_program or PROGRAM_INSTEAD) if need == "language_model" else use.instead
+            reason = " ".join(part for part in (f"{why}.", fix, instead) if part)
             return Capability(
                 tools=tools, option=use.option, available=False, missing_feature=feature.name, reason=reason
             )
@@ -292,8 +307,23 @@ def capability(backend: Backend, key: str) -> Capability:
 
 def capabilities(backend: Backend) -> list[Capability]:
     """Every tool, and every option whose availability depends on the architecture or the backend, for this model on
-    this backend (``model_info``)."""
-    return [capability(backend, key) for key in USES]
+    this backend (``model_info``), each said once: the tools available are one entry, then each refusal and each
+    option. An option lists only the tools not refused outright, so that no tool
+    reads as both refused and available for an option; an option left with no tool is not listed."""
+    found = [capability(backend, key) for key in USES]
+    refused = {tool for c in found if c.option is None and not c.available for tool in c.tools}
+    available = Capability(tools=[], option=None, available=True, missing_feature=None, reason=None)
+    listed: list[Capability] = [available]
+    for entry in found:
+        if entry.option is None and entry.available:
+            available.tools.extend(tool for tool in entry.tools if tool not in available.tools)
+        elif entry.option is None:
+            listed.append(entry)
+        else:
+            tools = [tool for tool in entry.tools if tool not in refused]
+            if tools:
+                listed.append(entry.model_copy(update={"tools": tools}))
+    return listed
 
 
 def require(backend: Backend, key: str) -> None:
