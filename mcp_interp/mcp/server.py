@@ -49,7 +49,8 @@ Conventions, the same in every tool:
 - Components: {components}.
 - Interventions (`intervention`, and `ablate`'s fields): {"ablate": [components], "method": "zero" |
   "mean" (the prompts' mean at the same distance from the end; `reference_prompts` to average others) |
-  "resample" (another prompt's, seeded), "positions": "all" | "last" (the answer) | [indices], "seed"}.
+  "resample" (another prompt's, seeded; of `reference_prompts` if given), "positions": "all" | "last" (the
+  answer) | [indices], "seed"}.
 - `seed` seeds every random draw (resampling, splits, random baselines): a call repeats exactly.
 - Every result has `notes` (read them before citing a number), `model` (which weights), `run_id`,
   `elapsed_s`; a Score is {value: the mean, per_example}. Figures are `figure_uri` (figure://, PNG).

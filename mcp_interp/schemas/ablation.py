@@ -33,7 +33,8 @@ class AblationOutcome(Measurement):
         "mean answer-position z).",
     )
     permutation: list[int] | None = Field(
-        default=None, description="For method 'resample': prompt i received prompt permutation[i]'s activation."
+        default=None,
+        description="For method 'resample': prompt i received prompt (reference prompt, if given) permutation[i]'s.",
     )
     answer: str = Field(description="Which token log_prob and rank track: 'correct' or the clean run's top-1.")
     answer_kind: AnswerKind = Field(default="token", description=ANSWER_KIND)

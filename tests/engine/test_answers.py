@@ -200,7 +200,7 @@ def test_mean_ablation_of_one_prompt_is_refused_and_reference_prompts_give_the_m
     mary, john = (tiny.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in ("mary", "john"))
     assert outcome.after.logit_diff is not None
     assert outcome.after.logit_diff.value == pytest.approx(float(logits[mary] - logits[john]), abs=1e-5)
-    with pytest.raises(InputError, match="method 'mean' only"):
+    with pytest.raises(InputError, match="methods 'mean' and 'resample'"):
         ablate(tiny, PROMPTS, Intervention(ablate=["L1H1"], reference_prompts=references), "mary", "john")
     with pytest.raises(InputError, match="at least as long"):
         ablate(tiny, PROMPTS[:1], Intervention(ablate=["L1H1"], method="mean", reference_prompts=["tom"]))

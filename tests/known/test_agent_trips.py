@@ -199,3 +199,27 @@ def test_tokenize_top_k_gives_the_output_at_every_position_and_no_value_where_it
     assert any("tied top logit" in note for note in result.notes)
     plain = relay.tokenize(texts=prompts)
     assert all(row.predicted is None and row.top is None for row in plain.texts)
+
+
+def test_resample_draws_from_reference_prompts(same_as_first: Session) -> None:
+    """same_as_first's L0H0 writes the first value to every position; resampled from a reference prompt r, the
+    output at the last position becomes [r's first value == the prompt's last value], by the program (RASP-level):
+    +1 logit difference of "1" over "0" when they match, −1 otherwise."""
+    prompts = ["0 1 2 0", "1 1 2 1", "2 0 1 0", "0 2 2 1"]
+    references = ["2 0 0 0", "1 2 2 2", "0 0 1 1"]
+    result = same_as_first.ablate(prompts=prompts, targets=["L0H0"], method="resample", reference_prompts=references,
+                                  correct="1", incorrect="0", seed=0)  # fmt: skip
+    assert result.permutation is not None and len(result.permutation) == len(prompts)
+    assert set(result.permutation) <= set(range(len(references)))
+    expected = [1.0 if references[j].split()[0] == p.split()[-1] else -1.0
+                for p, j in zip(prompts, result.permutation, strict=True)]  # fmt: skip
+    assert result.after.logit_diff.per_example == pytest.approx(expected, abs=1e-4)
+    assert len(set(expected)) == 2  # the draw reaches both outcomes
+    from mcp_interp.errors import ToolCallError
+
+    with pytest.raises(ToolCallError, match="equal token length"):
+        same_as_first.ablate(prompts=prompts, targets=["L0H0"], method="resample", reference_prompts=["0 1"],
+                             correct="1", incorrect="0")  # fmt: skip
+    with pytest.raises(ToolCallError, match="'mean' and 'resample'"):
+        same_as_first.ablate(prompts=prompts, targets=["L0H0"], method="zero", reference_prompts=references,
+                             correct="1", incorrect="0")  # fmt: skip

@@ -33,9 +33,9 @@ from mcp_interp.core.engine.ablation.targets import (
     NeuronsTarget,
     PreparedAblation,
     Target,
-    derangement,
     mean_replacement,
     prepare_ablation,
+    resample_sources,
     stacked_edits,
 )
 from mcp_interp.core.engine.backend.forward import Capture
@@ -96,7 +96,8 @@ def removed_part(
 ) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
     """What the ablation's method takes away from any per-position quantity ``values`` [batch, seq, ...] (the residual
     vectors, or a dictionary's activations): ``values`` itself for zero, ``values`` − its mean at that kind of position
-    for mean (over the reference prompts' ``reference`` when given), ``values`` − the resampled prompt's for resample.
+    for mean (over the reference prompts' ``reference`` when given), ``values`` − the resampled prompt's for resample
+    (a reference prompt's when given).
     Linear in ``values``: the part a direction u loses is (Δx)·u, so the energy a mean or resample ablation removes is
     a quadratic form on Δx like zero-ablation's on x, and draws can be matched on it exactly."""
 
@@ -108,7 +109,7 @@ def removed_part(
             replacement, _ = mean_replacement(values, attention_mask, reference, mask)
             return values - replacement
         assert permutation is not None
-        return values - values[torch.tensor(permutation)]
+        return values - (values if reference is None else reference)[torch.tensor(permutation)]
 
     return removed
 
@@ -198,10 +199,14 @@ def random_baseline(
     run = unablated_run(model, prompts, ablation, names, correct, incorrect)
     batch, mask, capture, effect = run.batch, run.mask, run.capture, run.effect
     reference, reference_mask = None, None
-    if ablation.method == "mean" and ablation.reference_prompts:
+    if ablation.reference_prompts:
         ref_batch = encode(model.tokenizer, list(ablation.reference_prompts), model.device)
         reference, reference_mask = model.backend.capture(ref_batch.input_ids, names).acts, ref_batch.attention_mask
-    permutation = derangement(len(prompts), ablation.seed) if ablation.method == "resample" else None  # as prepared
+    permutation = (
+        resample_sources(len(prompts), ablation.seed, len(ablation.reference_prompts))
+        if ablation.method == "resample"
+        else None
+    )  # as prepared
     removed = removed_part(ablation, batch.attention_mask, reference_mask, permutation)
     parts = {i: removed_rows(ablation.targets[i], capture.acts, reference, removed, mask) for i in special}
 

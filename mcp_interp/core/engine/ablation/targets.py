@@ -15,7 +15,8 @@ the rest of x untouched. Three ways to remove a target's part, from crudest to g
   (so the answer position is replaced by the mean answer-position z, never by a mean dominated by
   other positions such as the first token).
 * ``resample`` — each prompt gets another prompt's part (a seeded permutation with no fixed
-  points), keeping it on-distribution while removing prompt-specific information.
+  points), keeping it on-distribution while removing prompt-specific information; with reference prompts, the part
+  of one of those, drawn per prompt (seeded), so the source distribution is the caller's (e.g. corrupted inputs).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from mcp_interp.core.engine.text.components import (
     parse_neurons,
     position_mask,
 )
-from mcp_interp.core.engine.text.tokens import Batch, encode
+from mcp_interp.core.engine.text.tokens import Batch, encode, token_ids
 from mcp_interp.errors import InputError, require_choice
 from mcp_interp.schemas.ablation import MeanOver
 from mcp_interp.schemas.common import (
@@ -255,7 +256,8 @@ class TranscoderFeaturesTarget(Target):
 class Ablation:
     """What is removed (``targets``), how (``method``), where (``positions``, of each prompt's own tokens), the seed
     of every random choice it makes (the resample permutation and the random stand-ins of its baselines), and for
-    ``mean`` the prompts whose mean replaces the part (``reference_prompts``; empty = the prompts themselves)."""
+    ``mean`` the prompts whose mean replaces the part, for ``resample`` those it is drawn from (``reference_prompts``;
+    empty = the prompts themselves)."""
 
     targets: list[Target]
     method: AblationMethod = "zero"
@@ -417,6 +419,18 @@ def derangement(n: int, seed: int) -> list[int]:
     raise RuntimeError("no derangement found")  # pragma: no cover - probability ~ (1 - 1/e)^10000
 
 
+def resample_sources(n: int, seed: int, n_reference: int = 0) -> list[int]:
+    """Which prompt each of ``n`` prompts takes its activation from under resample ablation: another of the prompts
+    (``derangement``), or, with ``n_reference`` reference prompts, one of those — a seeded draw without replacement
+    when there are at least ``n`` of them, with replacement otherwise (the same seed, the same draw on every device)."""
+    if not n_reference:
+        return derangement(n, seed)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    if n_reference >= n:
+        return [int(i) for i in torch.randperm(n_reference, generator=generator)[:n]]
+    return [int(i) for i in torch.randint(n_reference, (n,), generator=generator)]
+
+
 def mean_replacement(
     part: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -458,10 +472,10 @@ def prepare_ablation(
     require_choice("method", ablation.method, AblationMethod)
     mask = position_mask(ablation.positions, batch.attention_mask, batch.answer_positions)
     n = batch.input_ids.shape[0]
-    if ablation.reference_prompts and ablation.method != "mean":
+    if ablation.reference_prompts and ablation.method not in ("mean", "resample"):
         raise InputError(
-            f"`reference_prompts` are the prompts whose mean replaces the ablated part: they apply to method 'mean' "
-            f"only, not {ablation.method!r}."
+            "`reference_prompts` are the prompts whose activations replace the ablated part (their mean, or one "
+            f"drawn per prompt): they apply to methods 'mean' and 'resample', not {ablation.method!r}."
         )
     if ablation.method == "mean" and n == 1 and not ablation.reference_prompts:
         raise InputError(
@@ -472,12 +486,15 @@ def prepare_ablation(
     permutation = None
     if ablation.method == "resample":
         lengths = batch.lengths
-        if len(set(lengths)) > 1:
+        reference_lengths = [len(token_ids(model.tokenizer, p)) for p in ablation.reference_prompts]
+        if len(set(lengths) | set(reference_lengths)) > 1:
             raise InputError(
-                f"Resample ablation needs prompts of equal token length (got lengths {lengths}): a prompt's "
-                "activation is swapped in position by position. Use method 'mean', or equal-length prompts."
+                f"Resample ablation needs prompts of equal token length (got lengths {lengths}"
+                + (f", reference prompts {reference_lengths}" if reference_lengths else "")
+                + "): a prompt's activation is swapped in position by position. Use method 'mean', or equal-length "
+                "prompts."
             )
-        permutation = derangement(len(lengths), ablation.seed)
+        permutation = resample_sources(len(lengths), ablation.seed, len(ablation.reference_prompts))
     replacements: list[torch.Tensor | None] = [None] * len(ablation.targets)
     mean_over: MeanOver | None = None
     if ablation.method in ("mean", "resample"):
@@ -491,14 +508,15 @@ def prepare_ablation(
             reference = encode(model.tokenizer, list(ablation.reference_prompts), str(batch.input_ids.device))
             reference_acts = model.backend.capture(reference.input_ids, names).acts
             reference_mask = reference.attention_mask
-            check_reference_lengths(batch, reference, mask)
+            if ablation.method == "mean":
+                check_reference_lengths(batch, reference, mask)
         for i, target in enumerate(ablation.targets):
             part = target.read(acts[target.read_hook()])
+            donors = None if reference_acts is None else target.read(reference_acts[target.read_hook()])
             if ablation.method == "mean":
-                donors = None if reference_acts is None else target.read(reference_acts[target.hook()])
                 replacements[i], mean_over = mean_replacement(part, batch.attention_mask, donors, reference_mask)
             else:
-                replacements[i] = part[torch.tensor(permutation)]
+                replacements[i] = (part if donors is None else donors)[torch.tensor(permutation)]
     return PreparedAblation(ablation, mask, replacements, batch.lengths, mean_over=mean_over, permutation=permutation)
 
 
