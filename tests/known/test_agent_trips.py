@@ -223,3 +223,26 @@ def test_resample_draws_from_reference_prompts(same_as_first: Session) -> None:
     with pytest.raises(ToolCallError, match="'mean' and 'resample'"):
         same_as_first.ablate(prompts=prompts, targets=["L0H0"], method="zero", reference_prompts=references,
                              correct="1", incorrect="0")  # fmt: skip
+
+
+def test_find_circuit_names_the_components_its_pairs_cannot_test(same_as_first: Session) -> None:
+    """same_as_first: L0H0 copies the first value everywhere, L0MLP compares it with each value. Pairs that change
+    only the last value leave L0H0's write unchanged, so patching cannot see it, although zero-ablating it moves
+    the output; find_circuit says so. Pairs that change the first value test it, and the note names nothing."""
+    clean = ["0 1 2 0", "1 1 2 1", "2 0 1 2", "0 2 2 0"]
+    last = ["0 1 2 1", "1 1 2 0", "2 0 1 0", "0 2 2 1"]  # the last value changed: the answer flips
+    correct = outputs(same_as_first, clean)
+    incorrect = outputs(same_as_first, last)
+    assert all(c != i for c, i in zip(correct, incorrect, strict=True))
+    found = same_as_first.find_circuit(clean_prompts=clean, corrupt_prompts=last, correct=correct,
+                                       incorrect=incorrect, held_out=0)  # fmt: skip
+    [note] = [n for n in found.notes if n.startswith("Untested by these pairs")]
+    assert note.startswith("Untested by these pairs: L0H0 write")
+    ablated = same_as_first.ablate(prompts=clean, targets=["L0H0"], correct=correct, incorrect=incorrect)
+    assert ablated.after.logit_diff.value < ablated.before.logit_diff.value - 0.5  # needed, though untested
+    first = ["1 1 2 0", "0 1 2 1", "0 0 1 2", "1 2 2 0"]  # the first value changed: the answer flips too
+    incorrect_first = outputs(same_as_first, first)
+    assert all(c != i for c, i in zip(correct, incorrect_first, strict=True))
+    tested = same_as_first.find_circuit(clean_prompts=clean, corrupt_prompts=first, correct=correct,
+                                        incorrect=incorrect_first, held_out=0)  # fmt: skip
+    assert not any(n.startswith("Untested") for n in tested.notes)

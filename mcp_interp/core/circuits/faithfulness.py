@@ -212,6 +212,37 @@ def replacement_values(
     raise InputError(f"`ablation` must be 'corrupt' or 'mean', got {ablation!r}.")
 
 
+def untested_writers(
+    graph: Graph, live: dict[str, torch.Tensor], replacement: dict[str, torch.Tensor], real: torch.Tensor
+) -> list[str]:
+    """The heads and MLPs whose write on the clean prompts equals its replacement at every real position (``real``
+    [batch, seq]): ablating an edge out of one changes nothing, so these pairs cannot show whether a circuit needs
+    it — a component that writes the same on clean and corrupt inputs (or nothing) is invisible to patching, however
+    much the output depends on it. Equal within float rounding: 1e-6 of the write's largest entry (at least 1)."""
+    untested = []
+    for writer in graph.writers:
+        if writer.kind == "embed":
+            continue
+        write = wide(write_of(live, writer))[real]
+        delta = write - wide(write_of(replacement, writer))[real]
+        if float(delta.abs().max()) <= 1e-6 * max(1.0, float(write.abs().max())):
+            untested.append(str(writer))
+    return untested
+
+
+def untested_note(ablator: Ablator) -> list[str]:
+    if not ablator.untested:
+        return []
+    names = ablator.untested
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    return [
+        f"Untested by these pairs: {shown} write the same on the clean prompts as their replacement (the corrupt "
+        "prompts' writes, or the mean), so no edge ablation here can show whether the circuit needs them, and a "
+        "circuit leaving them out loses nothing. Ablate them directly (`ablate`, method zero or mean), or use pairs "
+        "whose corruption changes their inputs."
+    ]
+
+
 def refuse_zero_gaps(clean: torch.Tensor, corrupt: torch.Tensor) -> None:
     """A recovered fraction divides by the clean − corrupt gap: a pair that does not change the metric has none."""
     gaps = (clean - corrupt).to(torch.float64)
@@ -232,6 +263,8 @@ class Ablator:
     def __init__(self, backend: Any, graph: Graph, pairs: Pairs, ablation: str) -> None:
         self.backend, self.graph, self.pairs = backend, graph, pairs
         self.replacement = replacement_values(backend, graph, pairs.clean, pairs.corrupt, ablation)
+        live = writer_values(backend, graph, pairs.clean.input_ids)
+        self.untested = untested_writers(graph, live, self.replacement, pairs.clean.attention_mask.bool())
         rows = torch.arange(pairs.n)
         clean, corrupt = pairs.clean, pairs.corrupt
         started = time.perf_counter()

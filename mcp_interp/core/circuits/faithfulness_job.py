@@ -20,7 +20,7 @@ import torch
 
 from mcp_interp.core.circuits.attribution import EdgeAttribution, EdgeScores, graph_of
 from mcp_interp.core.circuits.edge_graph import Graph
-from mcp_interp.core.circuits.faithfulness import CHUNK_SECONDS, Ablator
+from mcp_interp.core.circuits.faithfulness import CHUNK_SECONDS, Ablator, untested_note
 from mcp_interp.core.circuits.job import edge_score
 from mcp_interp.core.circuits.selection import EdgeRanking, NodeRanking, check_choice, held_out_split, rank
 from mcp_interp.core.engine.backend.capabilities import require
@@ -444,6 +444,7 @@ class CircuitFaithfulnessJob(Job[CircuitFaithfulnessMeasurement]):
             )
         notes.extend(empty_note(self.ablation, fraction.value, empty))
         notes.extend(small_gap_note(ablator))
+        notes.extend(untested_note(ablator))
         notes.extend(ablator.pairs.notes)
         self.result = CircuitFaithfulnessMeasurement(
             answer_kind=pair_answer_kind(self.correct, self.incorrect),
@@ -635,6 +636,7 @@ class FindCircuitJob(Job[FindCircuitMeasurement]):
         notes.extend(overlap_note(baseline, k, self.granularity))
         notes.extend(empty_note(self.ablation, best.value, empty))
         notes.extend(small_gap_note(ablator))
+        notes.extend(untested_note(ablator))
         notes.extend(ablator.pairs.notes)
         edges = sorted(self.circuit, key=lambda e: -abs(float(scores.scores[e])))
         totals = scores.scores.sum(dim=1)
