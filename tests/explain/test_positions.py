@@ -93,7 +93,10 @@ def test_no_dominant_position_below_the_threshold_and_no_move_across_a_gap_to_th
 def test_mapped_positions_are_the_strongest_few_above_the_floor() -> None:
     assert where.mapped_positions(RESID) == [1, 2, 3, 5]
     many = [[0.5, 0.4, 0.3, 0.2, 0.15, 0.05]]
-    assert where.mapped_positions(many) == [0, 1, 2, 3]  # MAX_MAPPED = 4 of the five at ≥ 0.1, by fraction
+    # MAX_MAPPED = 4 of the five at ≥ 0.1, by fraction, and the answer position (the last), which the last layer's
+    # blocks write and no resid_pre cell shows
+    assert where.mapped_positions(many) == [0, 1, 2, 3, 5]
+    assert where.mapped_positions([[0.0, 0.05, 0.0]]) == []  # nothing reaches the floor: nothing is mapped
 
 
 def test_no_carrier_is_said_in_words() -> None:

@@ -246,3 +246,16 @@ def test_find_circuit_names_the_components_its_pairs_cannot_test(same_as_first: 
     tested = same_as_first.find_circuit(clean_prompts=clean, corrupt_prompts=first, correct=correct,
                                         incorrect=incorrect_first, held_out=0)  # fmt: skip
     assert not any(n.startswith("Untested") for n in tested.notes)
+
+
+def test_explain_maps_the_mlp_that_writes_the_answer_in_a_one_layer_model(same_as_first: Session) -> None:
+    """The pair differs at the first value; L0H0 moves it to the answer position inside layer 0, where L0MLP writes
+    the answer. No resid_pre cell of the answer position sees that (layer 0's input there is the same clean and
+    corrupt), yet patching L0MLP's output there restores the whole gap: the program's output is L0MLP's write."""
+    explained = same_as_first.explain(prompt="0 1 2 0", answer="1", baseline="0", corrupt="1 1 2 0")
+    answer_position = len(explained.map_tokens) - 1
+    assert explained.resid_pre_map[0][answer_position] == pytest.approx(0.0, abs=1e-6)
+    cells = {(c.layer, c.position): c.score for c in explained.top_mlps}
+    assert cells[(0, answer_position)] == pytest.approx(1.0, abs=1e-3)
+    mlp_line = next(f for f in explained.findings if f.startswith("MLPs that write it"))
+    assert f"L0 MLP at '0' (position {answer_position}) +1.00" in mlp_line

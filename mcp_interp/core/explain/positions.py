@@ -20,7 +20,7 @@ from mcp_interp.schemas.localize import PatchCell, PatchMeasurement
 CARRIES = 0.2  # a position carries the gap at a layer when patching its resid_pre there recovers at least this
 DOMINATES = 0.3  # the position carrying the most at a layer counts for moves only when it recovers at least this
 MAPPED = 0.1  # positions whose resid_pre recovers at least this somewhere get the attn_out / mlp_out maps
-MAX_MAPPED = 4  # at most this many positions (by their largest resid_pre fraction) get them: the time goal
+MAX_MAPPED = 4  # at most this many positions (by their largest resid_pre fraction) get them, and the answer position
 STAYS = 2  # a change of dominant position is a move only if the new one stays dominant this many layers
 ATTENDS = 0.1  # an attn_out cell names the block that made a move only if it recovers at least this
 
@@ -87,9 +87,15 @@ def read_maps(
 
 
 def mapped_positions(resid: Grid) -> list[int]:
-    """Positions worth patching attn_out and mlp_out at: up to ``MAX_MAPPED`` whose resid_pre reaches ``MAPPED``."""
+    """Positions worth patching attn_out and mlp_out at: up to ``MAX_MAPPED`` whose resid_pre reaches ``MAPPED``, and
+    the answer position (the last) whenever any does. The answer position always, because resid_pre maps the input
+    of each layer only: what the last layer's blocks write there (a one-layer model's MLP reading what its heads
+    moved) shows in no resid_pre cell, so a map chosen from resid_pre alone read that MLP as +0.00."""
     best = _best_per_position(resid)
     chosen = sorted((p for p, v in best.items() if v >= MAPPED), key=lambda p: -best[p])[:MAX_MAPPED]
+    n_positions = len(resid[0]) if resid else 0
+    if chosen and n_positions - 1 not in chosen:
+        chosen.append(n_positions - 1)
     return sorted(chosen)
 
 
