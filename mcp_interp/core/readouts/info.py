@@ -118,7 +118,7 @@ def program_facts(model: LoadedModel) -> CompiledProgramFacts | None:
     )
 
 
-MAX_TOP_K = 20
+MOST_PREDICTIONS = 20
 
 
 def tokenize(model: LoadedModel, texts: Sequence[str], top_k: int = 0) -> TokenizeMeasurement:
@@ -129,8 +129,8 @@ def tokenize(model: LoadedModel, texts: Sequence[str], top_k: int = 0) -> Tokeni
     if not texts:
         raise InputError("No texts were given: pass a non-empty list of strings.")
     limits.check("max_prompts", len(texts), "Number of texts")
-    if isinstance(top_k, bool) or not 0 <= top_k <= MAX_TOP_K:
-        raise InputError(f"top_k must be an integer from 0 (tokens only) to {MAX_TOP_K}; got {top_k!r}.")
+    if isinstance(top_k, bool) or not 0 <= top_k <= MOST_PREDICTIONS:
+        raise InputError(f"top_k must be an integer from 0 (tokens only) to {MOST_PREDICTIONS}; got {top_k!r}.")
     rows = []
     for text in texts:
         ids = token_ids(model.tokenizer, text)
