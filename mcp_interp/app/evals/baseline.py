@@ -3,10 +3,11 @@
 Over the same MCP stdio server an agent gets (the SDK's client, so it reads the structured results):
 
 1. ``model_info``: the layers, heads, input and output values, the longest prompt;
-2. ``PROMPTS`` random prompts of the longest length; ``kl`` of the clean run against each head and each MLP
-   zero-ablated (``intervention: {"ablate": [c], "method": "zero"}``) at the last position. A component is claimed
-   when its mean KL exceeds ``THRESHOLD`` nats: in a compiled program an unused head or MLP writes nothing, so its
-   ablation changes no logit, and a used one moves the output distribution;
+2. ``PROMPTS`` random prompts of every length in turn, longest first; ``kl`` of the clean run against each head
+   and each MLP zero-ablated (``intervention: {"ablate": [c], "method": "zero"}``) at the last position. A
+   component is claimed when its mean KL exceeds ``THRESHOLD`` nats: in a compiled program an unused head or MLP
+   writes nothing, so its ablation changes no logit, and a used one moves the output distribution (at some length:
+   zeroing ``reverse``'s length-counting head leaves every prompt of the longest length unchanged);
 3. ``answer_rank``: the model's top-1 at the last position of each prompt; the function submitted is the constant
    that outputs the most frequent one at every position. It says nothing about how the output depends on the input:
    the floor a real account of the function must beat.
@@ -63,8 +64,9 @@ def ablation_baseline(prompts: int = PROMPTS, threshold: float = THRESHOLD) -> S
             info = await call("model_info", {})
             facts = info["program"]
             rng = random.Random(f"baseline {state.sample_id}")
-            texts = [" ".join(rng.choice(facts["input_values"]) for _ in range(facts["max_seq_len"]))
-                     for _ in range(prompts)]  # fmt: skip
+            longest = facts["max_seq_len"]  # every length: a component can matter only at some (a length count)
+            texts = [" ".join(rng.choice(facts["input_values"]) for _ in range(longest - i % longest))
+                     for i in range(prompts)]  # fmt: skip
             components = [f"L{layer}H{head}" for layer in range(info["n_layers"]) for head in range(info["n_heads"])]
             components += [f"L{layer}MLP" for layer in range(info["n_layers"])]
             claimed = []
