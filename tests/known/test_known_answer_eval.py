@@ -72,14 +72,15 @@ def test_an_agent_over_inspects_mcp_client_is_scored_against_the_hidden_truth(ca
 
 
 def test_the_baseline_through_the_inspect_command_line(cache: Path) -> None:
-    """``inspect eval mcp_interp/known_answer -T solver=baseline --limit 1``, offline: the entry point resolves; on
+    """``inspect eval mcp_interp/known_answer -T solver=baseline --limit 1`` (``count=1``: the dataset is built, and its
+    programs compiled, before ``--limit`` applies), offline: the entry point resolves; on
     histogram (the first sample) its
     ablations find exactly L0H0 and L0MLP; its constant function is right only where every position's count is
     that constant, which the scorer's agreement must equal when recomputed here from the held-out cases."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     inspect = Path(sys.executable).with_name("inspect")
     done = subprocess.run(
-        [str(inspect), "eval", "mcp_interp/known_answer", "-T", "solver=baseline", "--limit", "1",
+        [str(inspect), "eval", "mcp_interp/known_answer", "-T", "solver=baseline", "-T", "count=1", "--limit", "1",
          "--model", "mockllm/model", "--log-dir", str(cache / "cli-logs"), "--display", "none"],
         capture_output=True, text=True, timeout=900, env=env, cwd=cache,
     )  # fmt: skip
