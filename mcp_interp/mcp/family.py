@@ -66,7 +66,7 @@ class Family:
             target = announcing(in_background(body) if background else body)
 
             def add(server: MCPServer[Any]) -> None:
-                server.add_tool(target, annotations=annotations, meta=meta)
+                server.add_tool(target, description=one_line(fn.__doc__), annotations=annotations, meta=meta)
                 refuse_unknown_arguments(server, fn.__name__)  # nothing accepted and ignored: one rule, every tool
                 if background:
                     admit_job_handles(server, fn.__name__)
@@ -147,3 +147,9 @@ def in_background(fn: Callable[..., Awaitable[CallToolResult]]) -> Callable[...,
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
     return run
+
+
+def one_line(docstring: str | None) -> str:
+    """A tool's docstring as its listed description: one line, the source's wrapping and indentation dropped (each
+    wrapped line cost a newline and four spaces of every client's context, and no client shows the wrap)."""
+    return " ".join((docstring or "").split())

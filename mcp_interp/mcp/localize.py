@@ -91,7 +91,7 @@ async def patch(
     background: Background = False,
 ) -> Annotated[CallToolResult, PatchResult]:
     """Activation patching of one component at every layer × position: each cell is the fraction of the
-    clean−corrupt gap it restores (denoise) or destroys (noise); positions before the first difference are 0."""
+    clean−corrupt gap it restores (denoise) or destroys (noise); causal: positions before the first difference are 0."""
     arguments = tool_arguments(locals())
     kit = Toolkit.of(ctx)
     job, started = await kit.measured_job(
