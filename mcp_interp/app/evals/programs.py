@@ -10,8 +10,8 @@ Two sets:
 Each program's cache entry is ``<cache>/<kind>-<key>-<hash>/``: ``model/`` (the folder the server serves, its truth
 hidden) and ``scoring.json`` (outside the served folder: the true components, the model's sizes, the input space,
 and a pool of ``POOL`` random inputs with the reference's output at every position, as output tokens; null where the
-program is undefined). ``hash`` covers the program's source, the package's and tracr's versions, so an edit
-recompiles. Compiling takes seconds; it happens once per program and machine.
+program is undefined). ``hash`` covers the program's source (or the generator's), the compiler's, the package's
+and tracr's versions, so an edit recompiles. Compiling takes seconds; it happens once per program and machine.
 """
 
 from __future__ import annotations
@@ -71,10 +71,13 @@ def _token(value: Any) -> str | None:
     return str(value)
 
 
-def _version_stamp(source: str) -> str:
-    from mcp_interp.core.known.compile import tracr_version
+def _version_stamp(*sources: str) -> str:
+    """A hash of what decides a cached program: the sources given (the program file, or the generator), the compiler's
+    own source, the package's and tracr's versions."""
+    from mcp_interp.core.known import compile as compiler
 
-    return hashlib.sha256(f"{source}\n{__version__}\n{tracr_version()}".encode()).hexdigest()[:10]
+    parts = [*sources, Path(compiler.__file__).read_text(encoding="utf-8"), __version__, compiler.tracr_version()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:10]
 
 
 def _write_json_atomically(path: Path, data: Any) -> None:
@@ -136,9 +139,11 @@ def shipped(name: str, root: Path | None = None) -> Program:
 
 def generated(seed: int, root: Path | None = None) -> Program:
     """``generate-rasp --seed`` 's program compiled and scored (cached)."""
-    from mcp_interp.core.known.generate import generate_rasp, load_reference, reference_source
+    from mcp_interp.core.known import generate as generator
+    from mcp_interp.core.known.generate import generate_rasp, load_reference
 
-    entry = (root or cache_root()) / f"generated-{seed}-{_version_stamp(reference_source({}, seed))}"
+    stamp = _version_stamp(str(seed), Path(generator.__file__).read_text(encoding="utf-8"))  # the draw is the grammar's
+    entry = (root or cache_root()) / f"generated-{seed}-{stamp}"
     program = Program("generated", str(seed), entry / "model", entry / "scoring.json")
     if program.scoring.is_file():
         return program
